@@ -1,0 +1,19 @@
+"""beam_pipeline: raw text in, deterministic provenance-tracked token shards out.
+
+Where things are:
+
+* ``cli``         the ``python -m beam_pipeline`` commands
+* ``config``      the corpus YAML schema and its validation
+* ``build``       the stage graph, layers and resume
+* ``snapshot``    immutable input manifests
+* ``layers``      layer keys, atomic writes, ledgers
+* ``readers``     per-record file readers (JSONL, Parquet, text)
+* ``normalize``   versioned text normalization
+* ``policy``      the keep/drop decision
+* ``manifest``    dataset manifests and the dataset id
+* ``accounting``  counters and the per-stage record balance
+* ``hashing``     every id and digest
+* ``transforms/`` one module per stage: composite PTransforms
+* ``options/``    PipelineOptions subclasses
+"""
+__version__ = "0.1.0"

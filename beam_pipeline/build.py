@@ -1,0 +1,259 @@
+"""Assembling and running a corpus build: the stage graph, layers and resume.
+
+A build is a fixed sequence of stages, each a Beam job over the layers before
+it::
+
+    snapshot -> ingest -> exact_dedup -> select -> tokenize -> dataset
+
+For each stage the driver computes the layer key from (stage version, the
+stage's slice of the config, input layer keys). A complete layer (its ledger
+exists) is reused without running anything; otherwise the stage's job runs,
+its counters are checked (``in == passed + filtered + dead_letter``), its
+partitions are collected and the ledger is written last. A build killed at
+any point therefore resumes at the first incomplete layer and produces the
+same bytes. ``docs/decisions.md`` says why stages are separate jobs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from typing import Callable
+
+import apache_beam as beam
+import pyarrow as pa
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.runner import PipelineState
+
+from beam_pipeline import schemas
+from beam_pipeline.accounting import check_stage, counts_from_result
+from beam_pipeline.config import CorpusConfig
+from beam_pipeline.hashing import digest_json
+from beam_pipeline.layers import Layer, collect_partitions, commit_layer, join, layer_key, move, \
+    read_bytes, write_json_atomic
+from beam_pipeline.manifest import MANIFEST, MANIFEST_FORMAT, dataset_id_of, dataset_path, shard_leaf
+from beam_pipeline.snapshot import check_sources_match, check_unchanged, load_snapshot, take_snapshot
+from beam_pipeline.transforms import exact_dedup, ingest, select, tokenize_shard
+from beam_pipeline.transforms.layer_io import ReadLayerOutput, WriteLayerOutput
+
+DEAD_LETTER = "dead_letter"
+
+
+@dataclasses.dataclass
+class StageOutcome:
+    stage: str
+    layer: Layer
+    version: str
+    config_digest: str
+    reused: bool
+    counts: dict
+    seconds: float
+    ledger: dict
+
+
+@dataclasses.dataclass
+class BuildResult:
+    run_id: str
+    snapshot_id: str
+    dataset_id: str
+    dataset_path: str
+    metrics_path: str
+    stages: list[StageOutcome]
+    manifest: dict
+
+
+class CorpusBuild:
+    """Runs the stages of one config against one snapshot, resuming from layers."""
+
+    def __init__(self, config: CorpusConfig, pipeline_options: PipelineOptions, *,
+                 snapshot_id: str | None = None, log: Callable[[str], None] = print):
+        self.config = config
+        self.options = pipeline_options
+        self.snapshot_id = snapshot_id
+        self.log = log
+        self.root = config.output_root
+
+    # --- the graph ----------------------------------------------------------
+
+    def run(self) -> BuildResult:
+        started = time.monotonic()
+        snapshot_id, manifest = self._snapshot()
+        partitions = partition_count(manifest["total_bytes"], self.config.layout.target_partition_bytes,
+                                     self.config.layout.min_partitions)
+        tokenizer = tokenize_shard.inspect_tokenizer(self.config.tokenize)
+
+        ingested = self._stage(
+            ingest.STAGE, ingest.VERSION, ingest.stage_config(self.config), {"snapshot": snapshot_id},
+            outputs={ingest.DOCUMENTS: schemas.DOCUMENT, ingest.REPEATS: schemas.REPEAT},
+            partitions=partitions,
+            build=lambda p, layer: p | "Ingest" >> ingest.IngestSnapshot(self.config, manifest))
+
+        inputs_of_select = {"documents": ingested.layer.key}
+        exact = None
+        if self.config.exact_dedup.enabled:
+            exact = self._stage(
+                exact_dedup.STAGE, exact_dedup.VERSION, self.config.exact_dedup.model_dump(mode="json"),
+                {"documents": ingested.layer.key},
+                outputs={exact_dedup.ANNOTATIONS: schemas.EXACT_DEDUP}, partitions=partitions,
+                build=lambda p, layer: {exact_dedup.ANNOTATIONS: (
+                    p | "ReadDocuments" >> ReadLayerOutput(ingested.layer.part_paths(ingest.DOCUMENTS),
+                                                           exact_dedup.INPUT_COLUMNS)
+                    | "ExactDedup" >> exact_dedup.AnnotateExactDuplicates())})
+            inputs_of_select["exact"] = exact.layer.key
+
+        def build_select(p, layer):
+            inputs = {"documents": p | "ReadDocuments" >> ReadLayerOutput(
+                ingested.layer.part_paths(ingest.DOCUMENTS))}
+            if exact is not None:
+                inputs["exact"] = p | "ReadExact" >> ReadLayerOutput(exact.layer.part_paths(exact_dedup.ANNOTATIONS))
+            return inputs | "Select" >> select.ApplyPolicy(self.config.policy)
+
+        selected = self._stage(
+            select.STAGE, select.VERSION, self.config.policy.model_dump(mode="json"), inputs_of_select,
+            outputs={select.GOLD: schemas.GOLD, select.DECISIONS: schemas.DECISION}, partitions=partitions,
+            build=build_select)
+
+        tokenize_config = {**self.config.tokenize.model_dump(mode="json", exclude={"tokenizer", "batch_size"}),
+                           "tokenizer_sha256": tokenizer.sha256, "seed": self.config.seed}
+        tokenized = self._stage(
+            tokenize_shard.STAGE, tokenize_shard.VERSION, tokenize_config, {"gold": selected.layer.key},
+            outputs={}, partitions=partitions,
+            build=lambda p, layer: (
+                p | "ReadGold" >> ReadLayerOutput(selected.layer.part_paths(select.GOLD),
+                                                  ["doc_id", "source", "domain", "text"])
+                | "TokenizePackShard" >> tokenize_shard.TokenizePackShard(
+                    self.config.tokenize, tokenizer, self.config.seed, layer.output_path("shards"))),
+            finalize=self._collect_shards)
+
+        stages = [s for s in (ingested, exact, selected, tokenized) if s is not None]
+        manifest_out = self._publish(snapshot_id, tokenizer, stages)
+        run_id = digest_json({"snapshot": snapshot_id, "config": self.config.digest()})[:16]
+        metrics_path = self._write_run_metrics(run_id, snapshot_id, manifest_out, stages,
+                                               time.monotonic() - started)
+        return BuildResult(run_id=run_id, snapshot_id=snapshot_id, dataset_id=manifest_out["dataset_id"],
+                           dataset_path=dataset_path(self.root, manifest_out["dataset_id"]),
+                           metrics_path=metrics_path, stages=stages, manifest=manifest_out)
+
+    # --- steps --------------------------------------------------------------
+
+    def _snapshot(self) -> tuple[str, dict]:
+        if self.snapshot_id:
+            manifest = load_snapshot(self.root, self.snapshot_id)
+            check_sources_match(self.config, manifest)
+            snapshot_id = self.snapshot_id
+            self.log(f"[snapshot] using pinned snapshot {snapshot_id}")
+        else:
+            self.log("[snapshot] fingerprinting inputs ...")
+            snapshot_id, manifest = take_snapshot(self.config, self.options)
+            files = sum(len(s["files"]) for s in manifest["sources"].values())
+            self.log(f"[snapshot] {snapshot_id}: {files} files, {manifest['total_bytes']} bytes")
+        check_unchanged(manifest)
+        return snapshot_id, manifest
+
+    def _stage(self, stage: str, version: str, stage_config, inputs: dict[str, str], *,
+               outputs: dict[str, pa.Schema], partitions: int, build, finalize=None) -> StageOutcome:
+        key = layer_key(stage, version, stage_config, [f"{k}={v}" for k, v in inputs.items()])
+        layer = Layer(self.root, stage, key)
+        config_digest = digest_json(stage_config)
+        if layer.is_complete():
+            ledger = layer.ledger()
+            self.log(f"[{stage}] layer {key} is complete: reused ({_brief(ledger['counts'])})")
+            return StageOutcome(stage, layer, version, config_digest, True, ledger["counts"], 0.0, ledger)
+
+        self.log(f"[{stage}] running -> {layer.path}")
+        started = time.monotonic()
+        pipeline = beam.Pipeline(options=self.options)
+        produced = build(pipeline, layer)
+        if not isinstance(produced, dict):
+            produced = {"_result": produced}
+        for name, schema in outputs.items():
+            produced[name] | f"Write_{name}" >> WriteLayerOutput(layer.output_path(name), schema, partitions)
+        if DEAD_LETTER in produced:
+            produced[DEAD_LETTER] | "Write_dead_letter" >> WriteLayerOutput(
+                layer.dead_letter_path, schemas.DEAD_LETTER, 1, sort_key=_dead_letter_order,
+                partition_key=lambda row: row["file"] or "")
+        result = pipeline.run()
+        state = result.wait_until_finish()
+        if state != PipelineState.DONE:
+            raise RuntimeError(f"stage {stage}: the job ended in state {state}")
+
+        counts = counts_from_result(result, stage)
+        check_stage(stage, counts, self.config.accounting.max_dead_letter_fraction)
+        parts = {name: collect_partitions(layer.output_path(name), partitions, schema)
+                 for name, schema in outputs.items()}
+        if DEAD_LETTER in produced:
+            parts[DEAD_LETTER] = collect_partitions(layer.dead_letter_path, 1, schemas.DEAD_LETTER)
+        extra = finalize(layer) if finalize else None
+        seconds = time.monotonic() - started
+        ledger = commit_layer(layer, version=version, config=stage_config, inputs=inputs, outputs=parts,
+                              counts=counts, extra=extra)
+        self.log(f"[{stage}] done in {seconds:.1f}s ({_brief(counts)})")
+        return StageOutcome(stage, layer, version, config_digest, False, counts, seconds, ledger)
+
+    def _collect_shards(self, layer: Layer) -> dict:
+        directory = layer.output_path("shards")
+        metas = [json.loads(read_bytes(m.path))
+                 for m in FileSystems.match([join(directory, "*.meta.json")])[0].metadata_list]
+        shards = sorted(metas, key=lambda s: s["name"])
+        return {"shards": shards, "dataset_id": dataset_id_of(shards)}
+
+    def _publish(self, snapshot_id: str, tokenizer, stages: list[StageOutcome]) -> dict:
+        """Move the shards into ``datasets/<dataset_id>/`` and write the manifest last."""
+        tokenized = stages[-1]
+        dataset_id = tokenized.ledger["dataset_id"]
+        shards = tokenized.ledger["shards"]
+        target = dataset_path(self.root, dataset_id)
+        staged = tokenized.layer.output_path("shards")
+        for shard in shards:
+            for field in ("tokens_file", "index_file"):
+                src, dst = join(staged, shard[field]), join(target, "shards", shard[field])
+                if not FileSystems.exists(dst):
+                    move(src, dst)
+        manifest = {
+            "format": MANIFEST_FORMAT,
+            "dataset_id": dataset_id,
+            "name": self.config.name,
+            "snapshot_id": snapshot_id,
+            "config_digest": self.config.digest(),
+            "config": self.config.model_dump(mode="json"),
+            "seed": self.config.seed,
+            "seq_len": self.config.tokenize.seq_len,
+            "tokenizer": {**dataclasses.asdict(tokenizer), "dtype": tokenizer.dtype},
+            "stages": [{"name": s.stage, "version": s.version, "layer_key": s.layer.key,
+                        "config_digest": s.config_digest, "counts": s.counts} for s in stages],
+            "shards": [{**s, "tokens_file": f"shards/{s['tokens_file']}", "index_file": f"shards/{s['index_file']}",
+                        "leaf": shard_leaf(s)} for s in shards],
+            "merkle": {"hash": "sha256", "leaf": "sha256(canonical_json({name, tokens_sha256, index_sha256}))",
+                       "order": "shard name", "root": dataset_id},
+        }
+        write_json_atomic(join(target, MANIFEST), manifest)
+        return manifest
+
+    def _write_run_metrics(self, run_id, snapshot_id, manifest, stages, seconds) -> str:
+        path = join(self.root, "runs", run_id, "metrics.json")
+        write_json_atomic(path, {
+            "run_id": run_id, "snapshot_id": snapshot_id, "dataset_id": manifest["dataset_id"],
+            "config_digest": self.config.digest(),
+            "stages": {s.stage: {"layer_key": s.layer.key, "version": s.version, "reused": s.reused,
+                                 "counts": s.counts} for s in stages},
+            # Timings describe this run, not the data: they never reach a dataset or layer.
+            "timing_seconds": {"total": round(seconds, 3), **{s.stage: round(s.seconds, 3) for s in stages}},
+        })
+        return path
+
+
+def partition_count(total_bytes: int, target_partition_bytes: int, min_partitions: int) -> int:
+    """Layer partitions for a snapshot: fixed by the data and the config, never by the runner."""
+    return max(min_partitions, math.ceil(total_bytes / target_partition_bytes))
+
+
+def _dead_letter_order(row: dict) -> tuple:
+    return (row["file"] or "", row["position"] if row["position"] is not None else -1,
+            row["doc_id"] or "", row["error"])
+
+
+def _brief(counts: dict) -> str:
+    filtered = sum(counts["filtered"].values())
+    return f"in {counts['in']}, passed {counts['passed']}, filtered {filtered}, dead letter {counts['dead_letter']}"

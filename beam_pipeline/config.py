@@ -1,0 +1,234 @@
+"""The corpus build configuration: one YAML file, validated on load.
+
+A config names the sources, the parameters of every stage, the keep/drop
+policy, the tokenizer and the shard layout. It is validated with pydantic
+(unknown fields are errors, so a typo never silently falls back to a
+default); :func:`load_config` turns every validation failure into a
+:class:`ConfigError` whose lines name the field, the bad value and what is
+allowed. See ``docs/config.md`` for the full reference.
+
+Relative paths in the file (source URIs, tokenizer, output root) are resolved
+against the directory of the config file, so a config and its data can move
+together. URIs with a scheme (``s3://``, ``gs://``, ``hdfs://``) are kept.
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from beam_pipeline.hashing import digest_json
+
+SOURCE_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+_SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
+
+
+class ConfigError(ValueError):
+    """A config file that does not validate; the message lists every problem."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FieldMap(_Strict):
+    """Which record fields hold the text and the provenance (JSONL and Parquet)."""
+
+    text: str = "text"
+    url: str = "url"
+    date: str = "date"
+    license: str = "license"
+    id: str = "id"
+
+
+class SourceConfig(_Strict):
+    """One input source: a glob on any Beam filesystem and what it is."""
+
+    name: str = Field(description="Short unique name; part of every doc_id from this source.")
+    uri: str = Field(description="Glob on any Beam filesystem (local, s3://, gs://, hdfs://).")
+    format: Literal["jsonl", "parquet", "text"] = Field(
+        description="jsonl (.jsonl, .jsonl.gz, .jsonl.zst), parquet, or text (one document per file).")
+    rank: int = Field(ge=0, description="Source rank: lower wins when duplicates are resolved.")
+    license: str = Field(min_length=1, description="Default license of the records (a record's own field wins).")
+    domain: str = Field(description="Domain bucket; shards are homogeneous by bucket.")
+    fields: FieldMap = FieldMap()
+
+    @field_validator("name", "domain")
+    @classmethod
+    def _simple_name(cls, value: str) -> str:
+        if not SOURCE_NAME.match(value):
+            raise ValueError(
+                "must be 1-64 characters of lowercase letters, digits, '_', '.', '-', "
+                "starting with a letter or digit")
+        return value
+
+
+class SnapshotConfig(_Strict):
+    """How input files are fingerprinted in the snapshot manifest."""
+
+    checksum: Literal["sha256", "filesystem"] = Field(
+        "sha256",
+        description="sha256 reads every byte (exact, any filesystem); 'filesystem' uses the "
+                    "store's own checksum (S3 ETag, GCS crc32c; only the size on local disk).")
+
+
+class IngestConfig(_Strict):
+    max_record_bytes: int = Field(8 << 20, ge=1024, description="Larger records are dead-lettered before parsing.")
+
+
+class ExactDedupConfig(_Strict):
+    enabled: bool = True
+
+
+class PolicyConfig(_Strict):
+    """The keep/drop policy applied by ``select``: annotations in, decisions out."""
+
+    drop_exact_duplicates: bool = True
+    min_chars: int = Field(1, ge=0, description="Drop documents with fewer characters (reason too_short).")
+    max_chars: int = Field(1_000_000, ge=1, description="Drop documents with more characters (reason too_long).")
+    min_words: int = Field(0, ge=0, description="Drop documents with fewer whitespace-separated words (too_few_words).")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> "PolicyConfig":
+        if self.min_chars > self.max_chars:
+            raise ValueError(f"min_chars ({self.min_chars}) must not exceed max_chars ({self.max_chars})")
+        return self
+
+
+class TokenizeConfig(_Strict):
+    tokenizer: str = Field(description="Path or URI of a Hugging Face tokenizer.json.")
+    eos_token: str = "<|endoftext|>"
+    pad_token: str | None = Field(None, description="Fills the tail of a shard's last sequence; defaults to eos_token.")
+    seq_len: int = Field(8192, ge=16, le=1 << 20)
+    shard_tokens: int = Field(1 << 26, ge=1024, description="Target tokens per shard (shards are cut per domain).")
+    batch_size: int = Field(256, ge=1, le=65536, description="Documents per tokenizer call.")
+
+    @model_validator(mode="after")
+    def _shard_holds_sequences(self) -> "TokenizeConfig":
+        if self.shard_tokens < self.seq_len:
+            raise ValueError(f"shard_tokens ({self.shard_tokens}) must be at least seq_len ({self.seq_len})")
+        return self
+
+
+class LayoutConfig(_Strict):
+    target_partition_bytes: int = Field(256 << 20, ge=1 << 16,
+                                        description="Input bytes per layer partition (sets the partition count).")
+    min_partitions: int = Field(4, ge=1, le=100_000)
+
+
+class AccountingConfig(_Strict):
+    max_dead_letter_fraction: float = Field(
+        0.01, ge=0.0, le=1.0,
+        description="A stage whose dead letters exceed this fraction of its input fails the run.")
+
+
+class CorpusConfig(_Strict):
+    """A whole corpus build. ``config_dir`` is set by :func:`load_config`."""
+
+    name: str
+    output_root: str
+    seed: int = Field(0, ge=0, lt=1 << 63)
+    sources: list[SourceConfig] = Field(min_length=1)
+    snapshot: SnapshotConfig = SnapshotConfig()
+    ingest: IngestConfig = IngestConfig()
+    exact_dedup: ExactDedupConfig = ExactDedupConfig()
+    policy: PolicyConfig = PolicyConfig()
+    tokenize: TokenizeConfig
+    layout: LayoutConfig = LayoutConfig()
+    accounting: AccountingConfig = AccountingConfig()
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not SOURCE_NAME.match(value):
+            raise ValueError("must be 1-64 characters of lowercase letters, digits, '_', '.', '-'")
+        return value
+
+    @model_validator(mode="after")
+    def _unique_sources(self) -> "CorpusConfig":
+        names = [s.name for s in self.sources]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"source names must be unique; repeated: {', '.join(repeated)}")
+        return self
+
+    def source(self, name: str) -> SourceConfig:
+        for source in self.sources:
+            if source.name == name:
+                return source
+        raise KeyError(name)
+
+    def digest(self) -> str:
+        """sha256 of the canonical config (what the build depends on, not where it writes)."""
+        return digest_json(self.model_dump(mode="json", exclude={"output_root"}))
+
+
+def resolve_path(path: str, base_dir: str) -> str:
+    """Resolve ``path`` against ``base_dir`` unless it is absolute or has a scheme."""
+    if _SCHEME.match(path) or os.path.isabs(path):
+        return path
+    return os.path.normpath(os.path.join(base_dir, path))
+
+
+def parse_config(data: Any, *, base_dir: str = ".", source_name: str = "<config>") -> CorpusConfig:
+    """Validate a parsed YAML mapping; relative paths are resolved against ``base_dir``."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source_name}: the top level must be a mapping of fields, got {type(data).__name__}")
+    try:
+        config = CorpusConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_describe(err, source_name)) from None
+    return config.model_copy(update={
+        "output_root": resolve_path(config.output_root, base_dir),
+        "sources": [s.model_copy(update={"uri": resolve_path(s.uri, base_dir)}) for s in config.sources],
+        "tokenize": config.tokenize.model_copy(
+            update={"tokenizer": resolve_path(config.tokenize.tokenizer, base_dir)}),
+    })
+
+
+def load_config(path: str) -> CorpusConfig:
+    """Read and validate a corpus config file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    return parse_config(data, base_dir=os.path.dirname(os.path.abspath(path)), source_name=path)
+
+
+def _describe(err: ValidationError, source_name: str) -> str:
+    lines = [f"{source_name}: {err.error_count()} problem(s) in the config:"]
+    for problem in err.errors():
+        where = _location(problem["loc"])
+        kind = problem["type"]
+        value = problem.get("input")
+        if kind == "extra_forbidden":
+            lines.append(f"  {where}: unknown field; allowed here: {_allowed_fields(problem['loc'])}")
+        elif kind == "missing":
+            lines.append(f"  {where}: required field is missing")
+        else:
+            lines.append(f"  {where}: {problem['msg']} (got {value!r})")
+    return "\n".join(lines)
+
+
+def _location(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "<top level>"
+
+
+def _allowed_fields(loc: tuple) -> str:
+    model: type[BaseModel] = CorpusConfig
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        annotation = model.model_fields[part].annotation
+        inner = getattr(annotation, "__args__", (annotation,))
+        model = next((t for t in inner if isinstance(t, type) and issubclass(t, BaseModel)), model)
+    return ", ".join(model.model_fields)

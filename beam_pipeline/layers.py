@@ -1,0 +1,188 @@
+"""Layers: stage outputs stored under a key derived from what made them.
+
+A layer lives at ``<root>/layers/<stage>/<layer_key>/`` where::
+
+    layer_key = sha256(stage, stage code version, stage config, input layer keys)[:24]
+
+Each named output of a stage (``documents``, ``annotations``, ``gold``, ...)
+is a set of Parquet partitions ``<output>/part-00003-of-00016.parquet``; every
+row lands in partition ``xxh3(doc_id) % n`` and rows are sorted by doc_id
+inside a partition, so the bytes do not depend on the runner's bundling.
+
+Writes are atomic: a file is written under a ``.tmp-`` name and renamed into
+place, so a half-written file is never taken as complete. Each partition file
+gets a small ``.meta.json`` sidecar (rows, bytes, sha256) written after it.
+The layer is complete exactly when ``_LEDGER.json`` exists: the driver writes
+it last, after the job succeeded and the per-stage accounting checked out.
+A rerun with the same key skips a complete layer; a killed run leaves no
+ledger, and the next run recomputes that layer (and overwrites its parts).
+"""
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import uuid
+from typing import Any, Iterable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from apache_beam.io.filesystems import FileSystems
+
+from beam_pipeline.hashing import canonical_json, digest_json, sha256_bytes
+
+LEDGER = "_LEDGER.json"
+LEDGER_FORMAT = 1
+
+
+def join(*parts: str) -> str:
+    return FileSystems.join(*parts)
+
+
+def layer_key(stage: str, version: str, stage_config: Any, input_keys: Iterable[str]) -> str:
+    """Key of a layer: depends on the code version, its config and its inputs only."""
+    return digest_json({"stage": stage, "version": version, "config": stage_config,
+                        "inputs": sorted(input_keys)})[:24]
+
+
+def part_name(index: int, count: int) -> str:
+    return f"part-{index:05d}-of-{count:05d}.parquet"
+
+
+@dataclasses.dataclass(frozen=True)
+class Layer:
+    """Where one stage's layer lives, and whether it is complete."""
+
+    root: str
+    stage: str
+    key: str
+
+    @property
+    def path(self) -> str:
+        return join(self.root, "layers", self.stage, self.key)
+
+    @property
+    def dead_letter_path(self) -> str:
+        return join(self.root, "dead_letter", self.stage, self.key)
+
+    def output_path(self, output: str) -> str:
+        return join(self.path, output)
+
+    @property
+    def ledger_path(self) -> str:
+        return join(self.path, LEDGER)
+
+    def is_complete(self) -> bool:
+        return FileSystems.exists(self.ledger_path)
+
+    def ledger(self) -> dict:
+        return json.loads(read_bytes(self.ledger_path))
+
+    def part_paths(self, output: str) -> list[str]:
+        """Paths of an output's partitions, as the ledger lists them."""
+        ledger = self.ledger()
+        try:
+            parts = ledger["outputs"][output]["parts"]
+        except KeyError:
+            raise KeyError(f"layer {self.stage}/{self.key} has no output {output!r}; "
+                           f"it has {sorted(ledger['outputs'])}") from None
+        return [join(self.output_path(output), p["name"]) for p in parts]
+
+
+# --- atomic file helpers (any Beam filesystem) ------------------------------
+
+def read_bytes(path: str) -> bytes:
+    with FileSystems.open(path) as f:
+        return f.read()
+
+
+def write_bytes_atomic(path: str, data: bytes) -> None:
+    """Write ``data`` to a temporary sibling, then rename it onto ``path``."""
+    directory, name = path.rsplit("/", 1)
+    tmp = join(directory, f".tmp-{name}-{uuid.uuid4().hex}")
+    with FileSystems.create(tmp) as f:
+        f.write(data)
+    if FileSystems.exists(path):
+        FileSystems.delete([path])
+    FileSystems.rename([tmp], [path])
+
+
+def move(src: str, dst: str) -> None:
+    """Rename a file, creating the destination folder where the filesystem has folders."""
+    parent = dst.rsplit("/", 1)[0]
+    if not FileSystems.exists(parent):
+        try:
+            FileSystems.mkdirs(parent)
+        except IOError:  # created concurrently, or a store without folders
+            pass
+    FileSystems.rename([src], [dst])
+
+
+def write_json_atomic(path: str, value: Any) -> None:
+    write_bytes_atomic(path, json.dumps(value, indent=1, sort_keys=True, ensure_ascii=False).encode("utf-8") + b"\n")
+
+
+# --- Parquet partitions -----------------------------------------------------
+
+def table_bytes(rows: list[dict], schema: pa.Schema) -> bytes:
+    """Deterministic Parquet bytes for ``rows`` (already sorted) under ``schema``."""
+    table = pa.Table.from_pylist(rows, schema=schema)
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer, compression="zstd", compression_level=3,
+                   row_group_size=65536, write_statistics=False)
+    return buffer.getvalue()
+
+
+def write_partition(directory: str, index: int, count: int, rows: list[dict], schema: pa.Schema) -> dict:
+    """Write one partition atomically, then its sidecar; return the sidecar."""
+    name = part_name(index, count)
+    data = table_bytes(rows, schema)
+    write_bytes_atomic(join(directory, name), data)
+    meta = {"name": name, "rows": len(rows), "bytes": len(data), "sha256": sha256_bytes(data)}
+    write_bytes_atomic(join(directory, name + ".meta.json"), canonical_json(meta))
+    return meta
+
+
+def collect_partitions(directory: str, count: int, schema: pa.Schema) -> list[dict]:
+    """Sidecars of all ``count`` partitions; empty partitions are written now.
+
+    A partition that received no rows never reached a writer (GroupByKey has no
+    empty groups), so the driver writes an empty file for it: a complete layer
+    always has exactly ``count`` partitions.
+    """
+    metas = []
+    for index in range(count):
+        name = part_name(index, count)
+        sidecar = join(directory, name + ".meta.json")
+        if FileSystems.exists(sidecar) and FileSystems.exists(join(directory, name)):
+            metas.append(json.loads(read_bytes(sidecar)))
+        else:
+            metas.append(write_partition(directory, index, count, [], schema))
+    return metas
+
+
+def read_partition_rows(path: str, columns: list[str] | None = None) -> Iterable[dict]:
+    with FileSystems.open(path) as f:
+        parquet = pq.ParquetFile(f)
+        for batch in parquet.iter_batches(batch_size=4096, columns=columns):
+            yield from batch.to_pylist()
+
+
+def commit_layer(layer: Layer, *, version: str, config: Any, inputs: dict[str, str],
+                 outputs: dict[str, list[dict]], counts: dict, extra: dict | None = None) -> dict:
+    """Write the ledger: from now on the layer is complete."""
+    ledger = {
+        "format": LEDGER_FORMAT,
+        "stage": layer.stage,
+        "key": layer.key,
+        "version": version,
+        "config": config,
+        "inputs": inputs,
+        "outputs": {name: {"parts": parts, "rows": sum(p["rows"] for p in parts)}
+                    for name, parts in sorted(outputs.items())},
+        "counts": counts,
+    }
+    if extra:
+        ledger.update(extra)
+    write_json_atomic(layer.ledger_path, ledger)
+    return ledger

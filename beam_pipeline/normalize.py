@@ -1,0 +1,44 @@
+"""Versioned text normalization applied at ingest, before ``doc_id``.
+
+Changing anything here changes document ids, so the behaviour is frozen per
+``NORMALIZATION_VERSION`` and the version is part of the ingest layer key.
+
+``nfc-v1`` does, in order:
+
+1. line endings: CRLF and lone CR become LF;
+2. removes C0/C1 control characters except TAB and LF (this includes NUL),
+   lone surrogates, and the 66 Unicode non-characters (U+FFFE, U+FFFF, ...);
+   removal comes before composition so that the result is idempotent;
+3. Unicode NFC composition;
+4. strips trailing whitespace on each line and leading/trailing blank space of
+   the whole document.
+
+Invalid UTF-8 never reaches this function: readers decode per record and
+dead-letter (JSONL) or replace with U+FFFD (whole-file text) first.
+"""
+from __future__ import annotations
+
+import re
+import unicodedata
+
+NORMALIZATION_VERSION = "nfc-v1"
+
+_NONCHARACTERS = "".join(
+    [chr(c) for c in range(0xFDD0, 0xFDF0)]
+    + [chr(plane * 0x10000 + low) for plane in range(17) for low in (0xFFFE, 0xFFFF)]
+)
+_REMOVE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff" + re.escape(_NONCHARACTERS) + "]"
+)
+_TRAILING_SPACE = re.compile(r"[ \t\u00a0\u3000]+(?=\n)")
+
+
+def normalize_text(text: str) -> str:
+    """Return the ``nfc-v1`` normal form of ``text`` (idempotent)."""
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = _REMOVE.sub("", text)
+    if not text.isascii():
+        text = unicodedata.normalize("NFC", text)
+    text = _TRAILING_SPACE.sub("", text)
+    return text.strip()

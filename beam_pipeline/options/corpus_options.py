@@ -1,0 +1,48 @@
+"""Options of a corpus build (``--config`` and what may override it)."""
+from __future__ import annotations
+
+import os
+
+from apache_beam.options.pipeline_options import PipelineOptions
+
+
+class CorpusOptions(PipelineOptions):
+    """Which corpus to build, from which snapshot, into which root."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument(
+            "--config", default=None,
+            help="Path of the corpus YAML file (sources, stage parameters, policy, tokenizer, "
+                 "shard layout, seed, output root). See docs/config.md.")
+        parser.add_argument(
+            "--output_root", default=None,
+            help="Where snapshots, layers, datasets and runs are written (local path, s3://, gs://, "
+                 "hdfs://). Overrides output_root in the config.")
+        parser.add_argument(
+            "--snapshot_id", default=None,
+            help="Build from this existing snapshot (as printed by the snapshot command). An input "
+                 "that changed since then stops the run. Without it, a snapshot is taken first.")
+
+
+class LocalRunnerDefaults:
+    """Beam arguments added when the user names no runner.
+
+    The in-process FnApiRunner behind the DirectRunner needs no network (the
+    Prism runner would first try to download a binary). ``multi_threading``
+    with one worker per core keeps everything in one process (no start-up
+    cost per stage) while the native code on the hot paths (zstd, hashing,
+    tokenizers, Parquet) runs on every core; for long CPU-bound local builds
+    pass ``--direct_running_mode=multi_processing``.
+    """
+
+    @staticmethod
+    def apply(beam_args: list[str]) -> list[str]:
+        if any(a == "--runner" or a.startswith("--runner=") for a in beam_args):
+            return beam_args
+        extra = ["--runner=DirectRunner"]
+        if not any(a.startswith("--direct_running_mode") for a in beam_args):
+            extra.append("--direct_running_mode=multi_threading")
+        if not any(a.startswith("--direct_num_workers") for a in beam_args):
+            extra.append(f"--direct_num_workers={os.cpu_count() or 1}")
+        return extra + beam_args

@@ -1,0 +1,583 @@
+"""Record readers: turn one input file into a stream of raw records or bad records.
+
+Pure Python, no Beam transforms. The ingest stage calls :func:`iter_records`
+inside a DoFn and routes every :class:`BadRecord` to a dead-letter output, so
+one bad record never costs the rest of its file.
+
+Formats (``FORMATS``)
+---------------------
+``jsonl``
+    One JSON object per line; ``.jsonl``, ``.jsonl.gz`` and ``.jsonl.zst``.
+    Lines are split on ``b"\\n"`` only, a trailing ``b"\\r"`` is dropped (CRLF
+    files work) and a UTF-8 byte order mark at the very start of the file is
+    ignored. ``position`` is the 0-based line index, counting every line
+    (blank and bad ones included); ``byte_offset`` is the offset of the line's
+    first byte in the decompressed stream. A final line without a newline at a
+    clean end of file is an ordinary record.
+``parquet``
+    One record per row, read row group by row group and only the columns
+    needed. ``position`` is the row index in the file, ``byte_offset`` None.
+``text``
+    The whole (decompressed) file is one document: UTF-8 decoded with
+    ``errors="replace"`` so a bad byte costs one U+FFFD, not the file;
+    ``position`` and ``byte_offset`` are 0 and the optional fields are None.
+
+Optional fields (url, date, license, record id) are None when absent or
+JSON null, else ``str(value)``. An empty text (``""``) is a record, not a bad
+record: the caller decides what to do with it.
+
+Dead-letter rules (each yields a :class:`BadRecord` and reading goes on)
+-------------------------------------------------------------------------
+* jsonl line that is not valid UTF-8 (``invalid utf-8 at byte N``, N counted
+  from the start of the line), not valid JSON (including a raw NUL byte; a
+  ``\\u0000`` escape inside a string is fine), not an object (array, number,
+  string, boolean, null), without the text field, whose text is not a string,
+  or whose fields hold an unpaired UTF-16 surrogate escape such as ``\\ud800``
+  (such a string cannot be encoded as UTF-8 further down the pipeline).
+  Blank and whitespace-only lines are skipped silently.
+* Any line or text file larger than ``max_record_bytes``: it is never held in
+  memory; the reader keeps its first 256 bytes, skips the rest, and reports
+  the true size (``record of N bytes exceeds max_record_bytes=M``).
+* parquet: a file that is not parquet, or lacks the text column, is ONE bad
+  record for the whole file; an unreadable row group is one bad record for
+  that group; a null, non-string, undecodable or oversized text is a bad
+  record for that row.
+
+Compression
+-----------
+Chosen by file suffix: ``.gz``/``.gzip`` is gzip, ``.zst``/``.zstd`` is zstd,
+anything else is read as is (``text`` files may be compressed too). The
+reader decompresses itself, streaming in ``chunk_size`` pieces: gzip with
+``zlib.decompressobj(16 + MAX_WBITS)`` and ``max_length`` (output per call is
+bounded), continuing with ``unused_data`` across concatenated members (zero
+padding between members is ignored, as the gzip module does); zstd with
+``ZstdDecompressor().decompressobj()`` fed small input slices, one
+decompressor per frame, across any number of frames.
+
+A compressed stream that ends inside a member/frame ("truncated") or fails to
+decode ("corrupt") yields every complete line decoded before the damage, then
+exactly ONE BadRecord naming the codec, and stops. That bad record has the
+position of the next line, the decompressed offset where the unfinished data
+starts, and the first bytes of that unfinished tail: an incomplete last line
+of a damaged stream is never parsed as a record.
+
+I/O errors raised by ``open_binary`` or the file object propagate unchanged,
+so the runner can retry them.
+"""
+from __future__ import annotations
+
+import codecs
+import contextlib
+import dataclasses
+import json
+import zlib
+from typing import BinaryIO, Callable, Iterator, NamedTuple
+
+import zstandard
+
+FORMATS = ("jsonl", "parquet", "text")
+
+_PREFIX_BYTES = 256  # how much of a bad record we keep in BadRecord.raw_prefix
+_GZIP_WBITS = 16 + zlib.MAX_WBITS  # gzip header and trailer, 32 KiB window
+# Input fed to one zstd decompress() call. zstd's decompressobj cannot cap its
+# output, so the input is sliced instead: this keeps a call's output to a few
+# MB for any real data (an adversarial run-length bomb could still reach
+# ~512 MB per slice, the price of zstandard's API).
+_ZSTD_INPUT_SLICE = 16 << 10
+_PARQUET_BATCH_ROWS = 1024
+_UTF8_BOM = "\ufeff"
+
+
+@dataclasses.dataclass(frozen=True)
+class RawRecord:
+    """One document as found in the file (text not yet normalized)."""
+
+    position: int  # 0-based line index (jsonl), row index (parquet), 0 (text)
+    byte_offset: int | None  # first byte in the decompressed stream; None for parquet
+    text: str
+    url: str | None
+    date: str | None
+    license: str | None
+    record_id: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class BadRecord:
+    """A record (or the damaged tail of a file) that could not be read."""
+
+    position: int
+    byte_offset: int | None
+    error: str  # short and human readable
+    raw_prefix: bytes  # first <= 256 raw bytes of the record or of the unread tail
+
+
+@dataclasses.dataclass(frozen=True)
+class _FieldNames:
+    text: str
+    url: str
+    date: str
+    license: str
+    record_id: str
+
+    def optional(self) -> tuple[str, ...]:
+        return (self.url, self.date, self.license, self.record_id)
+
+
+def iter_records(
+    open_binary: Callable[[], BinaryIO],
+    path: str,
+    fmt: str,
+    *,
+    text_field: str = "text",
+    url_field: str = "url",
+    date_field: str = "date",
+    license_field: str = "license",
+    id_field: str = "id",
+    max_record_bytes: int = 8 << 20,
+    chunk_size: int = 1 << 20,
+) -> Iterator[RawRecord | BadRecord]:
+    """Yield every record of one file as a RawRecord, or a BadRecord if unreadable.
+
+    open_binary: zero-arg callable returning a readable binary file object of
+    the RAW (possibly compressed) file bytes, e.g. ``lambda:
+    FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)``
+    or ``lambda: open(path, "rb")``. path only chooses the decompressor (by
+    suffix) and appears in messages. Arguments are checked at call time; the
+    file is opened when iteration starts and closed when it ends.
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r} for {path}; expected one of {FORMATS}")
+    if max_record_bytes <= 0 or chunk_size <= 0:
+        raise ValueError(
+            f"max_record_bytes and chunk_size must be positive, got "
+            f"{max_record_bytes} and {chunk_size}"
+        )
+    fields = _FieldNames(text_field, url_field, date_field, license_field, id_field)
+    if fmt == "parquet":
+        return _iter_parquet(open_binary, fields, max_record_bytes)
+    if fmt == "text":
+        return _iter_text(open_binary, path, max_record_bytes, chunk_size)
+    return _iter_jsonl(open_binary, path, fields, max_record_bytes, chunk_size)
+
+
+# --------------------------------------------------------------------------
+# Decompression: every source yields decompressed chunks, then either returns
+# (clean end) or raises _DamagedStream after yielding all it could recover.
+
+
+class _DamagedStream(Exception):
+    """A compressed stream ended early ("truncated") or failed to decode ("corrupt")."""
+
+    def __init__(self, codec: str, damage: str, detail: str = ""):
+        super().__init__(codec, damage, detail)
+        self.codec, self.damage, self.detail = codec, damage, detail
+
+    def describe(self, complete_records: int) -> str:
+        message = f"{self.damage} {self.codec} stream after {complete_records} complete records"
+        return f"{message}: {self.detail}" if self.detail else message
+
+
+def _codec_for(path: str) -> str | None:
+    name = path.lower()
+    if name.endswith((".gz", ".gzip")):
+        return "gzip"
+    if name.endswith((".zst", ".zstd")):
+        return "zstd"
+    return None
+
+
+def _decompressed_chunks(fileobj: BinaryIO, path: str, chunk_size: int) -> Iterator[bytes]:
+    raw_chunks = _read_chunks(fileobj, chunk_size)
+    codec = _codec_for(path)
+    if codec == "gzip":
+        return _gunzip(raw_chunks, chunk_size)
+    if codec == "zstd":
+        return _unzstd(raw_chunks)
+    return raw_chunks
+
+
+def _read_chunks(fileobj: BinaryIO, chunk_size: int) -> Iterator[bytes]:
+    while chunk := fileobj.read(chunk_size):
+        yield chunk
+
+
+def _gunzip(raw_chunks: Iterator[bytes], max_output: int) -> Iterator[bytes]:
+    """Decompress any number of concatenated gzip members; output pieces <= max_output."""
+    member = None  # decompressor of the member being read; None between members
+    for data in raw_chunks:
+        while data:
+            if member is None:
+                data = data.lstrip(b"\0")  # padding between members is allowed
+                if not data:
+                    break
+                member = zlib.decompressobj(_GZIP_WBITS)
+            try:
+                out = member.decompress(data, max_output)
+            except zlib.error as exc:
+                raise _DamagedStream("gzip", "corrupt", str(exc)) from None
+            if out:
+                yield out
+            if member.eof:
+                data, member = member.unused_data, None
+            else:
+                data = member.unconsumed_tail
+    if member is not None:
+        # Input ended inside a member: hand out what zlib still holds, then report.
+        tail = member.flush()
+        if tail:
+            yield tail
+        if not member.eof:
+            raise _DamagedStream("gzip", "truncated")
+
+
+def _unzstd(raw_chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """Decompress any number of concatenated zstd frames."""
+    zstd = zstandard.ZstdDecompressor()
+    frame = None  # decompressor of the frame being read; None between frames
+    for chunk in raw_chunks:
+        for start in range(0, len(chunk), _ZSTD_INPUT_SLICE):
+            data = chunk[start : start + _ZSTD_INPUT_SLICE]
+            while data:
+                if frame is None:
+                    frame = zstd.decompressobj()
+                try:
+                    out = frame.decompress(data)
+                except zstandard.ZstdError as exc:
+                    raise _DamagedStream("zstd", "corrupt", str(exc)) from None
+                if out:
+                    yield out
+                if frame.eof:
+                    data, frame = frame.unused_data, None
+                else:
+                    data = b""
+    if frame is not None:
+        raise _DamagedStream("zstd", "truncated")
+
+
+# --------------------------------------------------------------------------
+# Line splitting (jsonl)
+
+
+class _Line(NamedTuple):
+    position: int
+    byte_offset: int
+    data: bytes  # the whole line without b"\n"; only its first 256 bytes if oversized
+    size: int  # true length in bytes, without b"\n"
+    oversized: bool
+
+
+class _PartialLine:
+    """The unfinished line carried from one chunk to the next.
+
+    Keeps the line's bytes while it fits in max_record_bytes; once it does not,
+    keeps only its first _PREFIX_BYTES and just counts the rest.
+    """
+
+    def __init__(self, max_record_bytes: int):
+        self.max_record_bytes = max_record_bytes
+        self.parts: list[bytes] = []
+        self.size = 0
+
+    def add(self, piece: bytes) -> None:
+        was_oversized = self.size > self.max_record_bytes
+        self.size += len(piece)
+        if self.size <= self.max_record_bytes:
+            self.parts.append(piece)
+        elif not was_oversized or len(self.parts[0]) < _PREFIX_BYTES:
+            self.parts = [self.head(piece)]
+
+    def head(self, more: bytes = b"") -> bytes:
+        """First _PREFIX_BYTES of the line so far followed by `more`."""
+        return (b"".join(self.parts) + more[:_PREFIX_BYTES])[:_PREFIX_BYTES]
+
+    def finish(self, chunk: bytes, start: int, end: int, position: int, offset: int) -> _Line:
+        """Complete the line with chunk[start:end] and reset for the next one."""
+        size = self.size + end - start
+        if size <= self.max_record_bytes:
+            line = _Line(position, offset, b"".join(self.parts) + chunk[start:end], size, False)
+        else:
+            line = _Line(position, offset, self.head(chunk[start:end]), size, True)
+        self.parts, self.size = [], 0
+        return line
+
+
+def _split_lines(chunks: Iterator[bytes], max_record_bytes: int) -> Iterator[_Line | BadRecord]:
+    """Split a stream of chunks into lines without holding any oversized line.
+
+    Ends with a BadRecord for the unfinished tail if the stream is damaged.
+    """
+    partial = _PartialLine(max_record_bytes)
+    position = 0
+    line_offset = 0  # decompressed offset of the current line's first byte
+    chunk_offset = 0  # decompressed offset of the current chunk's first byte
+    try:
+        for chunk in chunks:
+            start = 0
+            while (newline := chunk.find(b"\n", start)) >= 0:
+                if partial.size:  # the line began in an earlier chunk
+                    yield partial.finish(chunk, start, newline, position, line_offset)
+                elif newline - start <= max_record_bytes:
+                    yield _Line(position, line_offset, chunk[start:newline], newline - start, False)
+                else:
+                    head = chunk[start : start + _PREFIX_BYTES]
+                    yield _Line(position, line_offset, head, newline - start, True)
+                position += 1
+                start = newline + 1
+                line_offset = chunk_offset + start
+            if start < len(chunk):
+                partial.add(chunk[start:] if start else chunk)
+            chunk_offset += len(chunk)
+    except _DamagedStream as damage:
+        yield BadRecord(position, line_offset, damage.describe(position), partial.head())
+        return
+    if partial.size:  # clean end of file after a line without "\n"
+        yield partial.finish(b"", 0, 0, position, line_offset)
+
+
+# --------------------------------------------------------------------------
+# JSONL
+
+
+def _iter_jsonl(
+    open_binary: Callable[[], BinaryIO],
+    path: str,
+    fields: _FieldNames,
+    max_record_bytes: int,
+    chunk_size: int,
+) -> Iterator[RawRecord | BadRecord]:
+    with contextlib.closing(open_binary()) as fileobj:
+        chunks = _decompressed_chunks(fileobj, path, chunk_size)
+        for line in _split_lines(chunks, max_record_bytes):
+            if isinstance(line, BadRecord):
+                yield line
+                continue
+            record = _parse_line(line, fields, max_record_bytes)
+            if record is not None:
+                yield record
+
+
+def _parse_line(line: _Line, fields: _FieldNames, max_record_bytes: int) -> RawRecord | BadRecord | None:
+    """One jsonl line to a record; None for a blank line."""
+    if line.oversized:
+        error = f"record of {line.size} bytes exceeds max_record_bytes={max_record_bytes}"
+        return BadRecord(line.position, line.byte_offset, error, line.data)
+    data = line.data
+    if data.endswith(b"\r"):
+        data = data[:-1]
+    if not data or data.isspace():
+        return None
+
+    def bad(error: str) -> BadRecord:
+        return BadRecord(line.position, line.byte_offset, error, data[:_PREFIX_BYTES])
+
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return bad(f"invalid utf-8 at byte {exc.start}")
+    if line.byte_offset == 0 and text.startswith(_UTF8_BOM):
+        text = text[1:]
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return bad(f"json: {exc.msg} at char {exc.pos}")
+    except (ValueError, RecursionError) as exc:  # e.g. nesting too deep, huge integers
+        return bad(f"json: {type(exc).__name__}: {exc}")
+    if not isinstance(value, dict):
+        return bad(f"record is a JSON {_json_type(value)}, expected an object")
+
+    text_value = value.get(fields.text, _MISSING)
+    if text_value is _MISSING:
+        return bad(f"missing text field {fields.text!r}")
+    if not isinstance(text_value, str):
+        return bad(f"text field {fields.text!r} is not a string (got {_json_type(text_value)})")
+    get = value.get
+    url = _optional_str(get(fields.url))
+    date = _optional_str(get(fields.date))
+    license_ = _optional_str(get(fields.license))
+    record_id = _optional_str(get(fields.record_id))
+    if _may_hold_surrogate(data, text_value, url, date, license_, record_id):
+        error = _unpaired_surrogate_error(fields, text_value, url, date, license_, record_id)
+        if error:
+            return bad(error)
+    return RawRecord(line.position, line.byte_offset, text_value, url, date, license_, record_id)
+
+
+_MISSING = object()
+
+_JSON_TYPE_NAMES = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
+
+
+def _json_type(value: object) -> str:
+    return _JSON_TYPE_NAMES.get(type(value), "number")
+
+
+def _optional_str(value: object) -> str | None:
+    if value is None:
+        return None
+    return value if isinstance(value, str) else str(value)
+
+
+def _may_hold_surrogate(line: bytes, *values: str | None) -> bool:
+    """Cheap screen: only a non-ASCII string from a line with a \\uD... escape can."""
+    if all(value is None or value.isascii() for value in values):  # isascii() is O(1)
+        return False
+    return b"\\ud" in line or b"\\uD" in line
+
+
+def _unpaired_surrogate_error(fields: _FieldNames, *values: str | None) -> str | None:
+    names = (fields.text, *fields.optional())
+    for name, value in zip(names, values):
+        if value is None:
+            continue
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return f"field {name!r} has an unpaired surrogate \\u{ord(value[exc.start]):04x} at char {exc.start}"
+    return None
+
+
+# --------------------------------------------------------------------------
+# Text
+
+
+def _iter_text(
+    open_binary: Callable[[], BinaryIO], path: str, max_record_bytes: int, chunk_size: int
+) -> Iterator[RawRecord | BadRecord]:
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    decoded: list[str] = []
+    head = b""
+    size = 0
+    with contextlib.closing(open_binary()) as fileobj:
+        try:
+            for chunk in _decompressed_chunks(fileobj, path, chunk_size):
+                if len(head) < _PREFIX_BYTES:
+                    head += chunk[: _PREFIX_BYTES - len(head)]
+                size += len(chunk)
+                if size <= max_record_bytes:
+                    decoded.append(decoder.decode(chunk))
+                else:
+                    decoded.clear()  # too big: from now on only count
+        except _DamagedStream as damage:
+            yield BadRecord(0, 0, damage.describe(0), head)
+            return
+    if size > max_record_bytes:
+        yield BadRecord(0, 0, f"record of {size} bytes exceeds max_record_bytes={max_record_bytes}", head)
+        return
+    decoded.append(decoder.decode(b"", final=True))
+    text = "".join(decoded)
+    if text.startswith(_UTF8_BOM):
+        text = text[1:]
+    yield RawRecord(0, 0, text, None, None, None, None)
+
+
+# --------------------------------------------------------------------------
+# Parquet
+
+
+def _iter_parquet(
+    open_binary: Callable[[], BinaryIO], fields: _FieldNames, max_record_bytes: int
+) -> Iterator[RawRecord | BadRecord]:
+    import pyarrow as pa  # imported here: jsonl/text workers need not load Arrow
+    import pyarrow.parquet as pq
+
+    with contextlib.closing(open_binary()) as fileobj:
+        try:
+            parquet = pq.ParquetFile(fileobj)
+        except pa.ArrowException as exc:
+            yield BadRecord(0, None, f"not a parquet file: {exc}", _file_head(fileobj))
+            return
+        found = parquet.schema_arrow.names
+        if fields.text not in found:
+            error = f"missing text column {fields.text!r}; columns found: {', '.join(found) or '(none)'}"
+            yield BadRecord(0, None, error, b"")
+            return
+        columns = [fields.text] + [name for name in fields.optional() if name in found]
+        first_row = 0
+        for group in range(parquet.num_row_groups):
+            group_rows = parquet.metadata.row_group(group).num_rows
+            yield from _read_row_group(parquet, group, first_row, columns, fields, max_record_bytes)
+            first_row += group_rows
+
+
+def _read_row_group(parquet, group: int, first_row: int, columns: list[str], fields: _FieldNames,
+                    max_record_bytes: int) -> Iterator[RawRecord | BadRecord]:
+    """Rows of one row group; an unreadable group becomes one BadRecord."""
+    import pyarrow as pa
+
+    position = first_row
+    batches = parquet.iter_batches(batch_size=_PARQUET_BATCH_ROWS, row_groups=[group], columns=columns)
+    while True:
+        try:
+            batch = next(batches, None)
+        except pa.ArrowException as exc:
+            yield BadRecord(position, None, f"unreadable parquet row group {group}: {exc}", b"")
+            return
+        if batch is None:
+            return
+        yield from _rows_of_batch(batch, position, fields, max_record_bytes)
+        position += batch.num_rows
+
+
+def _rows_of_batch(batch, first_row: int, fields: _FieldNames, max_record_bytes: int
+                   ) -> Iterator[RawRecord | BadRecord]:
+    names = batch.schema.names
+    texts = _column_values(batch.column(fields.text))
+    optional_columns = [
+        _column_values(batch.column(name)) if name in names else [None] * batch.num_rows
+        for name in fields.optional()
+    ]
+    for index, text in enumerate(texts):
+        position = first_row + index
+        error, raw = _parquet_text_problem(text, fields.text, max_record_bytes)
+        if error:
+            yield BadRecord(position, None, error, raw)
+            continue
+        url, date, license_, record_id = (
+            None if isinstance(column[index], _Undecodable) else _optional_str(column[index])
+            for column in optional_columns
+        )
+        yield RawRecord(position, None, text, url, date, license_, record_id)
+
+
+class _Undecodable(NamedTuple):
+    """Placeholder for a cell Arrow could not turn into a Python value."""
+
+    error: str
+
+
+def _column_values(column) -> list:
+    """Python values of an Arrow column; a bad cell becomes _Undecodable, not an exception."""
+    try:
+        return column.to_pylist()
+    except Exception:  # e.g. invalid UTF-8 in a string column: find the culprits row by row
+        values = []
+        for index in range(len(column)):
+            try:
+                values.append(column[index].as_py())
+            except Exception as exc:
+                values.append(_Undecodable(f"{type(exc).__name__}: {exc}"))
+        return values
+
+
+def _parquet_text_problem(text: object, name: str, max_record_bytes: int) -> tuple[str | None, bytes]:
+    """(error, raw_prefix) for an unusable text cell, (None, b"") for a good one."""
+    if text is None:
+        return f"text field {name!r} is null", b""
+    if isinstance(text, _Undecodable):
+        return f"text field {name!r} is not decodable: {text.error}", b""
+    if not isinstance(text, str):
+        return f"text field {name!r} is not a string (got {type(text).__name__})", repr(text).encode()[:_PREFIX_BYTES]
+    if len(text) * 4 > max_record_bytes:  # only then can the UTF-8 form exceed the limit
+        size = len(text.encode("utf-8"))
+        if size > max_record_bytes:
+            error = f"record of {size} bytes exceeds max_record_bytes={max_record_bytes}"
+            return error, text[:_PREFIX_BYTES].encode("utf-8")[:_PREFIX_BYTES]
+    return None, b""
+
+
+def _file_head(fileobj: BinaryIO) -> bytes:
+    try:
+        fileobj.seek(0)
+        return fileobj.read(_PREFIX_BYTES)
+    except (OSError, ValueError):
+        return b""

@@ -1,0 +1,163 @@
+"""Snapshots: the frozen list of input files a build reads.
+
+``take_snapshot`` expands every source glob through Beam's ``FileSystems``
+(local, ``s3://``, ``gs://``, ``hdfs://``), fingerprints each file (size and
+checksum) in a Beam job, and writes the canonical manifest to
+``<root>/snapshots/<snapshot_id>.json`` where ``snapshot_id`` is the digest of
+that manifest. Inputs are immutable from then on: ``check_unchanged`` (driver,
+sizes) and the ingest readers (per file, checksums) stop the run with
+:class:`InputChangedError` when a file differs from its snapshot.
+"""
+from __future__ import annotations
+
+import json
+from typing import Iterable
+
+import apache_beam as beam
+from apache_beam.io import fileio
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from beam_pipeline.config import CorpusConfig
+from beam_pipeline.hashing import digest_json, sha256_stream
+from beam_pipeline.layers import join, read_bytes, write_json_atomic
+
+SNAPSHOT_FORMAT = 1
+
+
+class InputChangedError(RuntimeError):
+    """An input file no longer matches the snapshot the run is pinned to."""
+
+
+class SnapshotError(ValueError):
+    """A source glob matched nothing, or a snapshot cannot be found."""
+
+
+def file_checksum(path: str, kind: str) -> str:
+    """``sha256:<hex>`` of the bytes, or ``fs:<value>`` from the filesystem's metadata."""
+    if kind == "sha256":
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            return "sha256:" + sha256_stream(f)
+    return "fs:" + str(FileSystems.checksum(path))
+
+
+class FingerprintFiles(beam.PTransform):
+    """``(source, glob)`` pairs -> ``{"source", "path", "size", "checksum"}`` per file."""
+
+    def __init__(self, checksum: str):
+        super().__init__()
+        self._checksum = checksum
+
+    def expand(self, globs):
+        return (
+            globs
+            | "MatchPerSource" >> beam.FlatMap(_match_source)
+            | "SpreadFiles" >> beam.Reshuffle()
+            | "Checksum" >> beam.Map(lambda entry, kind: {**entry, "checksum": file_checksum(entry["path"], kind)},
+                                     self._checksum)
+        )
+
+
+def _match_source(source_glob: tuple[str, str]) -> Iterable[dict]:
+    source, pattern = source_glob
+    for metadata in FileSystems.match([pattern])[0].metadata_list:
+        yield {"source": source, "path": metadata.path, "size": metadata.size_in_bytes}
+
+
+def build_manifest(config: CorpusConfig, entries: Iterable[dict]) -> dict:
+    """Canonical manifest: sources in config order, files sorted by path."""
+    by_source: dict[str, list[dict]] = {s.name: [] for s in config.sources}
+    for entry in entries:
+        by_source[entry["source"]].append(
+            {"path": entry["path"], "size": entry["size"], "checksum": entry["checksum"]})
+    empty = [s for s in config.sources if not by_source[s.name]]
+    if empty:
+        raise SnapshotError("; ".join(f"source {s.name!r}: uri {s.uri!r} matched no files" for s in empty))
+    sources = {s.name: {"uri": s.uri, "format": s.format,
+                        "files": sorted(by_source[s.name], key=lambda f: f["path"])}
+               for s in config.sources}
+    return {"format": SNAPSHOT_FORMAT, "checksum": config.snapshot.checksum, "sources": sources,
+            "total_bytes": sum(f["size"] for s in sources.values() for f in s["files"])}
+
+
+def snapshot_id_of(manifest: dict) -> str:
+    return digest_json(manifest)[:24]
+
+
+def snapshot_path(root: str, snapshot_id: str) -> str:
+    return join(root, "snapshots", f"{snapshot_id}.json")
+
+
+def take_snapshot(config: CorpusConfig, pipeline_options: PipelineOptions) -> tuple[str, dict]:
+    """Fingerprint every input in a Beam job; write and return (snapshot_id, manifest)."""
+    entries_dir = join(config.output_root, "snapshots", "_pending", config.digest()[:16])
+    _match_eagerly(config)
+    with beam.Pipeline(options=pipeline_options) as pipeline:
+        (pipeline
+         | "Globs" >> beam.Create([(s.name, s.uri) for s in config.sources])
+         | "Fingerprint" >> FingerprintFiles(config.snapshot.checksum)
+         | "AsJson" >> beam.Map(lambda e: json.dumps(e, sort_keys=True))
+         | "WriteEntries" >> beam.io.WriteToText(join(entries_dir, "entries"), file_name_suffix=".jsonl"))
+    entry_files = [m.path for m in FileSystems.match([join(entries_dir, "entries*.jsonl")])[0].metadata_list]
+    entries = [json.loads(line) for path in entry_files for line in read_bytes(path).decode().splitlines() if line]
+    FileSystems.delete([entries_dir])
+    manifest = build_manifest(config, entries)
+    snapshot_id = snapshot_id_of(manifest)
+    write_json_atomic(snapshot_path(config.output_root, snapshot_id), manifest)
+    return snapshot_id, manifest
+
+
+def _match_eagerly(config: CorpusConfig) -> None:
+    """Fail before any job starts when a glob matches nothing."""
+    empty = [s for s in config.sources if not FileSystems.match([s.uri])[0].metadata_list]
+    if empty:
+        raise SnapshotError("; ".join(f"source {s.name!r}: uri {s.uri!r} matched no files" for s in empty))
+
+
+def load_snapshot(root: str, snapshot_id: str) -> dict:
+    path = snapshot_path(root, snapshot_id)
+    if not FileSystems.exists(path):
+        raise SnapshotError(f"snapshot {snapshot_id} not found at {path}; take one with "
+                            f"`python -m beam_pipeline snapshot --config ...`")
+    manifest = json.loads(read_bytes(path))
+    if snapshot_id_of(manifest) != snapshot_id:
+        raise SnapshotError(f"snapshot file {path} does not hash to its id {snapshot_id}: it was edited")
+    return manifest
+
+
+def check_sources_match(config: CorpusConfig, manifest: dict) -> None:
+    """The pinned snapshot must describe exactly the config's sources."""
+    want = {s.name: s.uri for s in config.sources}
+    have = {name: s["uri"] for name, s in manifest["sources"].items()}
+    if want != have:
+        raise SnapshotError(f"the snapshot was taken for sources {have}, but the config has {want}; "
+                            f"take a new snapshot for this config")
+
+
+def check_unchanged(manifest: dict) -> None:
+    """Driver-side check of every file's presence and size (cheap: metadata only)."""
+    problems = []
+    for source in manifest["sources"].values():
+        for entry in source["files"]:
+            matched = FileSystems.match([entry["path"]])[0].metadata_list
+            if not matched:
+                problems.append(f"{entry['path']}: missing")
+                continue
+            size = matched[0].size_in_bytes
+            if size != entry["size"]:
+                problems.append(f"{entry['path']}: size {size} != {entry['size']} in the snapshot")
+    if problems:
+        raise InputChangedError(
+            "input changed since its snapshot (inputs are immutable; take a new snapshot "
+            "to build from the new data):\n  " + "\n  ".join(problems))
+
+
+def verify_file(path: str, expected_checksum: str) -> None:
+    """Reader-side check of one file's checksum against the snapshot."""
+    kind = "sha256" if expected_checksum.startswith("sha256:") else "filesystem"
+    actual = file_checksum(path, kind)
+    if actual != expected_checksum:
+        raise InputChangedError(
+            f"input changed since its snapshot: {path} has checksum {actual}, "
+            f"the snapshot recorded {expected_checksum}; take a new snapshot to build from the new data")

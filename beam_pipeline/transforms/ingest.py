@@ -1,0 +1,165 @@
+"""Stage 1, ingest: snapshot files -> normalized documents with provenance.
+
+Input: the snapshot manifest (files per source). Output: ``documents`` rows
+(:data:`beam_pipeline.schemas.DOCUMENT`) and ``dead_letter`` rows. Each file is
+read by :func:`beam_pipeline.readers.iter_records`, which decodes per record,
+so one bad record costs that record only; a truncated compressed file keeps
+every complete record and yields one dead letter for the truncation.
+
+Before a file is parsed its checksum is compared with the snapshot: a changed
+input stops the run (:class:`~beam_pipeline.snapshot.InputChangedError`).
+
+``doc_id`` is hash(source, normalized text), so records repeated verbatim
+within one source are one document: ``CollapseRepeatedRecords`` keeps the
+first occurrence by (file, position) as the document's provenance and records
+every other occurrence in the ``repeats`` output (nothing is lost; lineage
+can list them). Equal texts from *different* sources stay separate documents
+and are resolved by the exact-dedup stage.
+
+Accounting per source: ``in`` = raw records (good or bad), ``passed`` =
+documents, ``filtered:empty_text`` = records whose text is empty after
+normalization, ``filtered:repeated_record`` = verbatim repeats within the
+source, ``dead_letter`` = records the reader could not decode.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from beam_pipeline.accounting import StageCounters
+from beam_pipeline.config import CorpusConfig, SourceConfig
+from beam_pipeline.hashing import content_hash, doc_id
+from beam_pipeline.normalize import NORMALIZATION_VERSION, normalize_text
+from beam_pipeline.readers import BadRecord, RawRecord, iter_records
+from beam_pipeline.schemas import dead_letter_row
+from beam_pipeline.snapshot import verify_file
+
+STAGE = "ingest"
+VERSION = f"1+{NORMALIZATION_VERSION}"
+DOCUMENTS, REPEATS, DEAD_LETTER = "documents", "repeats", "dead_letter"
+
+
+def stage_config(config: CorpusConfig) -> dict:
+    """The part of the config that determines the ingest layer's content."""
+    return {"ingest": config.ingest.model_dump(mode="json"),
+            "sources": [s.model_dump(mode="json", exclude={"uri"}) for s in config.sources]}
+
+
+class IngestSnapshot(beam.PTransform):
+    """PBegin -> {"documents", "repeats", "dead_letter"}: PCollections of dict rows."""
+
+    def __init__(self, config: CorpusConfig, manifest: dict):
+        super().__init__()
+        self._sources = {s.name: s for s in config.sources}
+        self._max_record_bytes = config.ingest.max_record_bytes
+        self._files = [
+            {"source": name, "path": entry["path"], "checksum": entry["checksum"]}
+            for name, source in manifest["sources"].items()
+            for entry in source["files"]
+        ]
+
+    def expand(self, pbegin):
+        records = (
+            pbegin
+            | "SnapshotFiles" >> beam.Create(self._files)
+            | "SpreadFiles" >> beam.Reshuffle()
+            | "ReadAndNormalize" >> beam.ParDo(
+                ReadRecordsFn(self._sources, self._max_record_bytes)).with_outputs(DEAD_LETTER, main=DOCUMENTS)
+        )
+        documents = records[DOCUMENTS] | "CollapseRepeatedRecords" >> CollapseRepeatedRecords()
+        return {DOCUMENTS: documents[DOCUMENTS], REPEATS: documents[REPEATS],
+                DEAD_LETTER: records[DEAD_LETTER]}
+
+
+class CollapseRepeatedRecords(beam.PTransform):
+    """Records keyed by doc_id -> one document each (tagged ``repeats`` for the rest)."""
+
+    def expand(self, records):
+        return (
+            records
+            | "KeyByDocId" >> beam.Map(lambda row: (row["doc_id"], row))
+            | "GroupByDocId" >> beam.GroupByKey()
+            | "KeepFirstOccurrence" >> beam.ParDo(_KeepFirstOccurrenceFn()).with_outputs(REPEATS, main=DOCUMENTS)
+        )
+
+
+class _KeepFirstOccurrenceFn(beam.DoFn):
+    def setup(self):
+        self._counters = StageCounters(STAGE)
+
+    def process(self, keyed: tuple[str, list[dict]]) -> Iterator:
+        _, rows = keyed
+        first, *repeats = sorted(rows, key=occurrence_order)
+        self._counters.passed(first["source"])
+        yield first
+        for row in repeats:
+            self._counters.filtered("repeated_record", row["source"])
+            yield beam.pvalue.TaggedOutput(REPEATS, {
+                "doc_id": row["doc_id"], "source": row["source"], "file": row["file"],
+                "position": row["position"], "byte_offset": row["byte_offset"], "url": row["url"]})
+
+
+def occurrence_order(row: dict) -> tuple:
+    """Total order of a document's occurrences: file, then position in the file."""
+    return (row["file"], row["position"])
+
+
+class ReadRecordsFn(beam.DoFn):
+    """One snapshot file entry -> documents (main output) and dead letters (tagged)."""
+
+    def __init__(self, sources: dict[str, SourceConfig], max_record_bytes: int):
+        self._sources = sources
+        self._max_record_bytes = max_record_bytes
+
+    def setup(self):
+        self._counters = StageCounters(STAGE)
+
+    def process(self, entry: dict) -> Iterator:
+        source = self._sources[entry["source"]]
+        path = entry["path"]
+        verify_file(path, entry["checksum"])
+        records = iter_records(
+            lambda: FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED),
+            path, source.format,
+            text_field=source.fields.text, url_field=source.fields.url, date_field=source.fields.date,
+            license_field=source.fields.license, id_field=source.fields.id,
+            max_record_bytes=self._max_record_bytes)
+        for record in records:
+            self._counters.entered(source.name)
+            if isinstance(record, BadRecord):
+                self._counters.dead_letter(source.name)
+                yield beam.pvalue.TaggedOutput(DEAD_LETTER, dead_letter_row(
+                    STAGE, source=source.name, file=path, position=record.position,
+                    byte_offset=record.byte_offset, error=record.error, raw_prefix=record.raw_prefix))
+                continue
+            document = make_document(record, source, path)
+            if document is None:
+                self._counters.filtered("empty_text", source.name)
+                continue
+            yield document
+
+
+def make_document(record: RawRecord, source: SourceConfig, path: str) -> dict | None:
+    """Normalize a raw record into a document row; None when no text remains."""
+    text = normalize_text(record.text)
+    if not text:
+        return None
+    return {
+        "doc_id": doc_id(source.name, text),
+        "content_hash": content_hash(text),
+        "source": source.name,
+        "domain": source.domain,
+        "source_rank": source.rank,
+        "license": record.license or source.license,
+        "url": record.url,
+        "date": record.date,
+        "record_id": record.record_id,
+        "file": path,
+        "position": record.position,
+        "byte_offset": record.byte_offset,
+        "n_chars": len(text),
+        "text": text,
+    }

@@ -1,0 +1,226 @@
+"""Stage 8, tokenize + pack + shard: gold text -> fixed-length token shards.
+
+Input: ``gold`` rows. Output: shard files (``<name>.bin`` tokens and
+``<name>.idx.parquet`` document index, plus a ``.meta.json`` sidecar) written
+to the layer's ``shards/`` folder; the driver then builds the manifest and
+publishes the dataset (``docs/format.md``).
+
+The data flow:
+
+1. tokenize batches of documents with a Hugging Face ``tokenizers`` model
+   (loaded once per worker in ``setup()`` through ``shared.Shared``);
+2. sum tokens per domain bucket, which fixes each bucket's shard count
+   ``ceil(tokens / shard_tokens)``;
+3. send each document to shard ``xxh3(seed, doc_id) % count`` of its bucket
+   (shards are homogeneous by bucket) with a ``GroupByKey`` on the shard name;
+4. inside a shard, order documents by (xxh3(seed, doc_id), doc_id): a global
+   deterministic shuffle that no runner or bundle size can change;
+5. concatenate with EOS after every document, cut into ``seq_len`` sequences,
+   pad the last one, and write.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Iterable, Iterator
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.utils import shared
+
+from beam_pipeline.accounting import CountEntering, StageCounters
+from beam_pipeline.config import TokenizeConfig
+from beam_pipeline.hashing import canonical_json, sha256_bytes, stable_hash64
+from beam_pipeline.layers import join, read_bytes, table_bytes, write_bytes_atomic
+from beam_pipeline.schemas import SHARD_INDEX
+
+STAGE = "tokenize"
+VERSION = "1"
+TOKEN_WIRE_DTYPE = np.dtype("<u4")  # tokens travel between steps as little-endian uint32 bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerInfo:
+    """What the pipeline needs to know about a tokenizer, read once in the driver."""
+
+    path: str
+    sha256: str
+    vocab_size: int
+    eos_id: int
+    pad_id: int
+
+    @property
+    def dtype(self) -> str:
+        """uint16 when every id fits, else uint32 (little-endian on disk)."""
+        return "uint16" if self.vocab_size <= 1 << 16 else "uint32"
+
+
+def inspect_tokenizer(config: TokenizeConfig) -> TokenizerInfo:
+    """Load the tokenizer in the driver: fail early on a bad path or missing token."""
+    from tokenizers import Tokenizer
+
+    data = read_bytes(config.tokenizer)
+    tokenizer = Tokenizer.from_str(data.decode("utf-8"))
+    ids = {}
+    for role, token in (("eos_token", config.eos_token), ("pad_token", config.pad_token or config.eos_token)):
+        token_id = tokenizer.token_to_id(token)
+        if token_id is None:
+            raise ValueError(f"tokenize.{role}: {token!r} is not in the vocabulary of {config.tokenizer}")
+        ids[role] = token_id
+    return TokenizerInfo(path=config.tokenizer, sha256=sha256_bytes(data),
+                         vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
+                         eos_id=ids["eos_token"], pad_id=ids["pad_token"])
+
+
+class TokenizePackShard(beam.PTransform):
+    """PCollection[gold dict] -> PCollection[shard sidecar dict]; shards written under ``directory``."""
+
+    def __init__(self, config: TokenizeConfig, tokenizer: TokenizerInfo, seed: int, directory: str):
+        super().__init__()
+        self._config = config
+        self._tokenizer = tokenizer
+        self._seed = seed
+        self._directory = directory
+
+    def expand(self, gold):
+        tokenized = (
+            gold
+            | "Count" >> CountEntering(STAGE)
+            | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=self._config.batch_size)
+            | "Tokenize" >> beam.ParDo(TokenizeBatchFn(self._tokenizer.path, self._tokenizer.sha256))
+        )
+        tokens_per_domain = (
+            tokenized
+            | "DomainTokens" >> beam.Map(lambda d: (d["domain"], d["n_tokens"] + 1))
+            | "SumPerDomain" >> beam.CombinePerKey(sum)
+        )
+        return (
+            tokenized
+            | "AssignShard" >> beam.Map(assign_shard, shard_counts=beam.pvalue.AsDict(tokens_per_domain),
+                                        shard_tokens=self._config.shard_tokens, seed=self._seed)
+            | "GroupShards" >> beam.GroupByKey()
+            | "PackAndWrite" >> beam.ParDo(WriteShardFn(self._directory, self._tokenizer, self._config.seq_len,
+                                                        self._seed))
+        )
+
+
+_TOKENIZERS = shared.Shared()
+
+
+class TokenizeBatchFn(beam.DoFn):
+    """A batch of gold rows -> one row per document with its tokens (no EOS yet)."""
+
+    def __init__(self, path: str, sha256: str):
+        self._path = path
+        self._sha256 = sha256
+
+    def setup(self):
+        self._tokenizer = _TOKENIZERS.acquire(self._load, tag=self._sha256)
+        self._counters = StageCounters(STAGE)
+
+    def _load(self):
+        from tokenizers import Tokenizer
+
+        data = read_bytes(self._path)
+        if sha256_bytes(data) != self._sha256:
+            raise RuntimeError(f"tokenizer {self._path} changed during the run (sha256 mismatch)")
+        return Tokenizer.from_str(data.decode("utf-8"))
+
+    def process(self, batch: list[dict]) -> Iterator[dict]:
+        encodings = self._tokenizer.encode_batch([row["text"] for row in batch], add_special_tokens=False)
+        for row, encoding in zip(batch, encodings):
+            ids = np.asarray(encoding.ids, dtype=TOKEN_WIRE_DTYPE)
+            self._counters.passed(row["source"])
+            yield {"doc_id": row["doc_id"], "source": row["source"], "domain": row["domain"],
+                   "n_tokens": int(ids.size), "tokens": ids.tobytes()}
+
+
+def shard_count(domain_tokens: int, shard_tokens: int) -> int:
+    return max(1, math.ceil(domain_tokens / shard_tokens))
+
+
+def shard_name(domain: str, index: int, count: int) -> str:
+    return f"{domain}-{index:05d}-of-{count:05d}"
+
+
+def assign_shard(row: dict, shard_counts: dict, shard_tokens: int, seed: int) -> tuple[str, dict]:
+    count = shard_count(shard_counts[row["domain"]], shard_tokens)
+    index = stable_hash64(seed, "shard", row["doc_id"]) % count
+    return shard_name(row["domain"], index, count), row
+
+
+def shuffle_order(seed: int, doc_id: str) -> tuple[int, str]:
+    """Position of a document in the global deterministic shuffle."""
+    return (stable_hash64(seed, "order", doc_id), doc_id)
+
+
+@dataclasses.dataclass
+class PackedShard:
+    tokens: np.ndarray          # n_sequences * seq_len ids
+    index: list[dict]           # SHARD_INDEX rows
+    sequences: int
+    pad_tokens: int
+
+
+def pack_documents(documents: Iterable[tuple[str, str, np.ndarray]], *, eos_id: int, pad_id: int,
+                   seq_len: int, dtype: str) -> PackedShard:
+    """Concatenate (doc_id, source, tokens) with EOS after each; cut into padded sequences.
+
+    A document may run across a sequence boundary (standard packing); the index
+    gives every document's start and length in the shard's token stream, from
+    which a trainer derives per-sequence boundaries (attention masks, position
+    resets).
+    """
+    pieces, index, cursor = [], [], 0
+    eos = np.asarray([eos_id], dtype=np.uint32)
+    for doc_id, source, tokens in documents:
+        index.append({"doc_id": doc_id, "source": source, "token_start": cursor, "token_count": int(tokens.size)})
+        pieces.extend((tokens.astype(np.uint32, copy=False), eos))
+        cursor += int(tokens.size) + 1
+    sequences = max(1, math.ceil(cursor / seq_len))
+    pad = sequences * seq_len - cursor
+    pieces.append(np.full(pad, pad_id, dtype=np.uint32))
+    stream = np.concatenate(pieces).astype(np.dtype(dtype).newbyteorder("<"))
+    return PackedShard(tokens=stream, index=index, sequences=sequences, pad_tokens=pad)
+
+
+class WriteShardFn(beam.DoFn):
+    """(shard name, documents) -> shard files written atomically; yields the sidecar."""
+
+    def __init__(self, directory: str, tokenizer: TokenizerInfo, seq_len: int, seed: int):
+        self._directory = directory
+        self._tokenizer = tokenizer
+        self._seq_len = seq_len
+        self._seed = seed
+
+    def process(self, keyed: tuple[str, Iterable[dict]]) -> Iterator[dict]:
+        name, rows = keyed
+        ordered = sorted(rows, key=lambda r: shuffle_order(self._seed, r["doc_id"]))
+        packed = pack_documents(
+            ((r["doc_id"], r["source"], np.frombuffer(r["tokens"], dtype=TOKEN_WIRE_DTYPE)) for r in ordered),
+            eos_id=self._tokenizer.eos_id, pad_id=self._tokenizer.pad_id,
+            seq_len=self._seq_len, dtype=self._tokenizer.dtype)
+        yield write_shard(self._directory, name, packed, domain=ordered[0]["domain"])
+
+
+def write_shard(directory: str, name: str, packed: PackedShard, domain: str) -> dict:
+    token_bytes = packed.tokens.tobytes()
+    index_bytes = table_bytes(packed.index, SHARD_INDEX)
+    write_bytes_atomic(join(directory, f"{name}.bin"), token_bytes)
+    write_bytes_atomic(join(directory, f"{name}.idx.parquet"), index_bytes)
+    meta = {
+        "name": name,
+        "domain": domain,
+        "tokens_file": f"{name}.bin",
+        "tokens_sha256": sha256_bytes(token_bytes),
+        "tokens_bytes": len(token_bytes),
+        "index_file": f"{name}.idx.parquet",
+        "index_sha256": sha256_bytes(index_bytes),
+        "index_bytes": len(index_bytes),
+        "documents": len(packed.index),
+        "tokens": int(packed.tokens.size) - packed.pad_tokens,
+        "pad_tokens": packed.pad_tokens,
+        "sequences": packed.sequences,
+    }
+    write_bytes_atomic(join(directory, f"{name}.meta.json"), canonical_json(meta))
+    return meta

@@ -1,0 +1,31 @@
+"""Packaging for beam_pipeline.
+
+Also the ``--setup_file`` for Dataflow workers: workers install this package
+and its core dependencies (pinned exactly in requirements/lock.txt; the ranges
+here are the ones the code is tested against).
+"""
+import setuptools
+
+setuptools.setup(
+    name="beam_pipeline",
+    version="0.1.0",
+    description=(
+        "Apache Beam pipeline that turns raw text into deterministic, "
+        "provenance-tracked LLM pretraining token shards."
+    ),
+    packages=setuptools.find_packages(include=["beam_pipeline", "beam_pipeline.*"]),
+    python_requires=">=3.11",
+    install_requires=[
+        "apache-beam[gcp,aws]==2.77.0",
+        "pyarrow==25.0.1",
+        "numpy==2.4.6",
+        "fasttext-numpy2==0.10.4",
+        "tokenizers==0.23.3",
+        "mmh3==5.3.1",
+        "xxhash==4.1.0",
+        "zstandard==0.25.0",
+        "pydantic==2.14.4",
+        "PyYAML==6.0.4",
+    ],
+    entry_points={"console_scripts": ["beam-pipeline=beam_pipeline.cli:main"]},
+)
