@@ -103,7 +103,7 @@ class TokenizeConfig(_Strict):
     eos_token: str = "<|endoftext|>"
     pad_token: str | None = Field(None, description="Fills the tail of a shard's last sequence; defaults to eos_token.")
     seq_len: int = Field(8192, ge=16, le=1 << 20)
-    shard_tokens: int = Field(1 << 26, ge=1024, description="Target tokens per shard (shards are cut per domain).")
+    shard_tokens: int = Field(1 << 26, ge=16, description="Target tokens per shard (shards are cut per domain).")
     batch_size: int = Field(256, ge=1, le=65536, description="Documents per tokenizer call.")
 
     @model_validator(mode="after")

@@ -1,0 +1,30 @@
+import unicodedata
+
+import pytest
+
+from beam_pipeline.normalize import normalize_text
+
+
+@pytest.mark.parametrize("raw, expected", [
+    ("line one\r\nline two\rline three", "line one\nline two\nline three"),
+    ("caf\u0065\u0301", "caf\u00e9"),                      # NFD -> NFC
+    ("a\x00b\x07c\x1bd", "abcd"),                          # NUL and other C0 controls
+    ("keep\ttabs\nand newlines", "keep\ttabs\nand newlines"),
+    ("c1\x85\x9fcontrols", "c1controls"),
+    ("non\ufffe\uffffchar\U0010ffff", "nonchar"),
+    ("lone \ud800 surrogate", "lone  surrogate"),
+    ("trailing   \nspaces\t \n", "trailing\nspaces"),
+    ("  \n\n padded \n\n", "padded"),
+    ("", ""),
+    ("\x00\x01", ""),
+    ("עברית וערבית: العربية", "עברית וערבית: العربية"),  # right-to-left text untouched
+])
+def test_normalize(raw, expected):
+    assert normalize_text(raw) == expected
+
+
+def test_idempotent_even_when_removal_enables_composition():
+    raw = "e\x00\u0301 and A\u030a"
+    once = normalize_text(raw)
+    assert once == normalize_text(once)
+    assert unicodedata.is_normalized("NFC", once)

@@ -1,0 +1,92 @@
+import json
+import os
+
+import apache_beam as beam
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.test_pipeline import TestPipeline
+
+from beam_pipeline.config import TokenizeConfig
+from beam_pipeline.transforms.tokenize_shard import (
+    TokenizePackShard, assign_shard, inspect_tokenizer, pack_documents, shard_count, shuffle_order)
+
+OPTIONS = PipelineOptions(["--runner=DirectRunner", "--direct_running_mode=in_memory"])
+
+
+def arr(*ids):
+    return np.asarray(ids, dtype=np.uint32)
+
+
+def test_pack_documents_records_boundaries_and_pads():
+    packed = pack_documents([("a", "s", arr(5, 6, 7)), ("b", "s", arr(8)), ("c", "t", arr(9, 10, 11, 12))],
+                            eos_id=0, pad_id=1, seq_len=4, dtype="uint16")
+    assert packed.tokens.tolist() == [5, 6, 7, 0, 8, 0, 9, 10, 11, 12, 0, 1]
+    assert packed.tokens.dtype == np.dtype("<u2")
+    assert packed.sequences == 3 and packed.pad_tokens == 1
+    assert packed.index == [
+        {"doc_id": "a", "source": "s", "token_start": 0, "token_count": 3},
+        {"doc_id": "b", "source": "s", "token_start": 4, "token_count": 1},
+        {"doc_id": "c", "source": "t", "token_start": 6, "token_count": 4},
+    ]
+
+
+def test_pack_exact_fit_has_no_padding_and_uint32():
+    packed = pack_documents([("a", "s", arr(70000, 2, 3))], eos_id=0, pad_id=0, seq_len=4, dtype="uint32")
+    assert packed.tokens.tolist() == [70000, 2, 3, 0] and packed.pad_tokens == 0
+
+
+def test_shard_assignment_is_deterministic_and_in_range():
+    assert shard_count(0, 100) == 1 and shard_count(100, 100) == 1 and shard_count(101, 100) == 2
+    names = {assign_shard({"doc_id": f"d{i}", "domain": "web"}, {"web": 1000}, 100, seed=3)[0] for i in range(500)}
+    assert names == {f"web-{i:05d}-of-00010" for i in range(10)}
+    assert assign_shard({"doc_id": "d1", "domain": "web"}, {"web": 1000}, 100, 3) == \
+        assign_shard({"doc_id": "d1", "domain": "web"}, {"web": 1000}, 100, 3)
+    assert shuffle_order(1, "x") != shuffle_order(2, "x")
+
+
+@pytest.fixture(scope="module")
+def tokenizer_path(tmp_path_factory):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    text = ["The quick brown fox jumps over the lazy dog."] * 5
+    tokenizer.train_from_iterator(text, trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    tokenizer.save(str(path))
+    return str(path)
+
+
+def test_inspect_tokenizer_rejects_unknown_tokens(tokenizer_path):
+    info = inspect_tokenizer(TokenizeConfig(tokenizer=tokenizer_path))
+    assert info.eos_id == 0 and info.pad_id == 0 and info.dtype == "uint16"
+    with pytest.raises(ValueError, match="tokenize.pad_token: '<pad>' is not in the vocabulary"):
+        inspect_tokenizer(TokenizeConfig(tokenizer=tokenizer_path, pad_token="<pad>"))
+
+
+def test_transform_writes_shards_that_decode_back(tokenizer_path, tmp_path):
+    from tokenizers import Tokenizer
+    config = TokenizeConfig(tokenizer=tokenizer_path, seq_len=16, shard_tokens=64)
+    info = inspect_tokenizer(config)
+    texts = {f"d{i}": f"The lazy dog number {i} jumps over the quick brown fox." for i in range(12)}
+    gold = [{"doc_id": k, "source": "s", "domain": "web" if i % 2 else "code", "text": v}
+            for i, (k, v) in enumerate(texts.items())]
+    directory = str(tmp_path / "shards")
+    with TestPipeline(options=OPTIONS) as p:
+        _ = p | beam.Create(gold) | TokenizePackShard(config, info, seed=0, directory=directory)
+    metas = [json.load(open(os.path.join(directory, f))) for f in sorted(os.listdir(directory))
+             if f.endswith(".meta.json")]
+    assert sum(m["documents"] for m in metas) == 12
+    assert {m["domain"] for m in metas} == {"web", "code"}
+    tokenizer = Tokenizer.from_file(tokenizer_path)
+    for meta in metas:
+        tokens = np.fromfile(os.path.join(directory, meta["tokens_file"]), dtype="<u2")
+        assert tokens.size == meta["sequences"] * 16 == meta["tokens"] + meta["pad_tokens"]
+        index = pq.read_table(os.path.join(directory, meta["index_file"])).to_pylist()
+        for row in index:
+            span = tokens[row["token_start"]:row["token_start"] + row["token_count"]]
+            assert tokenizer.decode(span.tolist()) == texts[row["doc_id"]]
+            assert tokens[row["token_start"] + row["token_count"]] == info.eos_id
