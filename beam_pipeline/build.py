@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import time
 from typing import Callable
 
@@ -39,6 +40,11 @@ from beam_pipeline.transforms import exact_dedup, ingest, select, tokenize_shard
 from beam_pipeline.transforms.layer_io import ReadLayerOutput, WriteLayerOutput
 
 DEAD_LETTER = "dead_letter"
+_ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception): ")
+
+
+class StageFailed(RuntimeError):
+    """A stage's job failed; the message names the stage and the root cause."""
 
 
 @dataclasses.dataclass
@@ -68,11 +74,13 @@ class CorpusBuild:
     """Runs the stages of one config against one snapshot, resuming from layers."""
 
     def __init__(self, config: CorpusConfig, pipeline_options: PipelineOptions, *,
-                 snapshot_id: str | None = None, log: Callable[[str], None] = print):
+                 snapshot_id: str | None = None, log: Callable[[str], None] = print,
+                 before_run: Callable[[str, beam.Pipeline], None] | None = None):
         self.config = config
         self.options = pipeline_options
         self.snapshot_id = snapshot_id
         self.log = log
+        self.before_run = before_run  # sees each stage's pipeline before it runs (tests, tooling)
         self.root = config.output_root
 
     # --- the graph ----------------------------------------------------------
@@ -174,10 +182,15 @@ class CorpusBuild:
             produced[DEAD_LETTER] | "Write_dead_letter" >> WriteLayerOutput(
                 layer.dead_letter_path, schemas.DEAD_LETTER, 1, sort_key=_dead_letter_order,
                 partition_key=lambda row: row["file"] or "")
-        result = pipeline.run()
-        state = result.wait_until_finish()
+        if self.before_run:
+            self.before_run(stage, pipeline)
+        try:
+            result = pipeline.run()
+            state = result.wait_until_finish()
+        except Exception as err:  # noqa: BLE001 - runners wrap worker errors in many types
+            raise StageFailed(f"stage {stage} failed: {root_cause(err)}") from err
         if state != PipelineState.DONE:
-            raise RuntimeError(f"stage {stage}: the job ended in state {state}")
+            raise StageFailed(f"stage {stage}: the job ended in state {state}")
 
         counts = counts_from_result(result, stage)
         check_stage(stage, counts, self.config.accounting.max_dead_letter_fraction)
@@ -236,8 +249,8 @@ class CorpusBuild:
         write_json_atomic(path, {
             "run_id": run_id, "snapshot_id": snapshot_id, "dataset_id": manifest["dataset_id"],
             "config_digest": self.config.digest(),
-            "stages": {s.stage: {"layer_key": s.layer.key, "version": s.version, "reused": s.reused,
-                                 "counts": s.counts} for s in stages},
+            "stages": [{"name": s.stage, "layer_key": s.layer.key, "version": s.version, "reused": s.reused,
+                        "counts": s.counts} for s in stages],
             # Timings describe this run, not the data: they never reach a dataset or layer.
             "timing_seconds": {"total": round(seconds, 3), **{s.stage: round(s.seconds, 3) for s in stages}},
         })
@@ -247,6 +260,13 @@ class CorpusBuild:
 def partition_count(total_bytes: int, target_partition_bytes: int, min_partitions: int) -> int:
     """Layer partitions for a snapshot: fixed by the data and the config, never by the runner."""
     return max(min_partitions, math.ceil(total_bytes / target_partition_bytes))
+
+
+def root_cause(err: BaseException) -> str:
+    """The innermost ``SomeError: message`` line of a (runner-wrapped) exception."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    causes = [line for line in lines if _ERROR_LINE.match(line)]
+    return (causes[-1] if causes else (lines[-1] if lines else type(err).__name__))[:4000]
 
 
 def _dead_letter_order(row: dict) -> tuple:

@@ -19,8 +19,12 @@ import time
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from beam_pipeline.accounting import AccountingError
+from beam_pipeline.build import CorpusBuild, StageFailed
 from beam_pipeline.config import ConfigError, CorpusConfig, load_config
+from beam_pipeline.manifest import load_manifest, summarize
 from beam_pipeline.options import CorpusOptions, LocalRunnerDefaults
+from beam_pipeline.snapshot import InputChangedError, SnapshotError, snapshot_path, take_snapshot
 
 EXAMPLES = """\
 examples:
@@ -69,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except (SnapshotError, InputChangedError, AccountingError, StageFailed) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
 
 
 def _load(args) -> CorpusConfig:
@@ -81,8 +88,6 @@ def _load(args) -> CorpusConfig:
 
 
 def _snapshot(config: CorpusConfig, options: PipelineOptions) -> int:
-    from beam_pipeline.snapshot import snapshot_path, take_snapshot
-
     snapshot_id, manifest = take_snapshot(config, options)
     files = sum(len(s["files"]) for s in manifest["sources"].values())
     print(f"snapshot {snapshot_id}: {files} files, {manifest['total_bytes']} bytes")
@@ -91,8 +96,6 @@ def _snapshot(config: CorpusConfig, options: PipelineOptions) -> int:
 
 
 def _run(config: CorpusConfig, options: PipelineOptions, snapshot_id: str | None) -> int:
-    from beam_pipeline.build import CorpusBuild
-
     started = time.monotonic()
     result = CorpusBuild(config, options, snapshot_id=snapshot_id, log=_log(started)).run()
     print()
@@ -120,8 +123,6 @@ def _log(started: float):
 
 
 def _inspect(args) -> int:
-    from beam_pipeline.manifest import load_manifest, summarize
-
     print(summarize(load_manifest(args.dataset)))
     return 0
 

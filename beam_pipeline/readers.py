@@ -51,8 +51,9 @@ reader decompresses itself, streaming in ``chunk_size`` pieces: gzip with
 ``zlib.decompressobj(16 + MAX_WBITS)`` and ``max_length`` (output per call is
 bounded), continuing with ``unused_data`` across concatenated members (zero
 padding between members is ignored, as the gzip module does); zstd with
-``ZstdDecompressor().decompressobj()`` fed small input slices, one
-decompressor per frame, across any number of frames.
+``ZstdDecompressor().decompressobj()``, one per frame, across any number of
+frames, fed input slices sized from the compression ratio seen so far so that
+each call yields about ``chunk_size`` bytes (its output cannot be capped).
 
 A compressed stream that ends inside a member/frame ("truncated") or fails to
 decode ("corrupt") yields every complete line decoded before the damage, then
@@ -70,6 +71,7 @@ import codecs
 import contextlib
 import dataclasses
 import json
+import re
 import zlib
 from typing import BinaryIO, Callable, Iterator, NamedTuple
 
@@ -79,11 +81,13 @@ FORMATS = ("jsonl", "parquet", "text")
 
 _PREFIX_BYTES = 256  # how much of a bad record we keep in BadRecord.raw_prefix
 _GZIP_WBITS = 16 + zlib.MAX_WBITS  # gzip header and trailer, 32 KiB window
-# Input fed to one zstd decompress() call. zstd's decompressobj cannot cap its
-# output, so the input is sliced instead: this keeps a call's output to a few
-# MB for any real data (an adversarial run-length bomb could still reach
-# ~512 MB per slice, the price of zstandard's API).
-_ZSTD_INPUT_SLICE = 16 << 10
+# Bounds of the compressed input fed to one zstd decompress() call, whose
+# output cannot be capped (see _next_zstd_slice). 64 bytes hold at most 16
+# run-length blocks (2 MiB of output); 16 KiB of ordinary text yields ~100 KiB.
+# A crafted stream that jumps from a low to an extreme ratio inside one slice
+# could still force up to ~512 MiB out of a single call.
+_ZSTD_MIN_SLICE = 64
+_ZSTD_MAX_SLICE = 16 << 10
 _PARQUET_BATCH_ROWS = 1024
 _UTF8_BOM = "\ufeff"
 
@@ -192,7 +196,7 @@ def _decompressed_chunks(fileobj: BinaryIO, path: str, chunk_size: int) -> Itera
     if codec == "gzip":
         return _gunzip(raw_chunks, chunk_size)
     if codec == "zstd":
-        return _unzstd(raw_chunks)
+        return _unzstd(raw_chunks, chunk_size)
     return raw_chunks
 
 
@@ -230,13 +234,17 @@ def _gunzip(raw_chunks: Iterator[bytes], max_output: int) -> Iterator[bytes]:
             raise _DamagedStream("gzip", "truncated")
 
 
-def _unzstd(raw_chunks: Iterator[bytes]) -> Iterator[bytes]:
-    """Decompress any number of concatenated zstd frames."""
+def _unzstd(raw_chunks: Iterator[bytes], target_output: int) -> Iterator[bytes]:
+    """Decompress any number of concatenated zstd frames; output pieces of about target_output."""
     zstd = zstandard.ZstdDecompressor()
     frame = None  # decompressor of the frame being read; None between frames
+    slice_size = _ZSTD_MIN_SLICE
     for chunk in raw_chunks:
-        for start in range(0, len(chunk), _ZSTD_INPUT_SLICE):
-            data = chunk[start : start + _ZSTD_INPUT_SLICE]
+        start = 0
+        while start < len(chunk):
+            data = chunk[start : start + slice_size]
+            start += len(data)
+            fed, produced = len(data), 0
             while data:
                 if frame is None:
                     frame = zstd.decompressobj()
@@ -245,13 +253,26 @@ def _unzstd(raw_chunks: Iterator[bytes]) -> Iterator[bytes]:
                 except zstandard.ZstdError as exc:
                     raise _DamagedStream("zstd", "corrupt", str(exc)) from None
                 if out:
+                    produced += len(out)
                     yield out
                 if frame.eof:
                     data, frame = frame.unused_data, None
                 else:
                     data = b""
+            slice_size = _next_zstd_slice(slice_size, fed, produced, target_output)
     if frame is not None:
         raise _DamagedStream("zstd", "truncated")
+
+
+def _next_zstd_slice(slice_size: int, fed: int, produced: int, target_output: int) -> int:
+    """Input size whose output should be about target_output, at the ratio just seen.
+
+    zstd's decompressobj cannot cap its output, so the input is rationed
+    instead: highly repetitive data (ratios in the thousands) gets tiny slices.
+    """
+    if not produced:  # zstd waits for a whole block before it outputs anything
+        return min(_ZSTD_MAX_SLICE, slice_size * 2)
+    return max(_ZSTD_MIN_SLICE, min(_ZSTD_MAX_SLICE, fed * target_output // produced))
 
 
 # --------------------------------------------------------------------------
@@ -288,7 +309,12 @@ class _PartialLine:
 
     def head(self, more: bytes = b"") -> bytes:
         """First _PREFIX_BYTES of the line so far followed by `more`."""
-        return (b"".join(self.parts) + more[:_PREFIX_BYTES])[:_PREFIX_BYTES]
+        head = b""
+        for part in (*self.parts, more):
+            head += part[: _PREFIX_BYTES - len(head)]
+            if len(head) == _PREFIX_BYTES:
+                break
+        return head
 
     def finish(self, chunk: bytes, start: int, end: int, position: int, offset: int) -> _Line:
         """Complete the line with chunk[start:end] and reset for the next one."""
@@ -319,7 +345,7 @@ def _split_lines(chunks: Iterator[bytes], max_record_bytes: int) -> Iterator[_Li
                 elif newline - start <= max_record_bytes:
                     yield _Line(position, line_offset, chunk[start:newline], newline - start, False)
                 else:
-                    head = chunk[start : start + _PREFIX_BYTES]
+                    head = chunk[start : min(newline, start + _PREFIX_BYTES)]
                     yield _Line(position, line_offset, head, newline - start, True)
                 position += 1
                 start = newline + 1
@@ -358,51 +384,58 @@ def _iter_jsonl(
 
 def _parse_line(line: _Line, fields: _FieldNames, max_record_bytes: int) -> RawRecord | BadRecord | None:
     """One jsonl line to a record; None for a blank line."""
-    if line.oversized:
-        error = f"record of {line.size} bytes exceeds max_record_bytes={max_record_bytes}"
-        return BadRecord(line.position, line.byte_offset, error, line.data)
-    data = line.data
+    position, byte_offset, data, size, oversized = line
+    if oversized:
+        error = f"record of {size} bytes exceeds max_record_bytes={max_record_bytes}"
+        return BadRecord(position, byte_offset, error, data)
     if data.endswith(b"\r"):
         data = data[:-1]
     if not data or data.isspace():
         return None
-
-    def bad(error: str) -> BadRecord:
-        return BadRecord(line.position, line.byte_offset, error, data[:_PREFIX_BYTES])
-
     try:
-        text = data.decode("utf-8")
+        return _record_from_json(data, position, byte_offset, fields)
+    except _BadLine as bad:
+        return BadRecord(position, byte_offset, str(bad), data[:_PREFIX_BYTES])
+
+
+class _BadLine(Exception):
+    """Why a jsonl line is not a usable record (becomes BadRecord.error)."""
+
+
+def _record_from_json(data: bytes, position: int, byte_offset: int, fields: _FieldNames) -> RawRecord:
+    try:
+        line = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return bad(f"invalid utf-8 at byte {exc.start}")
-    if line.byte_offset == 0 and text.startswith(_UTF8_BOM):
-        text = text[1:]
+        raise _BadLine(f"invalid utf-8 at byte {exc.start}") from None
+    if byte_offset == 0 and line.startswith(_UTF8_BOM):
+        line = line[1:]
     try:
-        value = json.loads(text)
+        value = json.loads(line)
     except json.JSONDecodeError as exc:
-        return bad(f"json: {exc.msg} at char {exc.pos}")
+        raise _BadLine(f"json: {exc.msg} (char {exc.pos})") from None
     except (ValueError, RecursionError) as exc:  # e.g. nesting too deep, huge integers
-        return bad(f"json: {type(exc).__name__}: {exc}")
+        raise _BadLine(f"json: {type(exc).__name__}: {exc}") from None
     if not isinstance(value, dict):
-        return bad(f"record is a JSON {_json_type(value)}, expected an object")
+        raise _BadLine(f"record is a JSON {_json_type(value)}, expected an object")
 
-    text_value = value.get(fields.text, _MISSING)
-    if text_value is _MISSING:
-        return bad(f"missing text field {fields.text!r}")
-    if not isinstance(text_value, str):
-        return bad(f"text field {fields.text!r} is not a string (got {_json_type(text_value)})")
+    text = value.get(fields.text, _MISSING)
+    if text is _MISSING:
+        raise _BadLine(f"missing text field {fields.text!r}")
+    if not isinstance(text, str):
+        raise _BadLine(f"text field {fields.text!r} is not a string (got {_json_type(text)})")
     get = value.get
     url = _optional_str(get(fields.url))
     date = _optional_str(get(fields.date))
     license_ = _optional_str(get(fields.license))
     record_id = _optional_str(get(fields.record_id))
-    if _may_hold_surrogate(data, text_value, url, date, license_, record_id):
-        error = _unpaired_surrogate_error(fields, text_value, url, date, license_, record_id)
-        if error:
-            return bad(error)
-    return RawRecord(line.position, line.byte_offset, text_value, url, date, license_, record_id)
+    if _SURROGATE_ESCAPE.search(data):  # rare; one fast pass over the line
+        _reject_unpaired_surrogates(fields, text, url, date, license_, record_id)
+    return RawRecord(position, byte_offset, text, url, date, license_, record_id)
 
 
 _MISSING = object()
+# An unpaired surrogate in a parsed string can only come from such an escape.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 _JSON_TYPE_NAMES = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
 
@@ -417,23 +450,16 @@ def _optional_str(value: object) -> str | None:
     return value if isinstance(value, str) else str(value)
 
 
-def _may_hold_surrogate(line: bytes, *values: str | None) -> bool:
-    """Cheap screen: only a non-ASCII string from a line with a \\uD... escape can."""
-    if all(value is None or value.isascii() for value in values):  # isascii() is O(1)
-        return False
-    return b"\\ud" in line or b"\\uD" in line
-
-
-def _unpaired_surrogate_error(fields: _FieldNames, *values: str | None) -> str | None:
-    names = (fields.text, *fields.optional())
-    for name, value in zip(names, values):
+def _reject_unpaired_surrogates(fields: _FieldNames, *values: str | None) -> None:
+    """Raise _BadLine if a field holds a lone surrogate (it could never be encoded as UTF-8)."""
+    for name, value in zip((fields.text, *fields.optional()), values):
         if value is None:
             continue
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as exc:
-            return f"field {name!r} has an unpaired surrogate \\u{ord(value[exc.start]):04x} at char {exc.start}"
-    return None
+            where = f"\\u{ord(value[exc.start]):04x} at char {exc.start}"
+            raise _BadLine(f"field {name!r} has an unpaired surrogate {where}") from None
 
 
 # --------------------------------------------------------------------------
@@ -477,13 +503,14 @@ def _iter_text(
 def _iter_parquet(
     open_binary: Callable[[], BinaryIO], fields: _FieldNames, max_record_bytes: int
 ) -> Iterator[RawRecord | BadRecord]:
-    import pyarrow as pa  # imported here: jsonl/text workers need not load Arrow
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # imported here: jsonl/text workers need not load Arrow
 
     with contextlib.closing(open_binary()) as fileobj:
         try:
             parquet = pq.ParquetFile(fileobj)
-        except pa.ArrowException as exc:
+        except Exception as exc:
+            if not _is_parquet_data_error(exc):
+                raise
             yield BadRecord(0, None, f"not a parquet file: {exc}", _file_head(fileobj))
             return
         found = parquet.schema_arrow.names
@@ -491,26 +518,29 @@ def _iter_parquet(
             error = f"missing text column {fields.text!r}; columns found: {', '.join(found) or '(none)'}"
             yield BadRecord(0, None, error, b"")
             return
-        columns = [fields.text] + [name for name in fields.optional() if name in found]
+        wanted = [fields.text, *fields.optional()]
+        columns = [name for name in dict.fromkeys(wanted) if name in found]  # text first, no repeats
         first_row = 0
         for group in range(parquet.num_row_groups):
-            group_rows = parquet.metadata.row_group(group).num_rows
             yield from _read_row_group(parquet, group, first_row, columns, fields, max_record_bytes)
-            first_row += group_rows
+            first_row += parquet.metadata.row_group(group).num_rows
 
 
-def _read_row_group(parquet, group: int, first_row: int, columns: list[str], fields: _FieldNames,
-                    max_record_bytes: int) -> Iterator[RawRecord | BadRecord]:
-    """Rows of one row group; an unreadable group becomes one BadRecord."""
-    import pyarrow as pa
-
+def _read_row_group(
+    parquet, group: int, first_row: int, columns: list[str], fields: _FieldNames, max_record_bytes: int
+) -> Iterator[RawRecord | BadRecord]:
+    """Rows of one row group; the unreadable rest of a group becomes one BadRecord."""
     position = first_row
+    end = first_row + parquet.metadata.row_group(group).num_rows
     batches = parquet.iter_batches(batch_size=_PARQUET_BATCH_ROWS, row_groups=[group], columns=columns)
     while True:
         try:
             batch = next(batches, None)
-        except pa.ArrowException as exc:
-            yield BadRecord(position, None, f"unreadable parquet row group {group}: {exc}", b"")
+        except Exception as exc:
+            if not _is_parquet_data_error(exc):
+                raise
+            error = f"unreadable parquet row group {group}, rows {position}..{end - 1} lost: {exc}"
+            yield BadRecord(position, None, error, b"")
             return
         if batch is None:
             return
@@ -518,8 +548,9 @@ def _read_row_group(parquet, group: int, first_row: int, columns: list[str], fie
         position += batch.num_rows
 
 
-def _rows_of_batch(batch, first_row: int, fields: _FieldNames, max_record_bytes: int
-                   ) -> Iterator[RawRecord | BadRecord]:
+def _rows_of_batch(
+    batch, first_row: int, fields: _FieldNames, max_record_bytes: int
+) -> Iterator[RawRecord | BadRecord]:
     names = batch.schema.names
     texts = _column_values(batch.column(fields.text))
     optional_columns = [
@@ -528,15 +559,29 @@ def _rows_of_batch(batch, first_row: int, fields: _FieldNames, max_record_bytes:
     ]
     for index, text in enumerate(texts):
         position = first_row + index
-        error, raw = _parquet_text_problem(text, fields.text, max_record_bytes)
-        if error:
-            yield BadRecord(position, None, error, raw)
+        problem = _parquet_text_problem(text, fields.text, max_record_bytes)
+        if problem:
+            yield BadRecord(position, None, *problem)
             continue
         url, date, license_, record_id = (
             None if isinstance(column[index], _Undecodable) else _optional_str(column[index])
             for column in optional_columns
         )
         yield RawRecord(position, None, text, url, date, license_, record_id)
+
+
+def _is_parquet_data_error(exc: Exception) -> bool:
+    """True for Arrow's complaints about the bytes (bad magic, thrift, page data).
+
+    Arrow reports corrupt data as ArrowException subclasses or as a plain
+    OSError ("Couldn't deserialize thrift", "Corrupt snappy compressed
+    data"). Errors of the file object itself re-raise with their own type
+    (ConnectionError, TimeoutError, ... are OSError subclasses) and are not
+    data errors: they propagate so the runner can retry.
+    """
+    import pyarrow as pa
+
+    return isinstance(exc, pa.ArrowException) or type(exc) is OSError
 
 
 class _Undecodable(NamedTuple):
@@ -559,20 +604,21 @@ def _column_values(column) -> list:
         return values
 
 
-def _parquet_text_problem(text: object, name: str, max_record_bytes: int) -> tuple[str | None, bytes]:
-    """(error, raw_prefix) for an unusable text cell, (None, b"") for a good one."""
+def _parquet_text_problem(text: object, name: str, max_record_bytes: int) -> tuple[str, bytes] | None:
+    """(error, raw_prefix) if a text cell is unusable, else None."""
     if text is None:
         return f"text field {name!r} is null", b""
     if isinstance(text, _Undecodable):
-        return f"text field {name!r} is not decodable: {text.error}", b""
+        return f"text field {name!r} is not valid text: {text.error}", b""
     if not isinstance(text, str):
-        return f"text field {name!r} is not a string (got {type(text).__name__})", repr(text).encode()[:_PREFIX_BYTES]
+        raw = repr(text).encode("utf-8", "replace")[:_PREFIX_BYTES]
+        return f"text field {name!r} is not a string (got {type(text).__name__})", raw
     if len(text) * 4 > max_record_bytes:  # only then can the UTF-8 form exceed the limit
         size = len(text.encode("utf-8"))
         if size > max_record_bytes:
             error = f"record of {size} bytes exceeds max_record_bytes={max_record_bytes}"
             return error, text[:_PREFIX_BYTES].encode("utf-8")[:_PREFIX_BYTES]
-    return None, b""
+    return None
 
 
 def _file_head(fileobj: BinaryIO) -> bytes:

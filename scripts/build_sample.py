@@ -337,3 +337,541 @@ def read_deb_file(deb: Path, member: str) -> bytes:
                 return tar.extractfile(info).read()
     fail(f"{deb.name}: {member} not found")
     raise AssertionError  # unreachable
+
+
+# --------------------------------------------------------------------------
+# Source 1 + 4: Python documentation (and its mirror subset)
+# --------------------------------------------------------------------------
+
+def python_docs_records(deb: Path, workdir: Path) -> list[dict]:
+    root = workdir / "python-doc"
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)
+    src = root / PYTHON_DOC_SOURCES
+    if not src.is_dir():
+        fail(f"{deb.name}: {PYTHON_DOC_SOURCES} not found")
+    records = []
+    for path in sorted(src.rglob("*.rst.txt"), key=lambda p: p.relative_to(src).as_posix()):
+        rel = path.relative_to(src).as_posix()
+        raw = path.read_bytes()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            fail(f"python docs: {rel} is not UTF-8")
+        page = rel[: -len(".rst.txt")] + ".html"
+        records.append({"id": rel, "url": PYTHON_DOC_URL + page, "license": "PSF-2.0", "text": text})
+    if not records:
+        fail("python docs: no *.rst.txt files found")
+    return records
+
+
+def in_mirror(record_id: str) -> bool:
+    return int(sha256_bytes(record_id.encode()), 16) % MIRROR_MODULUS == 0
+
+
+def mirror_records(records: list[dict]) -> list[dict]:
+    out = []
+    for r in records:
+        if in_mirror(r["id"]):
+            out.append({**r, "url": r["url"].replace(PYTHON_DOC_URL, PYTHON_DOC_MIRROR_URL, 1)})
+    return out
+
+
+def jsonl_bytes(records: list[dict]) -> bytes:
+    # Fixed key order (id, url, license, text), UTF-8, one object per line.
+    return b"".join(
+        (json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+        for r in records
+    )
+
+
+def split_by_bytes(records: list[dict], parts: int) -> list[list[dict]]:
+    """Split in order into ``parts`` chunks of roughly equal text size."""
+    total = sum(len(r["text"].encode()) for r in records)
+    chunks: list[list[dict]] = [[] for _ in range(parts)]
+    acc = 0
+    for r in records:
+        idx = min(parts - 1, acc * parts // total)
+        chunks[idx].append(r)
+        acc += len(r["text"].encode())
+    return [c for c in chunks if c]
+
+
+def write_jsonl_zst(path: Path, records: list[dict]) -> None:
+    import zstandard
+
+    cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True, threads=0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(cctx.compress(jsonl_bytes(records)))
+
+
+def write_jsonl_gz(path: Path, records: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as fh:
+        # filename="" and mtime=0: no name or timestamp in the gzip header.
+        with gzip.GzipFile(filename="", mode="wb", fileobj=fh, mtime=0,
+                           compresslevel=GZIP_LEVEL) as gz:
+            gz.write(jsonl_bytes(records))
+
+
+# --------------------------------------------------------------------------
+# Source 2: Wikipedia excerpt from the gensim wheel
+# --------------------------------------------------------------------------
+# A deliberately light wikitext -> plain text conversion.  In order:
+#   1. drop HTML comments, <ref>...</ref> and <ref/>, and whole <math>,
+#      <gallery>, <timeline>, <imagemap>, <source>/<syntaxhighlight> blocks;
+#   2. drop templates {{...}} (innermost first, repeated until none nest);
+#   3. drop tables {| ... |} (innermost first, repeated);
+#   4. drop [[File:...]], [[Image:...]], [[Media:...]], [[Category:...]];
+#      [[target|label]] -> label, [[target]] -> target (repeated, so links
+#      inside image captions resolve before the image itself is dropped);
+#   5. [http://x label] -> label, bare [http://x] dropped;
+#   6. ''italic'' / '''bold''' quote runs removed, == Heading == -> Heading,
+#      remaining HTML tags removed (content kept), __MAGIC__ words dropped,
+#      HTML entities unescaped;
+#   7. whitespace tidied: trailing spaces, empty list bullets, 3+ newlines.
+# Pages that are redirects or outside the article namespace are skipped, and
+# articles with fewer than WIKI_MIN_CHARS characters left are dropped.
+
+_W_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.S)
+_W_REF_SELF = re.compile(r"<ref\b[^>]*/\s*>", re.I)
+_W_REF = re.compile(r"<ref\b[^>]*>.*?</ref\s*>", re.I | re.S)
+_W_BLOCKS = re.compile(
+    r"<(math|gallery|timeline|imagemap|source|syntaxhighlight|score)\b[^>]*>.*?</\1\s*>", re.I | re.S)
+_W_TEMPLATE = re.compile(r"\{\{[^{}]*\}\}")
+_W_TABLE = re.compile(r"\{\|(?:(?!\{\|).)*?\|\}", re.S)
+_W_FILE_LINK = re.compile(r"\[\[\s*(?:File|Image|Media|Category)\s*:[^\[\]]*\]\]", re.I)
+_W_LINK = re.compile(r"\[\[(?:[^\[\]]*\|)?([^\[\]|]*)\]\]")
+_W_EXT_LABELLED = re.compile(r"\[(?:https?:|ftp:)?//[^\s\[\]]+\s+([^\[\]]*)\]")
+_W_EXT_BARE = re.compile(r"\[(?:https?:|ftp:)?//[^\s\[\]]+\]")
+_W_QUOTES = re.compile(r"'{2,5}")
+_W_HEADING = re.compile(r"^(=+)\s*(.*?)\s*\1\s*$", re.M)
+_W_TAG = re.compile(r"</?[a-zA-Z][a-zA-Z0-9]*(?:\s[^<>]*)?/?>")
+_W_MAGIC = re.compile(r"__[A-Z]+__")
+_W_EMPTY_BULLET = re.compile(r"^[*#:;]+\s*$", re.M)
+_W_TRAILING_WS = re.compile(r"[ \t]+$", re.M)
+_W_MANY_NL = re.compile(r"\n{3,}")
+
+
+def _repeat(pattern: re.Pattern, repl: str, text: str) -> str:
+    while True:
+        new = pattern.sub(repl, text)
+        if new == text:
+            return text
+        text = new
+
+
+def strip_wikitext(text: str) -> str:
+    text = _W_COMMENT.sub("", text)
+    text = _W_REF_SELF.sub("", text)
+    text = _W_REF.sub("", text)
+    text = _W_BLOCKS.sub("", text)
+    text = _repeat(_W_TEMPLATE, "", text)
+    text = _repeat(_W_TABLE, "", text)
+    while True:
+        new = _W_LINK.sub(r"\1", _W_FILE_LINK.sub("", text))
+        if new == text:
+            break
+        text = new
+    text = _W_EXT_LABELLED.sub(r"\1", text)
+    text = _W_EXT_BARE.sub("", text)
+    text = _W_QUOTES.sub("", text)
+    text = _W_HEADING.sub(r"\2", text)
+    text = _W_TAG.sub("", text)
+    text = _W_MAGIC.sub("", text)
+    text = html.unescape(text).replace("\u00a0", " ")
+    text = _W_TRAILING_WS.sub("", text)
+    text = _W_EMPTY_BULLET.sub("", text)
+    text = _W_MANY_NL.sub("\n\n", text)
+    return text.strip()
+
+
+def _local(tag: str) -> str:
+    return tag.rsplit("}", 1)[-1]
+
+
+def wiki_pages(xml_bz2: bytes):
+    """Yield (title, page_id, rev_id, timestamp, wikitext) for article pages."""
+    with bz2.open(io.BytesIO(xml_bz2)) as fh:
+        for _event, elem in ET.iterparse(fh, events=("end",)):
+            if _local(elem.tag) != "page":
+                continue
+            fields = {"title": None, "ns": None, "id": None, "redirect": False}
+            rev = {"id": None, "timestamp": None, "text": None}
+            for child in elem:
+                name = _local(child.tag)
+                if name in ("title", "ns", "id"):
+                    fields[name] = child.text
+                elif name == "redirect":
+                    fields["redirect"] = True
+                elif name == "revision":
+                    for c in child:
+                        cname = _local(c.tag)
+                        if cname in rev:
+                            rev[cname] = c.text
+            elem.clear()
+            text = rev["text"] or ""
+            if fields["ns"] != "0" or fields["redirect"] or text.lstrip().upper().startswith("#REDIRECT"):
+                continue
+            yield fields["title"], fields["id"], rev["id"], rev["timestamp"], text
+
+
+def wiki_url(title: str) -> str:
+    from urllib.parse import quote
+
+    return "https://en.wikipedia.org/wiki/" + quote(title.replace(" ", "_"), safe="()_,'!:-./*;@$~")
+
+
+def wikipedia_records(wheel: Path) -> tuple[list[dict], dict]:
+    records, stats = [], {"pages": 0, "dropped_short": 0}
+    with zipfile.ZipFile(wheel) as zf:
+        for member in WIKI_FILES:
+            for title, page_id, rev_id, ts, wikitext in wiki_pages(zf.read(member)):
+                stats["pages"] += 1
+                body = strip_wikitext(wikitext)
+                text = f"{title}\n\n{body}"
+                if len(body) < WIKI_MIN_CHARS:
+                    stats["dropped_short"] += 1
+                    continue
+                records.append({
+                    "id": f"enwiki-{page_id}-rev{rev_id}",
+                    "url": wiki_url(title),
+                    "date": ts,
+                    "license": "CC-BY-SA-3.0",
+                    "text": text,
+                })
+    records.sort(key=lambda r: r["id"])  # independent of dump order
+    titles = [r["text"].split("\n", 1)[0] for r in records]
+    stats["titles_in_both_dumps"] = sorted({t for t in titles if titles.count(t) > 1})
+    dates = sorted(r["date"] for r in records if r["date"])
+    stats["first_revision"], stats["last_revision"] = dates[0], dates[-1]
+    return records, stats
+
+
+def write_parquet(path: Path, records: list[dict]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([
+        ("text", pa.string()), ("url", pa.string()), ("id", pa.string()),
+        ("date", pa.string()), ("license", pa.string()),
+    ])
+    table = pa.Table.from_pylist(
+        [{k: r[k] for k in schema.names} for r in records], schema=schema)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path, compression="zstd", compression_level=PARQUET_ZSTD_LEVEL,
+                   use_dictionary=["license"], write_statistics=True,
+                   row_group_size=len(records) or 1)
+
+
+# --------------------------------------------------------------------------
+# Source 3: Debian copyright files
+# --------------------------------------------------------------------------
+
+def debian_copyright_records(debs: dict[str, Path]) -> list[dict]:
+    records = []
+    for pkg, _version in DEBIAN_COPYRIGHT_PACKAGES:
+        raw = read_deb_file(debs[pkg], f"usr/share/doc/{pkg}/copyright")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            fail(f"{pkg}: copyright file is not UTF-8")
+        records.append({"id": pkg, "text": text, "raw": raw})
+    return records
+
+
+# --------------------------------------------------------------------------
+# Statistics
+# --------------------------------------------------------------------------
+
+def exact_duplicate_groups(docs: dict[str, list[dict]]) -> dict:
+    """Group documents by sha256 of their exact text (UTF-8 bytes)."""
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for source in SOURCES:
+        for r in docs[source]:
+            groups.setdefault(sha256_bytes(r["text"].encode()), []).append((source, r["id"]))
+    dup = [g for g in groups.values() if len(g) > 1]
+    within = {s: [g for g in dup if {src for src, _ in g} == {s}] for s in SOURCES}
+    across = [g for g in dup if len({src for src, _ in g}) > 1]
+    return {
+        "within": {s: {"groups": len(g), "documents": sum(len(x) for x in g),
+                       "redundant": sum(len(x) - 1 for x in g)} for s, g in within.items()},
+        "across": {"groups": len(across), "documents": sum(len(x) for x in across),
+                   "redundant": sum(len(x) - 1 for x in across),
+                   "source_pairs": sorted({" + ".join(sorted({src for src, _ in g})) for g in across})},
+        "total": {"groups": len(dup), "documents": sum(len(x) for x in dup),
+                  "redundant": sum(len(x) - 1 for x in dup)},
+        "debian_groups": sorted(
+            sorted(i for _, i in g) for g in within["debian-copyright"]),
+    }
+
+
+def near_duplicate_pairs(records: list[dict], threshold: float) -> list[tuple[float, str, str]]:
+    """Exact Jaccard of word 5-gram shingles for distinct-text pairs (small sets only)."""
+    shingles = []
+    for r in records:
+        words = re.findall(r"\w+", r["text"].lower())
+        shingles.append((r["id"], sha256_bytes(r["text"].encode()),
+                         {tuple(words[i:i + 5]) for i in range(max(1, len(words) - 4))}))
+    pairs = []
+    for (ia, ha, a), (ib, hb, b) in itertools.combinations(shingles, 2):
+        if ha == hb or not a or not b:
+            continue
+        j = len(a & b) / len(a | b)
+        if j >= threshold:
+            pairs.append((round(j, 3), ia, ib))
+    return sorted(pairs, key=lambda p: (-p[0], p[1], p[2]))
+
+
+# --------------------------------------------------------------------------
+# README / manifest
+# --------------------------------------------------------------------------
+
+def human(n: int) -> str:
+    if n < 1024:
+        return f"{n:,} B"
+    if n < 1024 * 1024:
+        return f"{n / 1024:,.1f} KiB"
+    return f"{n / 1024 / 1024:,.2f} MiB"
+
+
+def render_readme(m: dict) -> str:
+    s = m["sources"]
+    d = m["exact_duplicates"]
+    t = m["tokenizer"]
+    pdoc = f"`{PYTHON_DOC_DEB[0]}` {PYTHON_DOC_DEB[1]} (Debian 12 bookworm)"
+    rows = [
+        ("python-docs", "`data/python-docs/part-*.jsonl.zst`", "JSON Lines, zstd", pdoc, "PSF-2.0"),
+        ("python-docs-mirror", "`data/python-docs-mirror/part-0000.jsonl.gz`", "JSON Lines, gzip",
+         f"~1/{MIRROR_MODULUS} of python-docs (same text)", "PSF-2.0"),
+        ("wikipedia", "`data/wikipedia/part-0000.parquet`", "Parquet (zstd)",
+         f"test data of PyPI `{GENSIM[0]}` {GENSIM[1]} wheel", "CC-BY-SA-3.0"),
+        ("debian-copyright", "`data/debian-copyright/<pkg>.txt`", "plain text, one document per file",
+         f"{len(DEBIAN_COPYRIGHT_PACKAGES)} pinned Debian 12 packages", "per file (see LICENSES.md)"),
+    ]
+    lines = [
+        "# Bundled sample corpus",
+        "",
+        "A small corpus of **real, redistributable text** for the demo (`make demo`), the",
+        "tests and the benchmarks. It has natural exact and near duplicates, inside a source",
+        "and across sources, for the dedup stages to find. Everything here except",
+        "`LICENSES.md` is generated by `scripts/build_sample.py`: don't edit it by hand.",
+        "",
+        "| source | files | format | from | license | documents | text bytes | file bytes |",
+        "| --- | --- | --- | --- | --- | ---: | ---: | ---: |",
+    ]
+    for name, files, fmt, origin, lic in rows:
+        lines.append(f"| `{name}` | {files} | {fmt} | {origin} | {lic} | "
+                     f"{s[name]['documents']:,} | {s[name]['text_bytes']:,} | {s[name]['file_bytes']:,} |")
+    tot_docs = sum(v["documents"] for v in s.values())
+    tot_text = sum(v["text_bytes"] for v in s.values())
+    tot_file = sum(v["file_bytes"] for v in s.values())
+    lines += [
+        f"| **total** | | | | | **{tot_docs:,}** | **{tot_text:,}** | **{tot_file:,}** |",
+        "",
+        f"Tokenizer: `tokenizer/tokenizer.json` ({human(t['file_bytes'])}).",
+        "",
+        "## Sources",
+        "",
+        "- **python-docs**: the reStructuredText sources of the Python 3.11 documentation",
+        f"  (`/{PYTHON_DOC_SOURCES}/**/*.rst.txt` in {pdoc}),",
+        "  one document per file, text as-is. Fields: `id` (path relative to `_sources/`, e.g.",
+        f"  `library/os.rst.txt`), `url` (`{PYTHON_DOC_URL}library/os.html`), `license`, `text`.",
+        f"  All files are kept, in sorted path order, split into {PYTHON_DOCS_PARTS} parts of about",
+        "  equal text size.",
+        f"- **python-docs-mirror**: the python-docs records whose `sha256(id) % {MIRROR_MODULUS} == 0`,",
+        "  with byte-identical `text` and the same `id`, but served from another host",
+        f"  (`{PYTHON_DOC_MIRROR_URL}...`): the same page crawled twice, from a mirror.",
+        f"- **wikipedia**: the English Wikipedia XML excerpts that the PyPI `{GENSIM[0]}` {GENSIM[1]}",
+        "  wheel ships as test data:",
+        *[f"  `{Path(w).name}`" + ("," if i < len(WIKI_FILES) - 1 else "") for i, w in enumerate(WIKI_FILES)],
+        f"  (page revisions from {m['wikipedia']['first_revision'][:4]} to {m['wikipedia']['last_revision'][:4]}).",
+        "  Parsed with `xml.etree.ElementTree.iterparse`; redirects and non-article namespaces",
+        "  skipped; wiki markup lightly stripped with regexes (templates, `<ref>`s, tables,",
+        "  files/images/categories removed; `[[a|b]]` -> `b`; bold/italic quotes, headings and",
+        "  HTML tags unwrapped; see `strip_wikitext` in the build script). The text is",
+        f"  `<title>\\n\\n<body>`; articles with fewer than {WIKI_MIN_CHARS} characters of body are dropped",
+        f"  ({m['wikipedia']['dropped_short']} of {m['wikipedia']['pages']} article pages). Columns: `text`, `url`",
+        "  (`https://en.wikipedia.org/wiki/<Title_with_underscores>`), `id`",
+        "  (`enwiki-<page id>-rev<revision id>`), `date` (revision timestamp, ISO 8601 string),",
+        "  `license`.",
+        *[f"  *{t}* is in both dumps, at two revisions: a natural near duplicate with the same `url`."
+          for t in m["wikipedia"]["titles_in_both_dumps"]],
+        "- **debian-copyright**: `/usr/share/doc/<pkg>/copyright` from each pinned Debian 12",
+        "  package (list and versions in `DEBIAN_COPYRIGHT_PACKAGES` in the build script, and in",
+        "  `manifest.json`), one plain-text UTF-8 file per package; the document id is the",
+        "  package name. Binary packages built from one source package ship the same file.",
+        "",
+        "## Duplicates",
+        "",
+        "Exact duplicates = documents whose `text` is byte-identical (sha256 of the UTF-8 text).",
+        "A group is the set of documents sharing one text; \"redundant\" is documents minus groups",
+        "(what an exact-dedup stage should drop).",
+        "",
+        "| where | groups | documents in them | redundant |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for name in SOURCES:
+        w = d["within"][name]
+        lines.append(f"| within `{name}` | {w['groups']} | {w['documents']} | {w['redundant']} |")
+    a = d["across"]
+    lines += [
+        f"| across sources ({', '.join(a['source_pairs']) or 'none'}) | {a['groups']} | {a['documents']} | {a['redundant']} |",
+        f"| **all** | **{d['total']['groups']}** | **{d['total']['documents']}** | **{d['total']['redundant']}** |",
+        "",
+        "Exact duplicate groups in `debian-copyright`:",
+        "",
+    ]
+    lines += [f"- {', '.join(g)}" for g in d["debian_groups"]]
+    nd = m["near_duplicates"]
+    lines += [
+        "",
+        f"Near duplicates (Jaccard similarity of word 5-gram shingles >= {nd['threshold']}, distinct",
+        f"texts): {len(nd['debian-copyright'])} pairs in `debian-copyright` (shared license boilerplate,",
+        f"e.g. the libwww-perl family), {len(nd['wikipedia'])} in `wikipedia`. Listed in `manifest.json`.",
+        "",
+        "## Tokenizer",
+        "",
+        "`tokenizer/tokenizer.json`: byte-level BPE trained with Hugging Face `tokenizers`",
+        f"{t['tokenizers_version']} by `scripts/train_tokenizer.py` on the text of all four sources",
+        f"(ByteLevel pre-tokenizer and decoder, vocab size {t['vocab_size']}, min frequency",
+        f"{t['min_frequency']}, special tokens {', '.join(f'`{k}` = {v}' for k, v in t['special_tokens'].items())}).",
+        f"sha256 `{t['sha256']}`.",
+        "Training is deterministic: the build trains twice, in separate processes, and",
+        "requires byte-identical files.",
+        "",
+        "## Rebuilding",
+        "",
+        "```sh",
+        "make sample        # = .venv/bin/python scripts/build_sample.py",
+        "```",
+        "",
+        "Needs a Debian/Ubuntu host with `apt-get`/`dpkg-deb` (run `apt-get update` first) and",
+        "access to the Debian archive and PyPI. Packages are downloaded into a temporary",
+        "directory, nothing is installed. Every version is pinned and asserted, and the",
+        "output is byte-identical on every run (sorted inputs, fixed compression levels,",
+        "gzip `mtime=0` and no file name, single-threaded zstd, one Parquet row group,",
+        "single-threaded tokenizer training). The sha256 of every file is in `manifest.json`.",
+        "",
+        "Debian's archive serves only the newest version of a package in a suite, so a point",
+        "release or security update can retire a pinned version: the script then stops and",
+        "names the package. Update the pin, rebuild, and commit the regenerated sample.",
+        "",
+        "Licenses: see [LICENSES.md](LICENSES.md).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------
+# Main
+# --------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--keep-downloads", type=Path, default=None,
+                    help="download into this directory (kept) instead of a temporary one")
+    ap.add_argument("--skip-tokenizer", action="store_true",
+                    help="do not retrain sample/tokenizer/tokenizer.json")
+    args = ap.parse_args(argv)
+
+    with tempfile.TemporaryDirectory(prefix="build_sample-") as tmp:
+        work = args.keep_downloads.resolve() if args.keep_downloads else Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+
+        log(f"apt-get download {PYTHON_DOC_DEB[0]}={PYTHON_DOC_DEB[1]}")
+        doc_deb = apt_download([PYTHON_DOC_DEB], work / "deb-python-doc")[PYTHON_DOC_DEB[0]]
+        if sha256_file(doc_deb) != PYTHON_DOC_DEB_SHA256:
+            fail(f"{doc_deb.name}: sha256 {sha256_file(doc_deb)} != pinned {PYTHON_DOC_DEB_SHA256}")
+
+        log(f"pip download {GENSIM[0]}=={GENSIM[1]}")
+        wheel = pip_download(*GENSIM, GENSIM_PIP_FLAGS, work / "pip-gensim")
+        if wheel.name != GENSIM_WHEEL:
+            fail(f"pip gave {wheel.name}, pinned {GENSIM_WHEEL}")
+        if sha256_file(wheel) != GENSIM_WHEEL_SHA256:
+            fail(f"{wheel.name}: sha256 {sha256_file(wheel)} != pinned {GENSIM_WHEEL_SHA256}")
+
+        log(f"apt-get download {len(DEBIAN_COPYRIGHT_PACKAGES)} packages for copyright files")
+        cr_debs = apt_download(DEBIAN_COPYRIGHT_PACKAGES, work / "deb-copyright")
+
+        log("extracting")
+        py_docs = python_docs_records(doc_deb, work)
+        mirror = mirror_records(py_docs)
+        wiki, wiki_stats = wikipedia_records(wheel)
+        copyrights = debian_copyright_records(cr_debs)
+
+    # ---- write outputs (clean slate for generated directories) ----
+    for name in SOURCES:
+        shutil.rmtree(DATA / name, ignore_errors=True)
+    for i, chunk in enumerate(split_by_bytes(py_docs, PYTHON_DOCS_PARTS)):
+        write_jsonl_zst(DATA / "python-docs" / f"part-{i:04d}.jsonl.zst", chunk)
+    write_jsonl_gz(DATA / "python-docs-mirror" / "part-0000.jsonl.gz", mirror)
+    write_parquet(DATA / "wikipedia" / "part-0000.parquet", wiki)
+    (DATA / "debian-copyright").mkdir(parents=True, exist_ok=True)
+    for r in copyrights:
+        (DATA / "debian-copyright" / f"{r['id']}.txt").write_bytes(r["raw"])
+
+    if not args.skip_tokenizer:
+        log("training tokenizer")
+        subprocess.run([sys.executable, str(REPO / "scripts" / "train_tokenizer.py"),
+                        "--sample-dir", str(SAMPLE), "--verify"], check=True)
+    tok_path = SAMPLE / "tokenizer" / "tokenizer.json"
+    if not tok_path.exists():
+        fail(f"{tok_path} missing (run without --skip-tokenizer)")
+
+    # ---- statistics, manifest, README ----
+    docs = {"python-docs": py_docs, "python-docs-mirror": mirror,
+            "wikipedia": wiki, "debian-copyright": copyrights}
+    source_dirs = {name: DATA / name for name in SOURCES}
+    sources = {}
+    for name in SOURCES:
+        files = sorted(p for p in source_dirs[name].rglob("*") if p.is_file())
+        sources[name] = {
+            "documents": len(docs[name]),
+            "text_bytes": sum(len(r["text"].encode()) for r in docs[name]),
+            "file_bytes": sum(p.stat().st_size for p in files),
+        }
+    import tokenizers
+
+    tok = json.loads(tok_path.read_text(encoding="utf-8"))
+    manifest = {
+        "pins": {
+            "debian": {PYTHON_DOC_DEB[0]: PYTHON_DOC_DEB[1], **dict(DEBIAN_COPYRIGHT_PACKAGES)},
+            "pypi": {GENSIM[0]: GENSIM[1]},
+            "artifacts_sha256": {doc_deb.name: PYTHON_DOC_DEB_SHA256, GENSIM_WHEEL: GENSIM_WHEEL_SHA256},
+        },
+        "sources": sources,
+        "wikipedia": wiki_stats,
+        "exact_duplicates": exact_duplicate_groups(docs),
+        "near_duplicates": {
+            "threshold": 0.5,
+            "debian-copyright": near_duplicate_pairs(copyrights, 0.5),
+            "wikipedia": near_duplicate_pairs(wiki, 0.5),
+        },
+        "tokenizer": {
+            "tokenizers_version": tokenizers.__version__,
+            "vocab_size": len(tok["model"]["vocab"]) + sum(
+                1 for a in tok["added_tokens"] if a["content"] not in tok["model"]["vocab"]),
+            "min_frequency": 2,
+            "special_tokens": {a["content"]: a["id"] for a in tok["added_tokens"]},
+            "sha256": sha256_file(tok_path),
+            "file_bytes": tok_path.stat().st_size,
+        },
+    }
+    files = sorted(p for p in list(DATA.rglob("*")) + [tok_path] if p.is_file())
+    manifest["files"] = {p.relative_to(SAMPLE).as_posix(): {"bytes": p.stat().st_size,
+                                                            "sha256": sha256_file(p)} for p in files}
+    (SAMPLE / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n",
+                                          encoding="utf-8")
+    (SAMPLE / "README.md").write_text(render_readme(manifest), encoding="utf-8")
+
+    total = sum(v["file_bytes"] for v in sources.values()) + tok_path.stat().st_size
+    for name, v in sources.items():
+        log(f"{name}: {v['documents']} documents, {v['text_bytes']:,} text bytes, {v['file_bytes']:,} file bytes")
+    ed = manifest["exact_duplicates"]
+    log(f"exact duplicate groups: {ed['total']['groups']} "
+        f"(across sources: {ed['across']['groups']}); total data+tokenizer {total:,} bytes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,6 +1,8 @@
 """Shared fixtures: the bundled sample, runner arguments, a fresh output root."""
 from __future__ import annotations
 
+import glob
+import json
 import os
 import shutil
 import subprocess
@@ -33,3 +35,33 @@ def output_root(tmp_path):
     root = tmp_path / "out"
     yield str(root)
     shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory):
+    """The sample built once in-process: the reference every other run is compared with."""
+    from beam_pipeline import cli
+
+    root = str(tmp_path_factory.mktemp("reference") / "out")
+    assert cli.main(["run", "--config", SAMPLE_CONFIG, "--output_root", root, *IN_PROCESS]) == 0
+    (dataset_dir,) = glob.glob(os.path.join(root, "datasets", "*"))
+    (metrics_path,) = glob.glob(os.path.join(root, "runs", "*", "metrics.json"))
+    return {"root": root, "dataset": dataset_dir,
+            "manifest": json.load(open(os.path.join(dataset_dir, "manifest.json"))),
+            "metrics": json.load(open(metrics_path)),
+            "stages": stages_by_name(json.load(open(metrics_path)))}
+
+
+def layer_digests(root: str) -> dict:
+    """{stage/output: [part sha256...]} from every committed ledger under ``root``."""
+    digests = {}
+    for ledger_path in sorted(glob.glob(os.path.join(root, "layers", "*", "*", "_LEDGER.json"))):
+        ledger = json.load(open(ledger_path))
+        for output, spec in ledger["outputs"].items():
+            digests[f"{ledger['stage']}/{output}"] = [p["sha256"] for p in spec["parts"]]
+    return digests
+
+
+def stages_by_name(metrics: dict) -> dict:
+    """{stage name: stage entry} of a run's metrics.json, in run order."""
+    return {stage["name"]: stage for stage in metrics["stages"]}

@@ -26,6 +26,7 @@ from typing import Iterable, Iterator
 import apache_beam as beam
 
 from beam_pipeline.accounting import CountEntering, StageCounters
+from beam_pipeline.transforms.keys import StrKeyed
 
 STAGE = "exact_dedup"
 VERSION = "1"
@@ -40,7 +41,7 @@ class AnnotateExactDuplicates(beam.PTransform):
         return (
             documents
             | "Count" >> CountEntering(STAGE)
-            | "KeyByContentHash" >> beam.Map(lambda d: (d["content_hash"], member_of(d)))
+            | "KeyByContentHash" >> beam.Map(lambda d: (d["content_hash"], member_of(d))).with_output_types(StrKeyed)
             | "GroupByContentHash" >> beam.GroupByKey()
             | "Annotate" >> beam.ParDo(AnnotateGroupFn())
         )

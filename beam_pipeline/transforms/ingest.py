@@ -36,6 +36,7 @@ from beam_pipeline.normalize import NORMALIZATION_VERSION, normalize_text
 from beam_pipeline.readers import BadRecord, RawRecord, iter_records
 from beam_pipeline.schemas import dead_letter_row
 from beam_pipeline.snapshot import verify_file
+from beam_pipeline.transforms.keys import StrKeyed
 
 STAGE = "ingest"
 VERSION = f"1+{NORMALIZATION_VERSION}"
@@ -80,7 +81,7 @@ class CollapseRepeatedRecords(beam.PTransform):
     def expand(self, records):
         return (
             records
-            | "KeyByDocId" >> beam.Map(lambda row: (row["doc_id"], row))
+            | "KeyByDocId" >> beam.Map(lambda row: (row["doc_id"], row)).with_output_types(StrKeyed)
             | "GroupByDocId" >> beam.GroupByKey()
             | "KeepFirstOccurrence" >> beam.ParDo(_KeepFirstOccurrenceFn()).with_outputs(REPEATS, main=DOCUMENTS)
         )

@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from beam_pipeline.hashing import bucket_of
 from beam_pipeline.layers import read_partition_rows, write_partition
+from beam_pipeline.transforms.keys import IntKeyed
 
 
 class WriteLayerOutput(beam.PTransform):
@@ -36,7 +37,7 @@ class WriteLayerOutput(beam.PTransform):
         partition_key = self._partition_key
         return (
             rows
-            | "KeyByPartition" >> beam.Map(lambda row: (bucket_of(partition_key(row), n), row))
+            | "KeyByPartition" >> beam.Map(lambda row: (bucket_of(partition_key(row), n), row)).with_output_types(IntKeyed)
             | "GroupPartitions" >> beam.GroupByKey()
             | "WritePartition" >> beam.MapTuple(self._write)
         )

@@ -18,6 +18,7 @@ import apache_beam as beam
 from beam_pipeline.accounting import CountEntering, StageCounters
 from beam_pipeline.config import PolicyConfig
 from beam_pipeline.policy import decide
+from beam_pipeline.transforms.keys import StrKeyed
 
 STAGE = "select"
 VERSION = "1"
@@ -33,9 +34,9 @@ class ApplyPolicy(beam.PTransform):
 
     def expand(self, inputs):
         documents = inputs["documents"] | "Count" >> CountEntering(STAGE)
-        keyed = {"document": documents | "KeyDocuments" >> beam.Map(lambda d: (d["doc_id"], d))}
+        keyed = {"document": documents | "KeyDocuments" >> beam.Map(lambda d: (d["doc_id"], d)).with_output_types(StrKeyed)}
         if "exact" in inputs:
-            keyed["exact"] = inputs["exact"] | "KeyExact" >> beam.Map(lambda a: (a["doc_id"], a))
+            keyed["exact"] = inputs["exact"] | "KeyExact" >> beam.Map(lambda a: (a["doc_id"], a)).with_output_types(StrKeyed)
         decided = (
             keyed
             | "JoinOnDocId" >> beam.CoGroupByKey()

@@ -33,6 +33,7 @@ from beam_pipeline.config import TokenizeConfig
 from beam_pipeline.hashing import canonical_json, sha256_bytes, stable_hash64
 from beam_pipeline.layers import join, read_bytes, table_bytes, write_bytes_atomic
 from beam_pipeline.schemas import SHARD_INDEX
+from beam_pipeline.transforms.keys import StrKeyed
 
 STAGE = "tokenize"
 VERSION = "1"
@@ -91,13 +92,14 @@ class TokenizePackShard(beam.PTransform):
         )
         tokens_per_domain = (
             tokenized
-            | "DomainTokens" >> beam.Map(lambda d: (d["domain"], d["n_tokens"] + 1))
+            | "DomainTokens" >> beam.Map(lambda d: (d["domain"], d["n_tokens"] + 1)).with_output_types(StrKeyed)
             | "SumPerDomain" >> beam.CombinePerKey(sum)
         )
         return (
             tokenized
             | "AssignShard" >> beam.Map(assign_shard, shard_counts=beam.pvalue.AsDict(tokens_per_domain),
-                                        shard_tokens=self._config.shard_tokens, seed=self._seed)
+                                        shard_tokens=self._config.shard_tokens,
+                                        seed=self._seed).with_output_types(StrKeyed)
             | "GroupShards" >> beam.GroupByKey()
             | "PackAndWrite" >> beam.ParDo(WriteShardFn(self._directory, self._tokenizer, self._config.seq_len,
                                                         self._seed))
