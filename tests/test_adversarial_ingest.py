@@ -93,3 +93,22 @@ def test_dead_letters_carry_their_origin(adversarial_build):
         assert len(row["raw_prefix"]) <= 256
     truncated = [r for r in rows if r["file"].endswith("truncated.jsonl.gz")]
     assert len(truncated) == 1 and "truncated" in truncated[0]["error"]
+
+
+def test_dead_letter_rate_above_threshold_fails_the_run(tmp_path, capsys):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    shutil.copy(os.path.join(FIXTURES, "broken_json.jsonl"), folder / "broken_json.jsonl")
+    (tmp_path / "corpus.yaml").write_text(
+        "name: broken\noutput_root: out\n"
+        "sources: [{name: broken, uri: 'data/*.jsonl', format: jsonl, rank: 1, license: x, domain: d}]\n"
+        "accounting: {max_dead_letter_fraction: 0.5}\n"
+        f"tokenize: {{tokenizer: {TOKENIZER}, seq_len: 256, shard_tokens: 65536}}\n")
+    assert cli.main(["run", "--config", str(tmp_path / "corpus.yaml"), *IN_PROCESS]) == 1
+    err = capsys.readouterr().err
+    spec = EXPECTED["broken_json.jsonl"]
+    assert f"stage ingest: {spec['bad']} of {spec['bad'] + spec['records']} records" in err
+    assert "max_dead_letter_fraction=50.00%" in err
+    # the dead letters are written for inspection, but the layer is not committed
+    assert glob.glob(str(tmp_path / "out" / "dead_letter" / "ingest" / "*" / "*.parquet"))
+    assert not glob.glob(str(tmp_path / "out" / "layers" / "ingest" / "*" / "_LEDGER.json"))
