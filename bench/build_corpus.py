@@ -1,0 +1,562 @@
+#!/usr/bin/env python3
+"""Build the benchmark corpus (>= 200 MB of real text) from pinned Debian doc packages.
+
+Steps (everything lands under ``bench/work/``, which git ignores):
+
+1. ``apt-get download`` every pinned ``package=version`` into ``bench/work/debs/``
+   and check the package name, the version and the .deb's sha256 (a registry
+   that serves another version or other bytes stops the build with a clear
+   message);
+2. ``dpkg-deb -x`` each .deb into ``bench/work/extract/<package>/``;
+3. extract the text of every regular ``*.html`` file (``*.page`` Mallard XML for
+   ``gnome-user-docs``, which ships no HTML) with the stdlib ``html.parser``:
+   ``script``/``style``/``noscript``/``template`` (and Mallard ``info``) are
+   skipped, block elements become line breaks, whitespace outside ``pre`` is
+   collapsed; one page = one record;
+4. write two sources of JSONL.zst files into ``bench/work/corpus/``:
+
+   * ``debian-docs``: every page once (the *unique* text);
+   * ``docs-mirror``: two mirror hosts ``m = 1, 2`` copy pages. With
+     ``r = sha256(f"{m}:{id}") % 16``, host ``m`` holds a **verbatim** copy when
+     ``r < 5`` (an exact duplicate of the original; when both hosts copy a page
+     verbatim, the second copy is a repeated record of the mirror source), a
+     **perturbed** copy when ``5 <= r < 9`` (the page with one header line
+     ``[mirror-<m>.example.net] mirrored copy of <url>`` and a blank line
+     prepended: a near duplicate that exact dedup keeps), and nothing otherwise.
+
+   Records in a source are ordered by ``sha256(id)`` (so every file mixes
+   packages) and cut into files of ``TARGET_FILE_BYTES`` of JSONL each; each
+   file is one zstd frame (level ``ZSTD_LEVEL``, checksum and content size in
+   the header, single-threaded): the same inputs give the same bytes.
+5. write ``bench/work/corpus.yaml`` (the pipeline config) and
+   ``bench/work/corpus/BUILD.json`` (pins, statistics, sha256 of every file).
+
+Cache: when ``BUILD.json`` describes the current recipe and every file still has
+the sha256 it lists, nothing is rebuilt.  ``REFERENCE_DIGEST`` is the digest of
+the corpus this recipe produced on the reference machine (Python 3.11.7,
+zstandard 0.25.0); a different digest (another Python's ``html.parser``, another
+zstd) is reported loudly and recorded, because numbers on another corpus are not
+comparable.
+
+Usage:  .venv/bin/python bench/build_corpus.py [--force]
+"""
+from __future__ import annotations
+
+import argparse
+import codecs
+import concurrent.futures
+import dataclasses
+import hashlib
+import html.parser
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+WORK = REPO / "bench" / "work"
+DEBS = WORK / "debs"
+EXTRACT = WORK / "extract"
+PAGES = WORK / "pages"  # extracted text per package (cache)
+CORPUS = WORK / "corpus"
+CONFIG = WORK / "corpus.yaml"
+BUILD = CORPUS / "BUILD.json"
+TOKENIZER = REPO / "sample" / "tokenizer" / "tokenizer.json"
+
+EXTRACT_VERSION = 1  # bump when the text extraction changes (invalidates bench/work/pages/)
+RECIPE_VERSION = 1  # bump when the record layout or the sources change
+
+
+@dataclasses.dataclass(frozen=True)
+class Pin:
+    package: str
+    version: str
+    sha256: str  # of the .deb
+    license: str
+    root: str  # folder inside the package whose pages are taken
+    suffix: str  # ".html", or ".page" (Mallard XML)
+
+
+# Debian 12 (bookworm, + bookworm-security). A point release or a security update
+# retires a version from the archive: update the pin (version and sha256) and
+# REFERENCE_DIGEST, and say so next to the results.
+PINS = [
+    Pin("apache2-doc", "2.4.71-1~deb12u1",
+        "a7b3d1131c1c63dbf9999b28e75f9a133d30f70492b419936bd51759ac77a01f",
+        "Apache-2.0", "usr/share/doc/apache2-doc/manual", ".html"),
+    Pin("debian-handbook", "11.20220922",
+        "3d5dbeac1f1afc9c094eab9d0f701f6ecff99c4927d5a4794cf6c85678134faa",
+        "GPL-2.0+ or CC-BY-SA-3.0", "usr/share/doc/debian-handbook/html", ".html"),
+    Pin("git-doc", "1:2.39.5-0+deb12u3",
+        "3c89668a11053a6bafade3de1f611f4613db31e082af63f43d8c5b69ad8795ec",
+        "GPL-2.0", "usr/share/doc/git-doc", ".html"),
+    Pin("gnome-user-docs", "43.0-2",
+        "0d635a840747958ca84da778b40d341f1155603851f922c9a171f5a181d6a39f",
+        "CC-BY-SA-3.0", "usr/share/help", ".page"),
+    Pin("postgresql-doc-15", "15.20-0+deb12u1",
+        "4c44bf2c599f208b3f46454a6cf7a72e25ec46ff74d37b59dd31ad76b00eebb7",
+        "PostgreSQL", "usr/share/doc/postgresql-doc-15/html", ".html"),
+    Pin("python-django-doc", "3:3.2.25-0+deb12u7",
+        "87307f067916df72e17180d35b7cde5c7ea6080336cda518efd7f6e66988a7ca",
+        "BSD-3-Clause", "usr/share/doc/python-django-doc/html", ".html"),
+    Pin("python-sqlalchemy-doc", "1.4.46+ds1-1",
+        "8805c3167ef75278ac6fd58ed9856321c2b2e3a7e441edba84b2eb955216d0fd",
+        "MIT", "usr/share/doc/python-sqlalchemy-doc/html", ".html"),
+    Pin("python3.11-doc", "3.11.2-6+deb12u9",
+        "5b3594189d6ef9a6963ce0347fd307a1cc67620ad697e144db366070e2e146be",
+        "PSF-2.0", "usr/share/doc/python3.11/html", ".html"),
+    Pin("sphinx-doc", "5.3.0-4",
+        "1da3d08bb3a0bc82a4b8b8109410e223054bf5fb13904557ec8ea869046f65b4",
+        "BSD-2-Clause", "usr/share/doc/sphinx-doc/html", ".html"),
+]
+
+PRIMARY, MIRROR = "debian-docs", "docs-mirror"
+MIRRORS = 2  # mirror hosts
+# Host m holds page `id` when r = sha256(f"{m}:{id}") % MIRROR_MODULUS is below
+# COPY_BELOW: verbatim when r < VERBATIM_BELOW, else with a header line.
+MIRROR_MODULUS, VERBATIM_BELOW, COPY_BELOW = 16, 5, 9
+MIN_TOTAL_BYTES = 200_000_000  # of text, all records of both sources
+TARGET_FILE_BYTES = 32 << 20  # of JSONL per file (uncompressed)
+ZSTD_LEVEL = 10
+
+# sha256 over "<relative path> <sha256>\n" of every corpus file, as built on the
+# reference machine (see the module docstring). None: not yet recorded.
+REFERENCE_DIGEST = "7ff76bb80101aa3b76cf42af60df0e66269ea30d9ded09975d4d67ee95559f34"
+
+CONFIG_TEMPLATE = """\
+# Benchmark corpus written by bench/build_corpus.py (do not edit: regenerated).
+# Sources: pages of pinned Debian documentation packages (see bench/README.md).
+name: bench-debian-docs
+output_root: out                  # bench/run_all.py passes a fresh --output_root
+seed: 20261202
+
+sources:
+  - name: {primary}
+    uri: corpus/{primary}/*.jsonl.zst
+    format: jsonl
+    rank: 1
+    license: see-record
+    domain: docs
+  - name: {mirror}
+    uri: corpus/{mirror}/*.jsonl.zst
+    format: jsonl
+    rank: 5
+    license: see-record
+    domain: web
+
+ingest:
+  max_record_bytes: 8388608
+
+policy:
+  drop_exact_duplicates: true
+  min_chars: 1
+  max_chars: 2000000
+  min_words: 5
+
+tokenize:
+  tokenizer: {tokenizer}
+  eos_token: "<|endoftext|>"
+  pad_token: "<|pad|>"
+  seq_len: 8192
+  shard_tokens: 16777216
+
+layout:
+  target_partition_bytes: 67108864
+  min_partitions: 4
+"""
+
+
+def log(msg: str) -> None:
+    print(f"[build_corpus] {msg}", flush=True)
+
+
+def fail(msg: str) -> None:
+    print(f"[build_corpus] error: {msg}", file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def recipe() -> dict:
+    """Everything that determines the corpus bytes (besides Python and zstandard)."""
+    return {"recipe_version": RECIPE_VERSION, "extract_version": EXTRACT_VERSION, "pins": [dataclasses.asdict(p) for p in PINS],
+            "mirrors": MIRRORS, "mirror_modulus": MIRROR_MODULUS,
+            "verbatim_below": VERBATIM_BELOW, "copy_below": COPY_BELOW,
+            "target_file_bytes": TARGET_FILE_BYTES, "zstd_level": ZSTD_LEVEL,
+            "config": CONFIG_TEMPLATE}
+
+
+def recipe_digest() -> str:
+    return hashlib.sha256(json.dumps(recipe(), sort_keys=True).encode()).hexdigest()
+
+
+def corpus_digest(files: dict[str, str]) -> str:
+    return hashlib.sha256("".join(f"{name} {digest}\n" for name, digest in sorted(files.items()))
+                          .encode()).hexdigest()
+
+
+# --------------------------------------------------------------------------
+# Fetch and unpack
+
+
+def deb_path(pin: Pin) -> Path:
+    return DEBS / f"{pin.package}_{pin.version.replace(':', '%3a')}_all.deb"
+
+
+def fetch(pins: list[Pin]) -> None:
+    """apt-get download the pins whose .deb is missing; check name, version, sha256."""
+    DEBS.mkdir(parents=True, exist_ok=True)
+    missing = [p for p in pins if not deb_path(p).exists() or sha256_file(deb_path(p)) != p.sha256]
+    if not missing:
+        log(f"{len(pins)} .deb files present with the pinned sha256")
+        return
+    if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
+        fail("apt-get and dpkg-deb are required (a Debian 12 host)")
+    tmp = DEBS / ".download"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    cmd = ["apt-get", "download", "-q"]
+    if os.geteuid() == 0:  # root: don't drop to _apt, which cannot write here
+        cmd += ["-o", "APT::Sandbox::User=root"]
+    cmd += [f"{p.package}={p.version}" for p in missing]
+    log("apt-get download " + " ".join(f"{p.package}={p.version}" for p in missing))
+    proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
+    if proc.returncode != 0:
+        fail("apt-get download failed. Run `apt-get update` first; if a pinned version is still "
+             "missing, the archive has retired it (point release or security update): update the pin "
+             "(version + sha256) in bench/build_corpus.py and REFERENCE_DIGEST, and rerun.\n"
+             + proc.stderr.strip())
+    wanted = {p.package: p for p in missing}
+    for deb in sorted(tmp.glob("*.deb")):
+        fields = subprocess.run(["dpkg-deb", "-f", str(deb), "Package", "Version"],
+                                capture_output=True, text=True, check=True).stdout
+        info = dict(line.split(": ", 1) for line in fields.splitlines())
+        pin = wanted.pop(info["Package"], None)
+        if pin is None:
+            fail(f"unexpected package downloaded: {deb.name}")
+        if info["Version"] != pin.version:
+            fail(f"{pin.package}: the registry served version {info['Version']}, pinned {pin.version}")
+        digest = sha256_file(deb)
+        if digest != pin.sha256:
+            fail(f"{pin.package} {pin.version}: sha256 {digest}, pinned {pin.sha256}")
+        deb.rename(deb_path(pin))
+    if wanted:
+        fail(f"apt-get download did not produce: {sorted(wanted)}")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def unpack(pin: Pin) -> Path:
+    target = EXTRACT / pin.package
+    marker = target / f".unpacked-{pin.sha256[:16]}"
+    if not marker.exists():
+        shutil.rmtree(target, ignore_errors=True)
+        target.mkdir(parents=True)
+        subprocess.run(["dpkg-deb", "-x", str(deb_path(pin)), str(target)], check=True)
+        marker.touch()
+    root = target / pin.root
+    if not root.is_dir():
+        fail(f"{pin.package}: {pin.root} not found in the package")
+    return root
+
+
+# --------------------------------------------------------------------------
+# Text extraction (stdlib html.parser only)
+
+BLOCK_TAGS = frozenset("""
+address article aside blockquote body br caption dd details dialog div dl dt fieldset figcaption
+figure footer form h1 h2 h3 h4 h5 h6 head header hr html legend li main nav ol p pre section summary
+table tbody td tfoot th thead title tr ul
+page item list steps terms tree note screen synopsis example quote comment figure media links
+""".split())  # the last line: Mallard block elements (gnome-user-docs)
+SKIP_TAGS = frozenset({"script", "style", "noscript", "template", "info"})  # info: Mallard metadata
+PRE_TAGS = frozenset({"pre", "textarea", "screen"})
+_SPACE = re.compile(r"\s+")
+_BLANK_RUN = re.compile(r"\n{3,}")
+_CHARSET = re.compile(rb"""<meta[^>]*?charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.I)
+
+
+class TextExtractor(html.parser.HTMLParser):
+    """Visible text of an HTML (or Mallard) page; blocks as lines, ``pre`` kept verbatim."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self.skip = 0
+        self.pre = 0
+        self.line_start = True
+
+    def _newline(self) -> None:
+        self.parts.append("\n")
+        self.line_start = True
+
+    def handle_starttag(self, tag, attrs):
+        if tag in SKIP_TAGS:
+            self.skip += 1
+        elif tag in BLOCK_TAGS:
+            self._newline()
+        if tag in PRE_TAGS:
+            self.pre += 1
+
+    def handle_endtag(self, tag):
+        if tag in SKIP_TAGS:
+            self.skip = max(0, self.skip - 1)
+        elif tag in BLOCK_TAGS:
+            self._newline()
+        if tag in PRE_TAGS:
+            self.pre = max(0, self.pre - 1)
+
+    def handle_data(self, data):
+        if self.skip or not data:
+            return
+        if not self.pre:
+            data = _SPACE.sub(" ", data)
+            if self.line_start:
+                data = data.lstrip(" ")
+            if not data:
+                return
+            self.line_start = False
+        else:
+            self.line_start = data.endswith("\n")
+        self.parts.append(data)
+
+    def text(self) -> str:
+        lines = "".join(self.parts).split("\n")
+        return _BLANK_RUN.sub("\n\n", "\n".join(line.rstrip() for line in lines)).strip()
+
+
+def decode_page(raw: bytes) -> str:
+    match = _CHARSET.search(raw[:4096])
+    encoding = "utf-8"
+    if match:
+        try:
+            encoding = codec_name(match.group(1).decode("ascii"))
+        except (LookupError, UnicodeDecodeError):
+            encoding = "utf-8"
+    return raw.decode(encoding, errors="replace")
+
+
+def codec_name(label: str) -> str:
+    return codecs.lookup(label).name
+
+
+def page_text(path: str) -> str:
+    parser = TextExtractor()
+    parser.feed(decode_page(Path(path).read_bytes()))
+    parser.close()
+    return parser.text()
+
+
+def list_pages(pin: Pin, root: Path) -> list[tuple[str, Path]]:
+    """(relative path, file) of every regular page file, sorted by relative path."""
+    pages = []
+    for path in root.rglob(f"*{pin.suffix}"):
+        if path.is_symlink() or not path.is_file():
+            continue  # apache2-doc links missing translations to the English page
+        pages.append((path.relative_to(root).as_posix(), path))
+    return sorted(pages)
+
+
+def extract_package(pin: Pin, pool) -> list[dict]:
+    """Records of every page of one package, in path order (cached in bench/work/pages/)."""
+    import zstandard
+
+    py = "".join(map(str, sys.version_info[:3]))
+    cache = PAGES / f"{pin.package}-{pin.sha256[:16]}-x{EXTRACT_VERSION}-py{py}.jsonl.zst"
+    if cache.exists():
+        data = zstandard.ZstdDecompressor().decompress(cache.read_bytes())
+        return [json.loads(line) for line in data.splitlines()]
+    root = unpack(pin)
+    pages = list_pages(pin, root)
+    started = time.monotonic()
+    texts = list(pool.map(page_text, [str(path) for _, path in pages], chunksize=16))
+    log(f"{pin.package} {pin.version}: {len(pages)} {pin.suffix} pages extracted in "
+        f"{time.monotonic() - started:.0f}s")
+    records = [{"id": f"{pin.package}/{rel}", "url": f"https://{pin.package}.docs.example.org/{rel}",
+                "license": pin.license, "text": text, "package": pin.package}
+               for (rel, _), text in zip(pages, texts)]
+    PAGES.mkdir(parents=True, exist_ok=True)
+    data = b"".join((json.dumps(r, ensure_ascii=False) + "\n").encode("utf-8") for r in records)
+    tmp = cache.with_suffix(".tmp")
+    tmp.write_bytes(zstandard.ZstdCompressor(level=3).compress(data))
+    tmp.rename(cache)
+    return records
+
+
+def extract_all() -> list[dict]:
+    """Records of every page of every pin, in (package, path) order."""
+    workers = max(1, min(2, os.cpu_count() or 1))
+    with concurrent.futures.ProcessPoolExecutor(workers) as pool:
+        return [record for pin in PINS for record in extract_package(pin, pool)]
+
+
+# --------------------------------------------------------------------------
+# Sources
+
+
+def _h(value: str) -> int:
+    return int(hashlib.sha256(value.encode("utf-8")).hexdigest(), 16)
+
+
+def mirror_copies(page: dict) -> list[dict]:
+    copies = []
+    for m in range(1, MIRRORS + 1):
+        host = f"mirror-{m}.example.net"
+        r = _h(f"{m}:{page['id']}") % MIRROR_MODULUS
+        if r >= COPY_BELOW:
+            continue
+        verbatim = r < VERBATIM_BELOW
+        text = page["text"] if verbatim else f"[{host}] mirrored copy of {page['url']}\n\n{page['text']}"
+        copies.append({"id": f"{host}/{page['id']}", "url": f"https://{host}/{page['id']}",
+                       "license": page["license"], "text": text, "verbatim": verbatim})
+    return copies
+
+
+def record_line(record: dict) -> bytes:
+    out = {k: record[k] for k in ("id", "url", "license", "text")}
+    return (json.dumps(out, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+
+
+def write_source(name: str, records: list[dict]) -> dict[str, str]:
+    """Write one source's files; return {relative path: sha256}."""
+    import zstandard
+
+    folder = CORPUS / name
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    ordered = sorted(records, key=lambda r: (hashlib.sha256(r["id"].encode()).hexdigest(), r["id"]))
+    files, chunk, size = {}, [], 0
+
+    def flush():
+        path = folder / f"part-{len(files):05d}.jsonl.zst"
+        data = b"".join(chunk)
+        cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True, write_content_size=True,
+                                        threads=0)
+        path.write_bytes(cctx.compress(data))
+        files[path.relative_to(WORK).as_posix()] = sha256_file(path)
+        log(f"wrote {path.relative_to(REPO)}: {len(chunk)} records, {len(data) / 1e6:.1f} MB of JSONL, "
+            f"{path.stat().st_size / 1e6:.1f} MB compressed")
+
+    for record in ordered:
+        line = record_line(record)
+        if chunk and size + len(line) > TARGET_FILE_BYTES:
+            flush()
+            chunk, size = [], 0
+        chunk.append(line)
+        size += len(line)
+    if chunk:
+        flush()
+    return files
+
+
+def text_bytes(records: list[dict]) -> int:
+    return sum(len(r["text"].encode("utf-8")) for r in records)
+
+
+def build() -> dict:
+    started = time.monotonic()
+    fetch(PINS)
+    pages = extract_all()
+    mirrors = [copy for page in pages for copy in mirror_copies(page)]
+    unique, total = text_bytes(pages), text_bytes(pages) + text_bytes(mirrors)
+    if total < MIN_TOTAL_BYTES:
+        fail(f"only {total} bytes of text (< {MIN_TOTAL_BYTES}); raise MIRRORS")
+    shutil.rmtree(CORPUS, ignore_errors=True)
+    CORPUS.mkdir(parents=True)
+    files = {**write_source(PRIMARY, pages), **write_source(MIRROR, mirrors)}
+    CONFIG.write_text(CONFIG_TEMPLATE.format(primary=PRIMARY, mirror=MIRROR, tokenizer=TOKENIZER))
+    per_package = {}
+    for pin in PINS:
+        own = [p for p in pages if p["package"] == pin.package]
+        per_package[pin.package] = {"version": pin.version, "pages": len(own), "text_bytes": text_bytes(own),
+                                    "empty_pages": sum(1 for p in own if not p["text"])}
+    distinct_texts = {hashlib.sha256(p["text"].encode()).digest(): len(p["text"].encode()) for p in pages}
+    stats = {
+        "pages": len(pages),
+        "records": {PRIMARY: len(pages), MIRROR: len(mirrors)},
+        "text_bytes": {PRIMARY: unique, MIRROR: text_bytes(mirrors), "total": total},
+        "unique_text_bytes": unique,
+        "distinct_page_texts": len(distinct_texts),
+        "distinct_text_bytes": sum(distinct_texts.values()),
+        "verbatim_mirror_copies": sum(1 for m in mirrors if m["verbatim"]),
+        "perturbed_mirror_copies": sum(1 for m in mirrors if not m["verbatim"]),
+        "jsonl_bytes": sum(len(record_line(r)) for r in pages + mirrors),
+        "compressed_bytes": sum((WORK / f).stat().st_size for f in files),
+        "per_package": per_package,
+    }
+    build_info = {"recipe_digest": recipe_digest(), "recipe": recipe(), "files": files,
+                  "corpus_digest": corpus_digest(files), "stats": stats,
+                  "python": sys.version.split()[0], "zstandard": _zstd_version(),
+                  "build_seconds": round(time.monotonic() - started, 1)}
+    BUILD.write_text(json.dumps(build_info, indent=1, sort_keys=True) + "\n")
+    return build_info
+
+
+def _zstd_version() -> str:
+    import zstandard
+
+    return zstandard.__version__
+
+
+def cached() -> dict | None:
+    """BUILD.json if it describes this recipe and every file still matches, else None."""
+    if not BUILD.exists() or not CONFIG.exists():
+        return None
+    try:
+        info = json.loads(BUILD.read_text())
+    except ValueError:
+        return None
+    if info.get("recipe_digest") != recipe_digest():
+        return None
+    for name, digest in info["files"].items():
+        path = WORK / name
+        if not path.exists() or sha256_file(path) != digest:
+            log(f"{name} is missing or changed: rebuilding")
+            return None
+    present = {p.relative_to(WORK).as_posix() for p in CORPUS.rglob("*.jsonl.zst")}
+    if present != set(info["files"]):
+        return None
+    return info
+
+
+def ensure_corpus(force: bool = False) -> dict:
+    """Build the corpus unless an identical one is cached; return BUILD.json's content."""
+    info = None if force else cached()
+    if info is not None:
+        log(f"cached corpus {info['corpus_digest'][:16]} in {CORPUS.relative_to(REPO)} (digests verified)")
+    else:
+        info = build()
+    info["reference_digest"] = REFERENCE_DIGEST
+    info["matches_reference"] = REFERENCE_DIGEST is not None and info["corpus_digest"] == REFERENCE_DIGEST
+    if REFERENCE_DIGEST is None:
+        log(f"corpus digest {info['corpus_digest']} (no reference recorded yet)")
+    elif not info["matches_reference"]:
+        log(f"WARNING: corpus digest {info['corpus_digest']} differs from the reference {REFERENCE_DIGEST} "
+            f"(Python {info['python']}, zstandard {info['zstandard']}): results are not comparable "
+            f"with the published ones")
+    stats = info["stats"]
+    log(f"{stats['pages']} pages; text: {stats['unique_text_bytes'] / 1e6:.1f} MB unique, "
+        f"{stats['text_bytes']['total'] / 1e6:.1f} MB total in {len(info['files'])} files "
+        f"({stats['compressed_bytes'] / 1e6:.1f} MB compressed)")
+    return info
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--force", action="store_true", help="rebuild even if the cached corpus matches")
+    args = parser.parse_args()
+    ensure_corpus(force=args.force)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
