@@ -6,14 +6,15 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_ROOT ?= out/demo
 
-.PHONY: venv demo test bench clean sample
+.PHONY: venv demo report test test-flink bench clean sample
 
 venv: $(STAMP)
 
-$(STAMP): requirements/lock.txt setup.py
+$(STAMP): requirements/lock.txt requirements/no-deps.txt setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip==24.3.1
 	$(PY) -m pip install --quiet -r requirements/lock.txt
+	$(PY) -m pip install --quiet --no-deps -r requirements/no-deps.txt
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
@@ -21,9 +22,20 @@ $(STAMP): requirements/lock.txt setup.py
 demo: $(STAMP)
 	$(PY) -m beam_pipeline run --config sample/corpus.yaml --output_root $(DEMO_ROOT)
 
+## Rewrite the demo's run report (runs/<run_id>/report.html; `make demo` writes it too).
+report: $(STAMP)
+	$(PY) -m beam_pipeline report $(DEMO_ROOT)
+
 ## Run the whole test suite (what .ci/run calls).
 test: $(STAMP)
 	$(PY) -m pytest -q tests
+
+## The sample on a real Flink session cluster on localhost (Java; downloads Flink and the
+## Beam job server into ~/.cache/beam_pipeline/flink once). docs/flink.md.
+test-flink: $(STAMP)
+	scripts/flink_cluster.sh start
+	BEAM_PIPELINE_FLINK=1 $(PY) -m pytest -q tests/test_flink.py; status=$$?; \
+	  scripts/flink_cluster.sh stop; exit $$status
 
 ## Reproducible benchmarks; results land in bench/results/.
 bench: $(STAMP)

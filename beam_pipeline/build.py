@@ -3,7 +3,8 @@
 A build is a fixed sequence of stages, each a Beam job over the layers before
 it::
 
-    snapshot -> ingest -> exact_dedup -> select -> tokenize -> dataset
+    snapshot -> ingest -> exact_dedup -> near_dedup -> cascade scorers (scoring/cascade.py) -> select
+             -> ngram_index (optional) -> tokenize -> dataset
 
 For each stage the driver computes the layer key from (stage version, the
 stage's slice of the config, input layer keys). A complete layer (its ledger
@@ -29,14 +30,17 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 
 from beam_pipeline import schemas
+
+from beam_pipeline.scoring import cascade
 from beam_pipeline.accounting import check_stage, counts_from_result
 from beam_pipeline.config import CorpusConfig
 from beam_pipeline.hashing import digest_json
 from beam_pipeline.layers import Layer, collect_partitions, commit_layer, join, layer_key, move, \
     read_bytes, write_json_atomic
 from beam_pipeline.manifest import MANIFEST, MANIFEST_FORMAT, dataset_id_of, dataset_path, shard_leaf
+from beam_pipeline.progress import StageProgress
 from beam_pipeline.snapshot import check_sources_match, check_unchanged, load_snapshot, take_snapshot
-from beam_pipeline.transforms import exact_dedup, ingest, select, tokenize_shard
+from beam_pipeline.transforms import exact_dedup, ingest, near_dedup, select, tokenize_shard
 from beam_pipeline.transforms.layer_io import ReadLayerOutput, WriteLayerOutput
 
 DEAD_LETTER = "dead_letter"
@@ -75,12 +79,15 @@ class CorpusBuild:
 
     def __init__(self, config: CorpusConfig, pipeline_options: PipelineOptions, *,
                  snapshot_id: str | None = None, log: Callable[[str], None] = print,
-                 before_run: Callable[[str, beam.Pipeline], None] | None = None):
+                 before_run: Callable[[str, beam.Pipeline], None] | None = None,
+                 assemble_reused: bool = False):
         self.config = config
         self.options = pipeline_options
+        FileSystems.set_options(pipeline_options)  # the driver's own s3:// / gs:// calls (docs/s3.md)
         self.snapshot_id = snapshot_id
         self.log = log
         self.before_run = before_run  # sees each stage's pipeline before it runs (tests, tooling)
+        self.assemble_reused = assemble_reused  # also hand before_run the (unrun) graphs of reused layers
         self.root = config.output_root
 
     # --- the graph ----------------------------------------------------------
@@ -111,17 +118,37 @@ class CorpusBuild:
                     | "ExactDedup" >> exact_dedup.AnnotateExactDuplicates())})
             inputs_of_select["exact"] = exact.layer.key
 
+        near = None
+        if self.config.near_dedup.enabled:
+            previous = [near_dedup.resolve_against(self.root, entry, self.config.near_dedup)
+                        for entry in self.config.near_dedup.against]
+            near = self._stage(
+                near_dedup.STAGE, near_dedup.VERSION, near_dedup.stage_config(self.config.near_dedup),
+                {"documents": ingested.layer.key, **{f"against.{i}": prev.key for i, prev in enumerate(previous)}},
+                outputs=near_dedup.OUTPUTS, partitions=partitions,
+                build=lambda p, layer: near_dedup.build_stage(
+                    p, self.config.near_dedup, ingested.layer.part_paths(ingest.DOCUMENTS), previous))
+            inputs_of_select["near"] = near.layer.key
+
+        scored = cascade.run_scorers(self, ingested, exact, near, partitions)  # cascade.stages, in order
+        inputs_of_select.update({s.stage: s.layer.key for s in scored})
+
         def build_select(p, layer):
             inputs = {"documents": p | "ReadDocuments" >> ReadLayerOutput(
                 ingested.layer.part_paths(ingest.DOCUMENTS))}
             if exact is not None:
                 inputs["exact"] = p | "ReadExact" >> ReadLayerOutput(exact.layer.part_paths(exact_dedup.ANNOTATIONS))
-            return inputs | "Select" >> select.ApplyPolicy(self.config.policy)
+            if near is not None:
+                inputs["near"] = p | "ReadNear" >> ReadLayerOutput(near.layer.part_paths(near_dedup.ANNOTATIONS))
+            inputs.update(cascade.read_scores(p, scored, self.config))
+            return inputs | "Select" >> select.ApplyPolicy(self.config.policy, cascade.plan_of(self.config))
 
         selected = self._stage(
-            select.STAGE, select.VERSION, self.config.policy.model_dump(mode="json"), inputs_of_select,
+            select.STAGE, select.VERSION, cascade.select_config(self.config), inputs_of_select,
             outputs={select.GOLD: schemas.GOLD, select.DECISIONS: schemas.DECISION}, partitions=partitions,
             build=build_select)
+
+        indexed = cascade.run_index(self, selected, partitions)  # decontamination.index: n-grams of the gold text
 
         tokenize_config = {**self.config.tokenize.model_dump(mode="json", exclude={"tokenizer", "batch_size"}),
                            "tokenizer_sha256": tokenizer.sha256, "seed": self.config.seed}
@@ -135,8 +162,10 @@ class CorpusBuild:
                     self.config.tokenize, tokenizer, self.config.seed, layer.output_path("shards"))),
             finalize=self._collect_shards)
 
-        stages = [s for s in (ingested, exact, selected, tokenized) if s is not None]
+        stages = [s for s in (ingested, exact, near, *scored, selected, indexed, tokenized) if s is not None]
         manifest_out = self._publish(snapshot_id, tokenizer, stages)
+        from beam_pipeline.dataset.lineage import write_lineage  # one row per ingested record (docs/format.md)
+        write_lineage(self.root, manifest_out, log=self.log)
         run_id = digest_json({"snapshot": snapshot_id, "config": self.config.digest()})[:16]
         metrics_path = self._write_run_metrics(run_id, snapshot_id, manifest_out, stages,
                                                time.monotonic() - started)
@@ -168,25 +197,21 @@ class CorpusBuild:
         if layer.is_complete():
             ledger = layer.ledger()
             self.log(f"[{stage}] layer {key} is complete: reused ({_brief(ledger['counts'])})")
+            if self.before_run and self.assemble_reused:  # the graph for tooling (Dataflow dry run); not run
+                self.before_run(stage, self._assemble(layer, build, outputs, partitions, None)[0])
             return StageOutcome(stage, layer, version, config_digest, True, ledger["counts"], 0.0, ledger)
 
         self.log(f"[{stage}] running -> {layer.path}")
         started = time.monotonic()
-        pipeline = beam.Pipeline(options=self.options)
-        produced = build(pipeline, layer)
-        if not isinstance(produced, dict):
-            produced = {"_result": produced}
-        for name, schema in outputs.items():
-            produced[name] | f"Write_{name}" >> WriteLayerOutput(layer.output_path(name), schema, partitions)
-        if DEAD_LETTER in produced:
-            produced[DEAD_LETTER] | "Write_dead_letter" >> WriteLayerOutput(
-                layer.dead_letter_path, schemas.DEAD_LETTER, 1, sort_key=_dead_letter_order,
-                partition_key=lambda row: row["file"] or "")
+        progress = StageProgress(stage, self.options, self.log)  # '[stage] N records so far' lines
+        pipeline, produced = self._assemble(layer, build, outputs, partitions, progress.runner())
         if self.before_run:
             self.before_run(stage, pipeline)
         try:
-            result = pipeline.run()
-            state = result.wait_until_finish()
+            with progress:
+                result = pipeline.run()
+                progress.watch(result)
+                state = result.wait_until_finish()
         except Exception as err:  # noqa: BLE001 - runners wrap worker errors in many types
             raise StageFailed(f"stage {stage} failed: {root_cause(err)}") from err
         if state != PipelineState.DONE:
@@ -198,12 +223,30 @@ class CorpusBuild:
                  for name, schema in outputs.items()}
         if DEAD_LETTER in produced:
             parts[DEAD_LETTER] = collect_partitions(layer.dead_letter_path, 1, schemas.DEAD_LETTER)
+        written = sum(part["rows"] for output in parts.values() for part in output)
+        if written and not counts["in"]:  # 0 == 0 + 0 + 0 would pass the accounting check
+            raise StageFailed(f"stage {stage}: the job wrote {written} rows but the runner reported no "
+                              f"'{stage}' metrics (in=0); the accounting needs Beam metrics from the runner")
         extra = finalize(layer) if finalize else None
         seconds = time.monotonic() - started
         ledger = commit_layer(layer, version=version, config=stage_config, inputs=inputs, outputs=parts,
                               counts=counts, extra=extra)
         self.log(f"[{stage}] done in {seconds:.1f}s ({_brief(counts)})")
         return StageOutcome(stage, layer, version, config_digest, False, counts, seconds, ledger)
+
+    def _assemble(self, layer: Layer, build, outputs: dict[str, pa.Schema], partitions: int, runner):
+        """A stage's pipeline: its transforms, then a writer per output and for the dead letter."""
+        pipeline = beam.Pipeline(runner=runner, options=self.options)
+        produced = build(pipeline, layer)
+        if not isinstance(produced, dict):
+            produced = {"_result": produced}
+        for name, schema in outputs.items():
+            produced[name] | f"Write_{name}" >> WriteLayerOutput(layer.output_path(name), schema, partitions)
+        if DEAD_LETTER in produced:
+            produced[DEAD_LETTER] | "Write_dead_letter" >> WriteLayerOutput(
+                layer.dead_letter_path, schemas.DEAD_LETTER, 1, sort_key=_dead_letter_order,
+                partition_key=lambda row: row["file"] or "")
+        return pipeline, produced
 
     def _collect_shards(self, layer: Layer) -> dict:
         directory = layer.output_path("shards")

@@ -5,7 +5,15 @@ Commands:
 * ``run``       build the corpus a config describes (snapshot, every stage,
                 the dataset), resuming from complete layers;
 * ``snapshot``  fingerprint the inputs of a config and print the snapshot id;
-* ``inspect``   summarize a dataset from its manifest.
+* ``inspect``   summarize a dataset from its manifest;
+* ``report``    write a run's HTML report (``runs/<run_id>/report.html``), or
+                compare two runs or datasets (``--compare A B``);
+* ``select``, ``train-quality``, ``contamination-report``: re-selection
+  without recomputing scores, classifier training, decontamination of new
+  eval sets (``beam_pipeline/scoring/commands.py``, ``docs/policy.md``);
+* ``verify``, ``export-megatron``, ``lineage``, ``trace``, ``takedown``,
+  ``diff``: the training-side contract over published datasets (issue 6,
+  ``docs/format.md``), dispatched by ``DATASET_COMMANDS``.
 
 Arguments a command does not know are Beam pipeline options
 (``--runner=DataflowRunner --project=...``); with no ``--runner`` the build
@@ -17,8 +25,10 @@ import argparse
 import sys
 import time
 
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from beam_pipeline.scoring import commands as scoring_commands
 from beam_pipeline.accounting import AccountingError
 from beam_pipeline.build import CorpusBuild, StageFailed
 from beam_pipeline.config import ConfigError, CorpusConfig, load_config
@@ -33,6 +43,8 @@ examples:
       --runner=FlinkRunner --flink_master=localhost:8081
   python -m beam_pipeline snapshot --config corpus.yaml
   python -m beam_pipeline inspect out/demo/datasets/<dataset_id>
+  python -m beam_pipeline report out/demo/runs/<run_id>
+  python -m beam_pipeline report --compare out/a/datasets/<id> out/b/datasets/<id>
 
 Any other --option is passed to Apache Beam (see `--help` of apache_beam's
 PipelineOptions); without --runner the local DirectRunner uses every core.
@@ -57,6 +69,18 @@ def _parser() -> argparse.ArgumentParser:
 
     inspect = commands.add_parser("inspect", help="summarize a dataset manifest")
     inspect.add_argument("dataset", help="manifest.json, a dataset folder, or <root>/datasets/<dataset_id>")
+
+    report = commands.add_parser("report", help="write a run's HTML report, or compare two runs",
+                                 description="Write <root>/runs/<run_id>/report.html from the run's metrics, "
+                                             "layers and manifest (see docs/report.md).")
+    report.add_argument("target", nargs="?", help="runs/<run_id>, its metrics.json, a dataset folder or "
+                                                  "manifest.json, or an output root (its latest run)")
+    report.add_argument("--compare", nargs=2, metavar=("A", "B"), help="put two runs or datasets side by side")
+    report.add_argument("--output", help="where to write the page (default: in the run folder)")
+    report.add_argument("--target_tokens", type=int, help="override report.target_tokens of the config")
+    report.add_argument("--mixture", help="override report.mixture, e.g. docs=0.5,encyclopedic=0.3,legal=0.2")
+    _add_dataset_commands(commands)
+    scoring_commands.add_commands(commands)
     return parser
 
 
@@ -65,11 +89,20 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "inspect":
             return _inspect(args)
-        config = _load(args)
+        if args.command in DATASET_COMMANDS:
+            return _dataset_command(args, beam_args)
+        if args.command == "report":
+            return _report(args)
+        if args.command in scoring_commands.COMMANDS:
+            return scoring_commands.main(args, beam_args, run=_run)
         options = PipelineOptions(LocalRunnerDefaults.apply(beam_args))
-        if args.command == "snapshot":
-            return _snapshot(config, options)
-        return _run(config, options, args.snapshot_id)
+        FileSystems.set_options(options)  # driver-side s3:// and gs:// calls use --s3_* / GCP options too
+        config = _load(args)
+        from beam_pipeline.launcher import one_job_server
+        with one_job_server(options):  # FlinkRunner: one job server for all of the build's jobs
+            if args.command == "snapshot":
+                return _snapshot(config, options)
+            return _run(config, options, args.snapshot_id)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -81,10 +114,8 @@ def main(argv: list[str] | None = None) -> int:
 def _load(args) -> CorpusConfig:
     if not args.config:
         raise ConfigError("--config is required: the corpus YAML file to build (see docs/config.md)")
-    config = load_config(args.config)
-    if args.output_root:
-        config = config.model_copy(update={"output_root": args.output_root})
-    return config
+    from beam_pipeline.launcher import load_any_config
+    return load_any_config(args.config, args.output_root)  # a local file, or gs:// / s3:// (absolute URIs)
 
 
 def _snapshot(config: CorpusConfig, options: PipelineOptions) -> int:
@@ -95,14 +126,18 @@ def _snapshot(config: CorpusConfig, options: PipelineOptions) -> int:
     return 0
 
 
-def _run(config: CorpusConfig, options: PipelineOptions, snapshot_id: str | None) -> int:
+def _run(config: CorpusConfig, options: PipelineOptions, snapshot_id: str | None, prepare=None) -> int:
     started = time.monotonic()
-    result = CorpusBuild(config, options, snapshot_id=snapshot_id, log=_log(started)).run()
+    build = CorpusBuild(config, options, snapshot_id=snapshot_id, log=_log(started))
+    if prepare is not None:  # e.g. re-selection pins the scorer layers (scoring/commands.py)
+        prepare(build)
+    result = build.run()
     print()
-    print(f"{'stage':<12} {'in':>8} {'out':>8} {'dropped':>8} {'dead':>6}  layer")
+    width = max(len("stage"), *(len(stage.stage) for stage in result.stages))
+    print(f"{'stage':<{width}} {'in':>8} {'out':>8} {'dropped':>8} {'dead':>6}  layer")
     for stage in result.stages:
         c = stage.counts
-        print(f"{stage.stage:<12} {c['in']:>8} {c['passed']:>8} {sum(c['filtered'].values()):>8} "
+        print(f"{stage.stage:<{width}} {c['in']:>8} {c['passed']:>8} {sum(c['filtered'].values()):>8} "
               f"{c['dead_letter']:>6}  {stage.layer.key}{' (reused)' if stage.reused else ''}")
     shards = result.manifest["shards"]
     print()
@@ -113,6 +148,12 @@ def _run(config: CorpusConfig, options: PipelineOptions, snapshot_id: str | None
     print(f"dataset_id  {result.dataset_id}")
     print(f"dataset     {result.dataset_path}")
     print(f"metrics     {result.metrics_path}")
+    from beam_pipeline.report import write_report  # matplotlib is loaded only when a report is written
+    try:
+        print(f"report      {write_report(result.metrics_path)}")
+    except Exception as err:  # noqa: BLE001 - the dataset is published; a report bug must not hide that
+        print(f"warning: the run report could not be written: {type(err).__name__}: {err}; "
+              f"retry with: python -m beam_pipeline report {result.metrics_path}", file=sys.stderr)
     return 0
 
 
@@ -125,6 +166,99 @@ def _log(started: float):
 def _inspect(args) -> int:
     print(summarize(load_manifest(args.dataset)))
     return 0
+
+
+def _report(args) -> int:
+    from beam_pipeline.report import ReportError, write_compare, write_report
+    try:
+        if args.compare:
+            path, summary = write_compare(*args.compare, output=args.output)
+            print(summary)
+        elif args.target:
+            overrides = {}
+            if args.target_tokens:
+                overrides["target_tokens"] = args.target_tokens
+            if args.mixture:
+                overrides["mixture"] = _mixture(args.mixture)
+            path = write_report(args.target, output=args.output, report_config=overrides)
+        else:
+            raise ReportError("name a run or dataset (report RUN_OR_DATASET), or two (report --compare A B)")
+    except ReportError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"report      {path}")
+    return 0
+
+
+def _mixture(text: str) -> dict[str, float]:
+    """``docs=0.5,legal=0.2`` -> {"docs": 0.5, "legal": 0.2}."""
+    from beam_pipeline.report import ReportError
+    weights = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, weight = item.partition("=")
+        try:
+            weights[name.strip()] = float(weight)
+        except ValueError:
+            raise ReportError(f"--mixture: expected bucket=weight[,bucket=weight...], got {item!r}") from None
+    return weights
+
+
+#: Commands over published datasets: name -> "module:function(args) -> exit code".
+DATASET_COMMANDS = {
+    "verify": "beam_pipeline.dataset.verify:cli_verify",
+    "export-megatron": "beam_pipeline.dataset.megatron:cli_export_megatron",
+    "lineage": "beam_pipeline.dataset.lineage:cli_lineage",
+    "trace": "beam_pipeline.dataset.lineage:cli_trace",
+    "takedown": "beam_pipeline.dataset.takedown:cli_takedown",
+    "diff": "beam_pipeline.dataset.diff:cli_diff",
+}
+
+
+def _add_dataset_commands(commands) -> None:
+    dataset_help = "a dataset folder <root>/datasets/<dataset_id> (or its manifest.json)"
+    verify = commands.add_parser("verify", help="recompute every digest, leaf and the Merkle root; exit 1 on mismatch")
+    verify.add_argument("dataset", help=dataset_help)
+    verify.add_argument("--json", action="store_true", help="print the report as JSON")
+    verify.add_argument("--skip-lineage", action="store_true", help="do not check the lineage table")
+
+    export = commands.add_parser("export-megatron", help="write a Megatron-LM indexed dataset (.bin/.idx)")
+    export.add_argument("dataset", help=dataset_help)
+    export.add_argument("out_prefix", help="output path without .bin/.idx (Megatron's --data-path)")
+    export.add_argument("--domain", action="append", help="only this domain bucket (repeatable)")
+
+    lineage = commands.add_parser("lineage", help="(re)write a dataset's lineage table from its layers")
+    lineage.add_argument("dataset", help=dataset_help)
+    lineage.add_argument("--force", action="store_true", help="rewrite even if lineage/_LINEAGE.json exists")
+
+    trace = commands.add_parser("trace", help="token T of shard S -> its document, decisions and raw record")
+    trace.add_argument("--dataset", required=True, help=dataset_help)
+    trace.add_argument("--shard", required=True, help="shard name, e.g. docs-00003-of-00011")
+    trace.add_argument("--offset", required=True, type=int, help="token offset in the shard's .bin")
+    trace.add_argument("--max-chars", type=int, default=1200, help="characters of the record text to print")
+
+    takedown = commands.add_parser("takedown", help="publish a version without some documents")
+    takedown.add_argument("--dataset", required=True, help=dataset_help)
+    what = takedown.add_mutually_exclusive_group(required=True)
+    what.add_argument("--doc-ids", help="file of doc_ids, one per line")
+    what.add_argument("--urls", help="file of URLs, one per line (documents and their repeats)")
+    what.add_argument("--url-pattern", help="regular expression searched in every URL")
+    takedown.add_argument("--reason", default="takedown request", help="recorded with each tombstone")
+    takedown.add_argument("--exact-only", action="store_true",
+                          help="do not also remove exact duplicates (same content_hash) of matched documents")
+
+    diff = commands.add_parser("diff", help="compare two datasets: stages, config, counts, shards")
+    diff.add_argument("a", help=dataset_help)
+    diff.add_argument("b", help=dataset_help)
+    diff.add_argument("--json", action="store_true", help="print the differences as JSON")
+
+
+def _dataset_command(args, extra: list[str]) -> int:
+    if extra:
+        print(f"error: {args.command}: unrecognized arguments: {' '.join(extra)}", file=sys.stderr)
+        return 2
+    import importlib
+    module, _, function = DATASET_COMMANDS[args.command].partition(":")
+    return getattr(importlib.import_module(module), function)(args)
 
 
 if __name__ == "__main__":

@@ -18,9 +18,14 @@ import re
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
 
 from beam_pipeline.hashing import digest_json
+from beam_pipeline.policy_rules import OverrideConfig, RedactConfig, RuleConfig, expand_policy_file
+from beam_pipeline.scoring.config import (BlocklistConfig, CascadeConfig, DecontaminationConfig, HeuristicsConfig,
+                                          LanguageConfig, PiiConfig, QualityConfig, SafetyConfig, check_scoring,
+                                          resolve_paths)
+from beam_pipeline.web.config import ExtractConfig
 
 SOURCE_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 _SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
@@ -49,12 +54,34 @@ class SourceConfig(_Strict):
 
     name: str = Field(description="Short unique name; part of every doc_id from this source.")
     uri: str = Field(description="Glob on any Beam filesystem (local, s3://, gs://, hdfs://).")
-    format: Literal["jsonl", "parquet", "text"] = Field(
-        description="jsonl (.jsonl, .jsonl.gz, .jsonl.zst), parquet, or text (one document per file).")
+    format: Literal["jsonl", "parquet", "text", "warc"] = Field(
+        description="jsonl (.jsonl, .jsonl.gz, .jsonl.zst), parquet, text (one document per file), "
+                    "or warc (WARC, WET, ARC; plain or gzip: docs/web.md).")
     rank: int = Field(ge=0, description="Source rank: lower wins when duplicates are resolved.")
     license: str = Field(min_length=1, description="Default license of the records (a record's own field wins).")
     domain: str = Field(description="Domain bucket; shards are homogeneous by bucket.")
     fields: FieldMap = FieldMap()
+    extract: ExtractConfig | None = Field(None, description="format warc only: records and text extraction.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _extract_defaults(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("format") == "warc" and data.get("extract") is None:
+            data = {**data, "extract": {}}
+        return data
+
+    @model_validator(mode="after")
+    def _extract_only_for_warc(self) -> "SourceConfig":
+        if self.extract is not None and self.format != "warc":
+            raise ValueError("extract applies to format: warc only")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _without_unset_extract(self, handler):
+        data = handler(self)  # a source without `extract` dumps as before it existed (same layer keys)
+        if isinstance(data, dict) and data.get("extract") is None:
+            data.pop("extract", None)
+        return data
 
     @field_validator("name", "domain")
     @classmethod
@@ -83,13 +110,87 @@ class ExactDedupConfig(_Strict):
     enabled: bool = True
 
 
+class ShingleConfig(_Strict):
+    """Features of a document for MinHash and SimHash (normalization: docs/near_dedup.md)."""
+
+    kind: Literal["word", "char"] = Field("word", description="word n-grams or character n-grams.")
+    size: int = Field(5, ge=1, le=64, description="n: words (or characters) per shingle.")
+
+
+class MinHashConfig(_Strict):
+    num_perm: int = Field(112, ge=8, le=1024, description="Values per MinHash signature.")
+    threshold: float = Field(0.7, gt=0.0, lt=1.0, description="Target Jaccard similarity of near duplicates.")
+    bands: int | None = Field(None, ge=1, description="LSH bands; with rows, overrides the choice from threshold.")
+    rows: int | None = Field(None, ge=1, description="Signature values per band.")
+    fp_weight: float = Field(0.2, ge=0.0, le=1.0, description="Weight of the false-positive area when choosing bands "
+                                                              "(low: candidates are verified anyway).")
+    fn_weight: float = Field(0.8, ge=0.0, le=1.0, description="Weight of the false-negative area when choosing bands.")
+
+    @model_validator(mode="after")
+    def _bands_rows(self) -> "MinHashConfig":
+        if (self.bands is None) != (self.rows is None):
+            raise ValueError("set both bands and rows, or neither (then they are chosen from threshold)")
+        if self.bands is not None and self.bands * self.rows > self.num_perm:
+            raise ValueError(f"bands * rows ({self.bands * self.rows}) must not exceed num_perm ({self.num_perm})")
+        return self
+
+
+class SimHashConfig(_Strict):
+    max_hamming: int = Field(3, ge=0, le=16, description="Fingerprints within this many bits are near duplicates.")
+    blocks: int | None = Field(None, ge=1, le=64, description="Blocks of the 64 bits (default max_hamming + 1).")
+
+    @model_validator(mode="after")
+    def _pigeonhole(self) -> "SimHashConfig":
+        if self.blocks is not None and self.blocks <= self.max_hamming:
+            raise ValueError(f"blocks ({self.blocks}) must exceed max_hamming ({self.max_hamming})")
+        return self
+
+
+class LineDedupConfig(_Strict):
+    enabled: bool = Field(True, description="Count lines corpus-wide; boilerplate stays out of signatures.")
+    min_repeats: int = Field(100, ge=1, description="Lines in more than this many documents are boilerplate.")
+    min_chars: int = Field(20, ge=1, description="Shorter (normalized) lines are never boilerplate.")
+
+
+class SubstringDedupConfig(_Strict):
+    sources: list[str] = Field(default_factory=list, description="High-risk sources whose repeated spans are removed.")
+    min_words: int = Field(50, ge=5, le=10_000, description="Shortest repeated span removed, in words.")
+
+
+class NearDedupConfig(_Strict):
+    """Near-duplicate clusters, boilerplate lines and repeated spans (docs/near_dedup.md)."""
+
+    enabled: bool = False
+    method: Literal["minhash", "simhash", "both"] = "minhash"
+    seed: int = Field(0, ge=0, lt=1 << 63, description="Seeds shingle hashes, permutations and band keys.")
+    shingles: ShingleConfig = ShingleConfig()
+    minhash: MinHashConfig = MinHashConfig()
+    simhash: SimHashConfig = SimHashConfig()
+    verify: Literal["signature", "jaccard", "none"] = Field(
+        "signature", description="Check of each candidate pair: estimated Jaccard, true Jaccard, or none.")
+    verify_threshold: float | None = Field(None, gt=0.0, le=1.0, description="Defaults to minhash.threshold.")
+    max_rounds: int = Field(20, ge=1, le=200, description="Connected-component rounds before the stage fails.")
+    max_cluster_size: int = Field(100, ge=2, description="Larger clusters are reported and verified pairwise.")
+    sample_members: int = Field(10, ge=1, le=1000, description="Members listed per large cluster.")
+    lines: LineDedupConfig = LineDedupConfig()
+    substrings: SubstringDedupConfig = SubstringDedupConfig()
+    against: list[str] = Field(default_factory=list,
+                               description="Earlier near_dedup layers (absolute path/URI) or dataset ids to dedup against.")
+
+
 class PolicyConfig(_Strict):
     """The keep/drop policy applied by ``select``: annotations in, decisions out."""
 
     drop_exact_duplicates: bool = True
+    drop_near_duplicates: bool = True
+    strip_boilerplate_lines: bool = Field(True, description="Remove lines the near-dedup stage marked as boilerplate.")
+    strip_repeated_spans: bool = Field(True, description="Remove spans the near-dedup stage found repeated.")
     min_chars: int = Field(1, ge=0, description="Drop documents with fewer characters (reason too_short).")
     max_chars: int = Field(1_000_000, ge=1, description="Drop documents with more characters (reason too_long).")
     min_words: int = Field(0, ge=0, description="Drop documents with fewer whitespace-separated words (too_few_words).")
+    rules: list[RuleConfig] = Field(default_factory=list, description="Rules over annotation columns (docs/policy.md).")
+    overrides: list[OverrideConfig] = Field(default_factory=list, description="Per-source / per-domain rule changes.")
+    redact: RedactConfig = RedactConfig()
 
     @model_validator(mode="after")
     def _bounds(self) -> "PolicyConfig":
@@ -125,6 +226,16 @@ class AccountingConfig(_Strict):
         description="A stage whose dead letters exceed this fraction of its input fails the run.")
 
 
+class ReportConfig(_Strict):
+    """What the run report compares the dataset with; a view only (not part of the config digest)."""
+
+    target_tokens: int | None = Field(None, ge=1, description="Tokens the training run will draw from the dataset.")
+    mixture: dict[str, float] = Field(default_factory=dict,
+                                      description="Target share of each domain bucket (normalized to sum 1).")
+    max_epochs: float = Field(4.0, gt=0, description="Warn when a bucket must be repeated more often than this.")
+    samples_per_reason: int = Field(20, ge=0, le=1000, description="Dropped documents shown per drop reason.")
+
+
 class CorpusConfig(_Strict):
     """A whole corpus build. ``config_dir`` is set by :func:`load_config`."""
 
@@ -135,10 +246,20 @@ class CorpusConfig(_Strict):
     snapshot: SnapshotConfig = SnapshotConfig()
     ingest: IngestConfig = IngestConfig()
     exact_dedup: ExactDedupConfig = ExactDedupConfig()
+    near_dedup: NearDedupConfig = NearDedupConfig()
     policy: PolicyConfig = PolicyConfig()
     tokenize: TokenizeConfig
     layout: LayoutConfig = LayoutConfig()
     accounting: AccountingConfig = AccountingConfig()
+    report: ReportConfig = ReportConfig()
+    cascade: CascadeConfig = CascadeConfig()     # scorer stages in order (docs/filters.md)
+    language: LanguageConfig = LanguageConfig()
+    heuristics: HeuristicsConfig = HeuristicsConfig()
+    blocklist: BlocklistConfig = BlocklistConfig()
+    quality: QualityConfig = QualityConfig()
+    safety: SafetyConfig = SafetyConfig()
+    pii: PiiConfig = PiiConfig()
+    decontamination: DecontaminationConfig = DecontaminationConfig()
 
     @field_validator("name")
     @classmethod
@@ -153,6 +274,14 @@ class CorpusConfig(_Strict):
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
             raise ValueError(f"source names must be unique; repeated: {', '.join(repeated)}")
+        unknown = sorted(set(self.near_dedup.substrings.sources) - set(names))
+        if unknown:
+            raise ValueError(f"near_dedup.substrings.sources names unknown sources: {', '.join(unknown)}")
+        return self
+
+    @model_validator(mode="after")
+    def _scoring(self) -> "CorpusConfig":
+        check_scoring(self)  # cascade order and dependencies, rules vs. layers (scoring/config.py)
         return self
 
     def source(self, name: str) -> SourceConfig:
@@ -163,7 +292,8 @@ class CorpusConfig(_Strict):
 
     def digest(self) -> str:
         """sha256 of the canonical config (what the build depends on, not where it writes)."""
-        return digest_json(self.model_dump(mode="json", exclude={"output_root"}))
+        # ``report`` only changes how a run is shown, never the data.
+        return digest_json(self.model_dump(mode="json", exclude={"output_root", "report"}))
 
 
 def resolve_path(path: str, base_dir: str) -> str:
@@ -178,14 +308,17 @@ def parse_config(data: Any, *, base_dir: str = ".", source_name: str = "<config>
     if not isinstance(data, dict):
         raise ConfigError(f"{source_name}: the top level must be a mapping of fields, got {type(data).__name__}")
     try:
-        config = CorpusConfig.model_validate(data)
+        config = CorpusConfig.model_validate(expand_policy_file(data, base_dir))
     except ValidationError as err:
         raise ConfigError(_describe(err, source_name)) from None
+    except ValueError as err:  # a policy file that cannot be read
+        raise ConfigError(f"{source_name}: {err}") from None
     return config.model_copy(update={
         "output_root": resolve_path(config.output_root, base_dir),
         "sources": [s.model_copy(update={"uri": resolve_path(s.uri, base_dir)}) for s in config.sources],
         "tokenize": config.tokenize.model_copy(
             update={"tokenizer": resolve_path(config.tokenize.tokenizer, base_dir)}),
+        **resolve_paths(config, base_dir),  # models, lists, eval sets of the scoring stages
     })
 
 
@@ -212,7 +345,8 @@ def _describe(err: ValidationError, source_name: str) -> str:
         elif kind == "missing":
             lines.append(f"  {where}: required field is missing")
         else:
-            lines.append(f"  {where}: {problem['msg']} (got {value!r})")
+            shown = "" if not problem["loc"] else f" (got {value!r})"  # top level: the message names the fields
+            lines.append(f"  {where}: {problem['msg']}{shown}")
     return "\n".join(lines)
 
 

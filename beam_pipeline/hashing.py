@@ -19,6 +19,7 @@ import hashlib
 import json
 from typing import Any, BinaryIO, Iterable
 
+import numpy as np
 import xxhash
 
 _SEP = b"\x1f"  # unit separator: cannot appear in a source name
@@ -95,3 +96,13 @@ def merkle_root(leaves: Iterable[str]) -> str:
             paired.append(level[-1])
         level = paired
     return level[0].hex()
+
+
+def splitmix64(x: np.ndarray) -> np.ndarray:
+    """The splitmix64 finalizer over a uint64 array (wrapping arithmetic): a cheap, well-mixed 64-bit
+    permutation (Steele, Lea, Flood, "Fast splittable pseudorandom number generators", OOPSLA 2014)."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * np.uint64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> np.uint64(27))
+    x = x * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))

@@ -23,12 +23,13 @@ import unicodedata
 
 NORMALIZATION_VERSION = "nfc-v1"
 
-_NONCHARACTERS = "".join(
-    [chr(c) for c in range(0xFDD0, 0xFDF0)]
-    + [chr(plane * 0x10000 + low) for plane in range(17) for low in (0xFFFE, 0xFFFF)]
-)
-_REMOVE = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff" + re.escape(_NONCHARACTERS) + "]"
+# One character class for the Basic Multilingual Plane (controls, surrogates, U+FDD0..U+FDEF,
+# U+FFFE, U+FFFF) and a second pass for the 32 non-characters of the other planes, run only
+# when the text has a character above U+FFFF: a class holding astral characters makes `re`
+# more than twice as slow on every text. The removed set is the same as one class would be.
+_REMOVE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\ufdd0-\ufdef\ufffe\uffff]")
+_REMOVE_ASTRAL = re.compile(
+    "[" + "".join(chr(plane * 0x10000 + low) for plane in range(1, 17) for low in (0xFFFE, 0xFFFF)) + "]"
 )
 _TRAILING_SPACE = re.compile(r"[ \t\u00a0\u3000]+(?=\n)")
 
@@ -39,6 +40,8 @@ def normalize_text(text: str) -> str:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     text = _REMOVE.sub("", text)
     if not text.isascii():
+        if max(text) > "\uffff":
+            text = _REMOVE_ASTRAL.sub("", text)
         text = unicodedata.normalize("NFC", text)
     text = _TRAILING_SPACE.sub("", text)
     return text.strip()

@@ -7,25 +7,31 @@ the reason, so every dropped document has exactly one reason:
 
 1. ``exact_duplicate``  a member of an exact-duplicate group that is not its
    representative (when ``policy.drop_exact_duplicates``);
-2. ``too_short`` / ``too_long``  character count outside
+2. ``near_duplicate``  a member of a near-duplicate cluster that is not its
+   representative, or a copy of a document of a previous version (when
+   ``policy.drop_near_duplicates``; see docs/near_dedup.md);
+3. ``too_short`` / ``too_long``  character count outside
    [``min_chars``, ``max_chars``];
-3. ``too_few_words``  fewer than ``min_words`` whitespace-separated words.
+4. ``too_few_words``  fewer than ``min_words`` whitespace-separated words.
 """
 from __future__ import annotations
 
 from beam_pipeline.config import PolicyConfig
 
-REASONS = ("exact_duplicate", "too_short", "too_long", "too_few_words")
+REASONS = ("exact_duplicate", "near_duplicate", "too_short", "too_long", "too_few_words")
 
 
-def decide(document: dict, exact: dict | None, policy: PolicyConfig) -> str | None:
+def decide(document: dict, exact: dict | None, policy: PolicyConfig, near: dict | None = None) -> str | None:
     """The drop reason for ``document``, or None to keep it.
 
     ``exact`` is the document's exact-dedup annotation (None when that stage
-    is disabled: absent scores never drop a document).
+    is disabled: absent scores never drop a document); ``near`` likewise its
+    near-dedup annotation.
     """
     if policy.drop_exact_duplicates and exact is not None and exact["is_duplicate"]:
         return "exact_duplicate"
+    if policy.drop_near_duplicates and near is not None and near["is_duplicate"]:
+        return "near_duplicate"
     n_chars = document["n_chars"]
     if n_chars < policy.min_chars:
         return "too_short"

@@ -21,6 +21,12 @@ Formats (``FORMATS``)
     The whole (decompressed) file is one document: UTF-8 decoded with
     ``errors="replace"`` so a bad byte costs one U+FFFD, not the file;
     ``position`` and ``byte_offset`` are 0 and the optional fields are None.
+``warc``
+    WARC, WET and ARC files (plain or gzip), read by :mod:`beam_pipeline.web`:
+    one record per page whose text the source's ``extract`` settings keep
+    (HTML to text); ``position`` and ``byte_offset`` are the record's stored
+    offset (docs/web.md). Records the policy filters are not yielded. The
+    ingest stage reads web archives in byte ranges instead (``web.transforms``).
 
 Optional fields (url, date, license, record id) are None when absent or
 JSON null, else ``str(value)``. An empty text (``""``) is a record, not a bad
@@ -77,7 +83,7 @@ from typing import BinaryIO, Callable, Iterator, NamedTuple
 
 import zstandard
 
-FORMATS = ("jsonl", "parquet", "text")
+FORMATS = ("jsonl", "parquet", "text", "warc")
 
 _PREFIX_BYTES = 256  # how much of a bad record we keep in BadRecord.raw_prefix
 _GZIP_WBITS = 16 + zlib.MAX_WBITS  # gzip header and trailer, 32 KiB window
@@ -139,6 +145,7 @@ def iter_records(
     id_field: str = "id",
     max_record_bytes: int = 8 << 20,
     chunk_size: int = 1 << 20,
+    extract: dict | None = None,
 ) -> Iterator[RawRecord | BadRecord]:
     """Yield every record of one file as a RawRecord, or a BadRecord if unreadable.
 
@@ -157,6 +164,10 @@ def iter_records(
             f"{max_record_bytes} and {chunk_size}"
         )
     fields = _FieldNames(text_field, url_field, date_field, license_field, id_field)
+    if fmt == "warc":  # extract: the source's `extract` settings (defaults if None)
+        from beam_pipeline.web.records import iter_raw_records
+
+        return iter_raw_records(open_binary, extract, max_record_bytes)
     if fmt == "parquet":
         return _iter_parquet(open_binary, fields, max_record_bytes)
     if fmt == "text":

@@ -18,7 +18,9 @@ from pathlib import Path
 
 # (category, substrings of a frame "func (file:line)"); first match from the leaf wins.
 CATEGORIES = [
-    ("tokenizers encode_batch", ("encode_batch",)),
+    # encode_batch is native code: its leaf Python frame is the DoFn line calling it. Its rayon
+    # threads have no Python thread state and are invisible to py-spy (see the header).
+    ("tokenizer DoFn (encode_batch, ids -> numpy)", ("encode_batch", "TokenizeBatchFn.process")),
     ("normalize_text", ("beam_pipeline/normalize.py",)),
     ("doc_id / content_hash", ("beam_pipeline/hashing.py",)),
     ("json.loads (reader)", ("json/decoder.py", "json/__init__.py", "_record_from_json")),
@@ -28,7 +30,8 @@ CATEGORIES = [
     ("Parquet read (layer partitions)", ("read_partition_rows",)),
     ("pack + sort shard (numpy)", ("pack_documents", "WriteShardFn")),
     ("sort rows of a partition", ("layer_io.py",)),
-    ("Beam coders (encode/decode elements)", ("apache_beam/coders/",)),
+    ("Beam coders (encode/decode elements)", ("apache_beam/coders/", "DataInputOperation.process_encoded",
+                                              "DataOutputOperation.process")),
     ("pickle / dill", ("pickle", "dill")),
     ("Beam data plane / gRPC", ("data_plane.py", "grpc", "channel.py")),
     ("Beam runner (driver: stages, GroupByKey buffers)", ("fn_api_runner/",)),
@@ -47,12 +50,12 @@ NATIVE = "native threads (no Python frame: gRPC core, rayon, Arrow)"
 # misses some of them (under CPU contention especially), so they are dropped here.
 IDLE_LEAVES = ("Condition.wait (", "Event.wait (", "Popen._try_wait (", "_serve (grpc/", "Queue.get (",
                "sleep (", "select (", "poll (", "ProgressRequester.run (", "_RequestIterator._next (",
-               "_channel_spin (", "channel_spin (", "Thread.join (", "Lock.acquire (", "_wait_for_tstate_lock (",
+               "channel_spin (grpc/", "Thread.join (", "Lock.acquire (", "_wait_for_tstate_lock (",
                "_consume_request_iterator (", "next (grpc/")
 
 
 def is_idle(frames: list[str]) -> bool:
-    return bool(frames) and frames[-1].startswith(IDLE_LEAVES)
+    return bool(frames) and any(marker in frames[-1] for marker in IDLE_LEAVES)
 
 
 def categorize(frames: list[str]) -> str:
@@ -83,9 +86,14 @@ def parse(path: Path):
 
 
 def summarize(directory: Path, rate: int = 100) -> str:
-    out = ["### Where the CPU goes, per stage (py-spy, separate profiled run)", "",
-           f"CPU seconds = on-CPU samples / {rate} Hz, driver process (DirectRunner control + data plane) and "
-           "SDK worker processes; each sample goes to the first recognised frame from the leaf up.", ""]
+    out = ["### Where the time goes, per stage (py-spy, separate profiled run)", "",
+           f"Sampled seconds = non-idle samples / {rate} Hz of the Python threads of the driver process "
+           "(DirectRunner control and data plane, GroupByKey buffers) and of the SDK worker processes; each "
+           "sample goes to the first recognised frame from the leaf up; known blocking calls (condition "
+           "waits, gRPC polling) are dropped. Read the shares, not the seconds: a runnable thread that waits "
+           "for a core counts as busy, so on a loaded machine the seconds exceed the CPU seconds of "
+           "getrusage; and native threads without a Python thread state (tokenizers' rayon pool) are not "
+           "sampled at all, so the tokenize profile shows the Beam side of that stage, not the tokenizer.", ""]
     files = sorted(Path(directory).glob("*.txt"), key=lambda p: p.stat().st_mtime)
     for path in files:
         totals = collections.Counter()
@@ -99,7 +107,7 @@ def summarize(directory: Path, rate: int = 100) -> str:
             by_role[(category, role)] += count
             leaves[(role, frames[-1] if frames else NATIVE)] += count
         grand = sum(totals.values()) or 1
-        out += [f"#### {path.stem}: {grand / rate:.0f} CPU s "
+        out += [f"#### {path.stem}: {grand / rate:.0f} sampled s "
                 f"(driver {sum(v for (c, r), v in by_role.items() if r == 'driver') / rate:.0f} s, "
                 f"workers {sum(v for (c, r), v in by_role.items() if r == 'worker') / rate:.0f} s)", "",
                 "| category | driver s | workers s | share |", "|---|---:|---:|---:|"]

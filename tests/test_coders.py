@@ -1,5 +1,11 @@
-"""Every grouping key in every stage's job has a deterministic, non-pickling coder."""
-import pytest
+"""Every grouping key in every stage's job has a deterministic, non-pickling coder.
+
+The graphs are those the driver assembles for each stage: over a copy of the
+reference build every layer is complete, and ``assemble_reused=True`` hands
+each stage's (unrun) pipeline to the hook, exactly as it would be run.
+"""
+import shutil
+
 from apache_beam.coders import coders
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.portability import common_urns
@@ -12,7 +18,7 @@ from conftest import IN_PROCESS, SAMPLE_CONFIG
 ALLOWED_KEY_CODERS = (coders.StrUtf8Coder, coders.VarIntCoder, coders.BytesCoder)
 
 
-def test_grouping_keys_use_deterministic_coders(tmp_path):
+def test_grouping_keys_use_deterministic_coders(built, tmp_path):
     seen = {}
 
     def record(stage, pipeline):
@@ -25,9 +31,14 @@ def test_grouping_keys_use_deterministic_coders(tmp_path):
             key_coder = context.coders.get_by_id(proto.components.pcollections[pcoll_id].coder_id).key_coder()
             seen[f"{stage}: {transform.unique_name}"] = key_coder
 
-    config = load_config(SAMPLE_CONFIG).model_copy(update={"output_root": str(tmp_path / "out")})
-    CorpusBuild(config, PipelineOptions(IN_PROCESS), log=lambda m: None, before_run=record).run()
-    assert {name.split(":")[0] for name in seen} == {"ingest", "exact_dedup", "select", "tokenize"}
+    root = str(tmp_path / "out")
+    shutil.copytree(built["root"], root)
+    config = load_config(SAMPLE_CONFIG).model_copy(update={"output_root": root})
+    CorpusBuild(config, PipelineOptions(IN_PROCESS), snapshot_id=built["manifest"]["snapshot_id"],
+                log=lambda m: None, before_run=record, assemble_reused=True).run()
+    assert {name.split(":")[0] for name in seen} == {"ingest", "exact_dedup", "near_dedup", "select", "tokenize",
+                                                     "language", "heuristics", "blocklist", "quality", "safety",
+                                                     "pii", "decontamination", "ngram_index"}
     ours = dict(seen)
     bad = {name: str(coder) for name, coder in ours.items()
            if not (isinstance(coder, ALLOWED_KEY_CODERS) and coder.is_deterministic())}

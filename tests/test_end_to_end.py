@@ -14,7 +14,8 @@ from beam_pipeline.hashing import merkle_root
 from beam_pipeline.manifest import shard_leaf
 from conftest import IN_PROCESS, SAMPLE_CONFIG
 
-STAGES = ["ingest", "exact_dedup", "select", "tokenize"]
+SCORERS = ["language", "heuristics", "blocklist", "quality", "safety", "pii", "decontamination"]  # sample cascade
+STAGES = ["ingest", "exact_dedup", "near_dedup", *SCORERS, "select", "ngram_index", "tokenize"]
 
 
 def test_every_stage_accounts_for_every_record(built):

@@ -28,3 +28,12 @@ def test_idempotent_even_when_removal_enables_composition():
     once = normalize_text(raw)
     assert once == normalize_text(once)
     assert unicodedata.is_normalized("NFC", once)
+
+
+def test_all_66_noncharacters_are_removed_and_other_astral_characters_kept():
+    noncharacters = [chr(c) for c in range(0xFDD0, 0xFDF0)] + [
+        chr(plane * 0x10000 + low) for plane in range(17) for low in (0xFFFE, 0xFFFF)]
+    assert len(noncharacters) == 66
+    for ch in noncharacters:
+        assert normalize_text(f"a{ch}b") == "ab", hex(ord(ch))
+    assert normalize_text("emoji \U0001F600 and \U0001FFFD stay\U0010FFFE") == "emoji \U0001F600 and \U0001FFFD stay"

@@ -1,6 +1,14 @@
-"""A build killed with SIGKILL at any point, then rerun, gives the clean build's bytes."""
+"""A build killed with SIGKILL at any point, then rerun, gives the clean build's bytes.
+
+To kill inside a late stage without paying for the stages before it, the
+output root starts with a copy of the reference build's layers of every
+earlier stage (what an earlier, interrupted run would have committed); the
+killed run reuses them and dies inside the stage under test; the rerun must
+finish from there to the reference bytes.
+"""
 import glob
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +27,13 @@ KILL_POINTS = {
     "select": "layers/select/*",
     "tokenize": "layers/tokenize/*/shards/*.bin",
 }
+
+
+def copy_layers_before(stage: str, reference_root: str, root: str, run_order: list[str]) -> None:
+    """Copy the reference's snapshot and the complete layers of the stages that run before ``stage``."""
+    shutil.copytree(os.path.join(reference_root, "snapshots"), os.path.join(root, "snapshots"))
+    for earlier in run_order[:run_order.index(stage)]:
+        shutil.copytree(os.path.join(reference_root, "layers", earlier), os.path.join(root, "layers", earlier))
 
 
 def start_and_kill_when(root: str, pattern: str, timeout: float = 300) -> bool:
@@ -46,6 +61,7 @@ def start_and_kill_when(root: str, pattern: str, timeout: float = 300) -> bool:
 @pytest.mark.parametrize("stage", list(KILL_POINTS))
 def test_killed_build_resumes_to_the_same_dataset(stage, built, tmp_path):
     root = str(tmp_path / "out")
+    copy_layers_before(stage, built["root"], root, list(built["stages"]))
     assert start_and_kill_when(root, KILL_POINTS[stage]), f"the build finished before reaching {stage}"
     assert not glob.glob(os.path.join(root, "datasets", "*", "manifest.json"))
     result = run_cli(["run", "--config", SAMPLE_CONFIG, "--output_root", root, *IN_PROCESS])

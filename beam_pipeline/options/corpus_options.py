@@ -6,9 +6,14 @@ import os
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from beam_pipeline.options.validation import Matching
+
 
 class CorpusOptions(PipelineOptions):
     """Which corpus to build, from which snapshot, into which root."""
+
+    #: the CLI and the template launcher refuse to run without these (metadata.json: isOptional false)
+    REQUIRED = ("config",)
 
     @classmethod
     def _add_argparse_args(cls, parser):
@@ -21,7 +26,7 @@ class CorpusOptions(PipelineOptions):
             help="Where snapshots, layers, datasets and runs are written (local path, s3://, gs://, "
                  "hdfs://). Overrides output_root in the config.")
         parser.add_argument(
-            "--snapshot_id", default=None,
+            "--snapshot_id", default=None, type=Matching(r"^[0-9a-f]{24}$", str, "snapshot id"),
             help="Build from this existing snapshot (as printed by the snapshot command). An input "
                  "that changed since then stops the run. Without it, a snapshot is taken first.")
 

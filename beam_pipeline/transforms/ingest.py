@@ -37,6 +37,7 @@ from beam_pipeline.readers import BadRecord, RawRecord, iter_records
 from beam_pipeline.schemas import dead_letter_row
 from beam_pipeline.snapshot import verify_file
 from beam_pipeline.transforms.keys import StrKeyed
+from beam_pipeline.web.transforms import ReadWebArchives
 
 STAGE = "ingest"
 VERSION = f"1+{NORMALIZATION_VERSION}"
@@ -46,7 +47,8 @@ DOCUMENTS, REPEATS, DEAD_LETTER = "documents", "repeats", "dead_letter"
 def stage_config(config: CorpusConfig) -> dict:
     """The part of the config that determines the ingest layer's content."""
     return {"ingest": config.ingest.model_dump(mode="json"),
-            "sources": [s.model_dump(mode="json", exclude={"uri"}) for s in config.sources]}
+            "sources": [s.model_dump(mode="json", exclude={"uri": True, "extract": {"split_bytes"}})  # splits: no effect
+                        for s in config.sources]}
 
 
 class IngestSnapshot(beam.PTransform):
@@ -59,7 +61,12 @@ class IngestSnapshot(beam.PTransform):
         self._files = [
             {"source": name, "path": entry["path"], "checksum": entry["checksum"]}
             for name, source in manifest["sources"].items()
-            for entry in source["files"]
+            for entry in source["files"] if self._sources[name].format != "warc"
+        ]
+        self._web_files = [  # format warc: read in byte ranges (beam_pipeline/web, docs/web.md)
+            {"source": name, "path": entry["path"], "checksum": entry["checksum"], "size": entry["size"]}
+            for name, source in manifest["sources"].items()
+            for entry in source["files"] if self._sources[name].format == "warc"
         ]
 
     def expand(self, pbegin):
@@ -70,9 +77,14 @@ class IngestSnapshot(beam.PTransform):
             | "ReadAndNormalize" >> beam.ParDo(
                 ReadRecordsFn(self._sources, self._max_record_bytes)).with_outputs(DEAD_LETTER, main=DOCUMENTS)
         )
-        documents = records[DOCUMENTS] | "CollapseRepeatedRecords" >> CollapseRepeatedRecords()
-        return {DOCUMENTS: documents[DOCUMENTS], REPEATS: documents[REPEATS],
-                DEAD_LETTER: records[DEAD_LETTER]}
+        read, dead_letter = records[DOCUMENTS], records[DEAD_LETTER]
+        if self._web_files:
+            web = pbegin | "ReadWebArchives" >> ReadWebArchives(
+                self._web_files, self._sources, max_record_bytes=self._max_record_bytes, stage=STAGE)
+            read = (read, web[DOCUMENTS]) | "WithWebDocuments" >> beam.Flatten()
+            dead_letter = (dead_letter, web[DEAD_LETTER]) | "WithWebDeadLetters" >> beam.Flatten()
+        documents = read | "CollapseRepeatedRecords" >> CollapseRepeatedRecords()
+        return {DOCUMENTS: documents[DOCUMENTS], REPEATS: documents[REPEATS], DEAD_LETTER: dead_letter}
 
 
 class CollapseRepeatedRecords(beam.PTransform):

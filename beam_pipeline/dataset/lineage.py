@@ -1,0 +1,494 @@
+"""Lineage: one table that says what happened to every ingested record.
+
+After a dataset is published, :func:`write_lineage` joins the layers the
+dataset was built from (paths via their ledgers, layer keys from
+``manifest["stages"]``) with the dataset's shard indexes, and writes
+``<root>/datasets/<dataset_id>/lineage/part-NNNNN-of-MMMMM.parquet`` plus a
+``_LINEAGE.json`` marker (written last: lineage is complete exactly when the
+marker exists). One row per ingested document and one per verbatim repeat:
+
+* provenance: doc_id, snapshot_id, source, domain, license, url, date,
+  record_id, file, position, byte_offset, content_hash, n_chars;
+* ``is_repeat`` / ``repeat_of``: repeat rows (the ingest ``repeats`` output)
+  carry the doc_id of the document they repeat and only their own provenance;
+* ``<stage>__<column>`` for every column of every stage's per-document
+  output (``annotations``, ``decisions``: :data:`ANNOTATION_OUTPUTS`), joined
+  on doc_id in stage order: a new stage that follows the convention appears
+  with no change here; a document a stage never saw has nulls there;
+* for documents in the dataset: ``shard``, ``token_start``, ``token_count``.
+
+Rows go to partition ``xxh3_64(doc_id) % n`` (like layers) and are sorted by
+(doc_id, is_repeat, file, position), so a doc_id is looked up by reading one
+partition, and equal inputs give equal bytes.
+
+The join runs in the driver with pyarrow (the sample has ~800 rows; a corpus
+of 10^8 documents needs ~100 GB in the driver and should become a Beam job
+that groups the same outputs by doc_id; see "Lineage" in ``docs/format.md``). :func:`trace_token` answers "where did token T of shard
+S come from": shard index (binary search) -> lineage row -> the raw record,
+re-read from the source file at its recorded position.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import io
+import json
+import os
+import sys
+from typing import Callable, Iterable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from beam_pipeline import schemas
+from beam_pipeline.hashing import bucket_of, doc_id as make_doc_id, sha256_bytes
+from beam_pipeline.layers import Layer, join, part_name, read_bytes, write_bytes_atomic, write_json_atomic
+from beam_pipeline.manifest import MANIFEST, load_manifest
+
+LINEAGE_DIR = "lineage"
+LINEAGE_MARKER = "_LINEAGE.json"
+LINEAGE_FORMAT = 1
+SEP = "__"  # between a stage name and its column: ``select__kept``
+
+#: Provenance columns of a lineage row (documents fill all, repeats some).
+BASE = pa.schema([
+    ("doc_id", pa.string()),
+    ("is_repeat", pa.bool_()),
+    ("repeat_of", pa.string()),         # the doc_id a repeat row repeats; null for documents
+    ("snapshot_id", pa.string()),
+    ("source", pa.string()),
+    ("domain", pa.string()),
+    ("license", pa.string()),
+    ("url", pa.string()),
+    ("date", pa.string()),
+    ("record_id", pa.string()),
+    ("file", pa.string()),
+    ("position", pa.int64()),
+    ("byte_offset", pa.int64()),
+    ("content_hash", pa.string()),
+    ("n_chars", pa.int64()),
+])
+
+#: Where the document sits in this dataset version (null if not in it).
+PLACEMENT = pa.schema([
+    ("shard", pa.string()),
+    ("token_start", pa.int64()),
+    ("token_count", pa.int64()),
+])
+
+_DOCUMENT_COLUMNS = [f.name for f in BASE if f.name not in ("is_repeat", "repeat_of", "snapshot_id")]
+_REPEAT_COLUMNS = [f.name for f in schemas.REPEAT]
+
+#: Stage outputs joined into lineage, by the stages' convention: one row per document, keyed by
+#: doc_id ("annotations" of exact_dedup, near_dedup and the scorers; "decisions" of select).
+#: A new stage that writes one of these gets its columns in lineage with no change here.
+ANNOTATION_OUTPUTS = ("annotations", "decisions")
+#: Columns never copied from a stage output: the join key, and what the base already has.
+SKIP_COLUMNS = frozenset({"doc_id", "source", "content_hash", "text"})
+#: Stages whose outputs are not per-document annotations (ingest is the base, tokenize the placement).
+NOT_ANNOTATING = frozenset({"ingest", "tokenize"})
+
+
+class LineageError(RuntimeError):
+    """Lineage is missing, incomplete, or does not cover what was asked."""
+
+
+# --- paths ------------------------------------------------------------------
+
+def dataset_dir_of(path: str) -> str:
+    """A dataset folder from the folder itself or its ``manifest.json``."""
+    path = path.rstrip("/")
+    return path[: -len(MANIFEST) - 1] if path.endswith("/" + MANIFEST) else path
+
+
+def root_of(dataset_dir: str) -> str:
+    """``<root>`` of ``<root>/datasets/<dataset_id>``."""
+    head, _, _ = dataset_dir_of(dataset_dir).rpartition("/datasets/")
+    if not head:
+        raise LineageError(f"{dataset_dir} is not a <root>/datasets/<dataset_id> folder")
+    return head
+
+
+def lineage_dir(dataset_dir: str) -> str:
+    return join(dataset_dir_of(dataset_dir), LINEAGE_DIR)
+
+
+def has_lineage(dataset_dir: str) -> bool:
+    return FileSystems.exists(join(lineage_dir(dataset_dir), LINEAGE_MARKER))
+
+
+# --- building ---------------------------------------------------------------
+
+def write_lineage(root: str, manifest: dict, *, log: Callable[[str], None] = print, force: bool = False) -> str:
+    """Build and write the lineage of a published dataset; skip if complete from the same layers.
+
+    Called by the build after publishing; idempotent (equal inputs, equal bytes).
+    Returns the lineage folder.
+    """
+    directory = join(root, "datasets", manifest["dataset_id"], LINEAGE_DIR)
+    stages = {s["name"]: s["layer_key"] for s in manifest["stages"]}
+    marker = join(directory, LINEAGE_MARKER)
+    if not force and FileSystems.exists(marker) and json.loads(read_bytes(marker)).get("inputs") == stages:
+        return directory  # complete, from the same layers (another stage set may give the same shards)
+    table = build_lineage_table(root, manifest, log=log)
+    partitions = len(Layer(root, "ingest", stages["ingest"]).part_paths("documents"))
+    write_lineage_table(directory, table, manifest["dataset_id"], partitions, inputs=stages)
+    log(f"[lineage] {table.num_rows} rows, {table.num_columns} columns -> {directory}")
+    return directory
+
+
+def annotation_outputs(root: str, manifest: dict) -> list[tuple[str, str, list[str]]]:
+    """(stage, output, partition paths) of every per-document output, in stage order."""
+    found = []
+    for stage in manifest["stages"]:
+        if stage["name"] in NOT_ANNOTATING:
+            continue
+        layer = Layer(root, stage["name"], stage["layer_key"])
+        outputs = layer.ledger()["outputs"]
+        found += [(stage["name"], output, layer.part_paths(output)) for output in ANNOTATION_OUTPUTS
+                  if output in outputs]
+    return found
+
+
+def build_lineage_table(root: str, manifest: dict, *, log: Callable[[str], None] = print) -> pa.Table:
+    """The lineage table of a dataset (unsorted): layers joined on doc_id, plus placement."""
+    stages = {s["name"]: s["layer_key"] for s in manifest["stages"]}
+    if "ingest" not in stages:
+        raise LineageError("the manifest lists no ingest stage")
+    ingest = Layer(root, "ingest", stages["ingest"])
+    documents = conform(_read_parts(ingest.part_paths("documents"), _DOCUMENT_COLUMNS), BASE,
+                        fill={"is_repeat": False, "snapshot_id": manifest["snapshot_id"]})
+    for stage, output, paths in annotation_outputs(root, manifest):
+        annotations = _read_parts(paths, None)
+        columns = [c for c in annotations.column_names if c not in SKIP_COLUMNS]
+        clash = [f"{stage}{SEP}{c}" for c in columns if f"{stage}{SEP}{c}" in documents.column_names]
+        if clash or not _unique(annotations.column("doc_id")):
+            log(f"[lineage] skipped {stage}/{output}: " + (f"columns {clash} already joined" if clash
+                                                            else "more than one row per doc_id"))
+            continue
+        documents = attach(documents, annotations, columns, prefix=f"{stage}{SEP}")
+    placement = shard_placement(join(root, "datasets", manifest["dataset_id"]), manifest)
+    documents = attach(documents, placement, [f.name for f in PLACEMENT])
+    repeats = _read_parts(ingest.part_paths("repeats"), _REPEAT_COLUMNS)
+    repeats = conform(repeats.append_column("repeat_of", repeats.column("doc_id")), documents.schema,
+                      fill={"is_repeat": True, "snapshot_id": manifest["snapshot_id"]})
+    return pa.concat_tables([documents, repeats])
+
+
+def attach(left: pa.Table, right: pa.Table, columns: list[str], prefix: str = "") -> pa.Table:
+    """``left`` plus ``right``'s ``columns`` (renamed ``prefix + name``) of the row with the same doc_id.
+
+    A left join done with ``index_in`` + ``take``: any column type (lists, structs) and left order kept.
+    """
+    ids = right.column("doc_id").combine_chunks() if right.num_rows else pa.array([], pa.string())
+    positions = pc.index_in(left.column("doc_id"), value_set=ids)
+    for name in columns:
+        column = right.column(name)
+        values = column.take(positions) if right.num_rows else pa.nulls(left.num_rows, column.type)
+        left = left.append_column(pa.field(prefix + name, column.type), values)
+    return left
+
+
+def _unique(ids) -> bool:
+    return len(pc.unique(ids)) == len(ids)
+
+
+def shard_placement(dataset_dir: str, manifest: dict) -> pa.Table:
+    """doc_id, shard, token_start, token_count of every document in the dataset's shards."""
+    tables = []
+    for shard in manifest["shards"]:
+        index = pq.read_table(io.BytesIO(read_bytes(join(dataset_dir, shard["index_file"]))),
+                              columns=["doc_id", "token_start", "token_count"])
+        tables.append(index.append_column("shard", pa.array([shard["name"]] * index.num_rows, pa.string())))
+    if not tables:
+        return pa.table({"doc_id": pa.array([], pa.string()), **{f.name: pa.array([], f.type) for f in PLACEMENT}})
+    return pa.concat_tables(tables)
+
+
+def _read_parts(paths: list[str], columns: list[str] | None) -> pa.Table:
+    tables = [pq.read_table(io.BytesIO(read_bytes(p)), columns=columns) for p in paths]
+    if not tables:
+        raise LineageError("a layer output has no partitions")
+    return pa.concat_tables(tables)
+
+
+def conform(table: pa.Table, schema: pa.Schema, fill: dict | None = None) -> pa.Table:
+    """``table`` with exactly ``schema``'s columns, in order; missing ones null (or ``fill``)."""
+    fill = fill or {}
+    columns = []
+    for field in schema:
+        if field.name in fill:
+            columns.append(pa.array([fill[field.name]] * table.num_rows, field.type))
+        elif field.name in table.column_names:
+            columns.append(table.column(field.name).cast(field.type))
+        else:
+            columns.append(pa.nulls(table.num_rows, field.type))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def sort_lineage(table: pa.Table) -> pa.Table:
+    """Rows in (doc_id, is_repeat, file, position) order: documents before their repeats."""
+    return table.sort_by([("doc_id", "ascending"), ("is_repeat", "ascending"),
+                          ("file", "ascending"), ("position", "ascending")])
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
+    """Deterministic Parquet bytes, with the same settings as layer partitions."""
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer, compression="zstd", compression_level=3, row_group_size=65536,
+                   write_statistics=False)
+    return buffer.getvalue()
+
+
+def write_lineage_table(directory: str, table: pa.Table, dataset_id: str, partitions: int, *,
+                        inputs: dict) -> dict:
+    """Partition by doc_id, sort, write every part atomically, then the marker."""
+    partitions = max(1, partitions)
+    table = sort_lineage(table)
+    buckets = np.fromiter((bucket_of(d, partitions) for d in table.column("doc_id").to_pylist()),
+                          dtype=np.int64, count=table.num_rows)
+    parts = []
+    for index in range(partitions):
+        part = table.filter(pa.array(buckets == index)).combine_chunks()
+        data = parquet_bytes(part)
+        name = part_name(index, partitions)
+        write_bytes_atomic(join(directory, name), data)
+        parts.append({"name": name, "rows": part.num_rows, "bytes": len(data), "sha256": sha256_bytes(data)})
+    marker = {"format": LINEAGE_FORMAT, "dataset_id": dataset_id, "rows": table.num_rows,
+              "partition": "xxh3_64(doc_id) % parts", "columns": table.schema.names,
+              "inputs": inputs, "parts": parts}
+    write_json_atomic(join(directory, LINEAGE_MARKER), marker)
+    return marker
+
+
+# --- reading ----------------------------------------------------------------
+
+def lineage_marker(dataset_dir: str) -> dict:
+    path = join(lineage_dir(dataset_dir), LINEAGE_MARKER)
+    if not FileSystems.exists(path):
+        raise LineageError(f"{dataset_dir} has no lineage ({LINEAGE_DIR}/{LINEAGE_MARKER} is missing); "
+                           f"write it with: python -m beam_pipeline lineage {dataset_dir}")
+    return json.loads(read_bytes(path))
+
+
+def read_lineage(dataset_dir: str, doc_ids: Iterable[str] | None = None,
+                 columns: list[str] | None = None) -> pa.Table:
+    """The lineage table, or only the rows of ``doc_ids`` (reading just their partitions)."""
+    marker = lineage_marker(dataset_dir)
+    parts = marker["parts"]
+    wanted = None
+    if doc_ids is not None:
+        wanted = sorted(set(doc_ids))
+        indexes = sorted({bucket_of(d, len(parts)) for d in wanted}) or [0]  # part 0 gives the schema
+        parts = [parts[i] for i in indexes]
+    tables = [pq.read_table(io.BytesIO(read_bytes(join(lineage_dir(dataset_dir), p["name"]))), columns=columns)
+              for p in parts]
+    table = pa.concat_tables(tables)
+    if wanted is not None:
+        table = table.filter(pc.is_in(table.column("doc_id"), value_set=pa.array(wanted, pa.string())))
+    return table
+
+
+# --- trace ------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Trace:
+    """Everything known about one token of one shard."""
+
+    dataset_id: str
+    shard: str
+    offset: int
+    token_id: int
+    kind: str                       # "document", "eos" or "padding"
+    doc_id: str | None = None
+    doc_token: int | None = None    # offset of the token inside the document
+    index_row: dict | None = None   # the shard index row
+    lineage: dict | None = None     # the document's lineage row
+    repeats: list[dict] = dataclasses.field(default_factory=list)
+    record: dict | None = None      # the raw record re-read from its source file
+    record_matches: bool | None = None  # the re-read record normalizes to this doc_id
+    context: str | None = None      # the document's text around the token, decoded (tokenizer permitting)
+
+
+def trace_token(dataset: str, shard_name: str, offset: int, *, read_record: bool = True) -> Trace:
+    """Token ``offset`` of ``shard_name`` -> its document, lineage row and raw source record."""
+    dataset_dir = dataset_dir_of(dataset)
+    manifest = load_manifest(dataset_dir)
+    shard = _find_shard(manifest, shard_name)
+    dtype = np.dtype(manifest["tokenizer"]["dtype"]).newbyteorder("<")
+    total = shard["tokens_bytes"] // dtype.itemsize
+    if not 0 <= offset < total:
+        raise LineageError(f"offset {offset} is outside shard {shard['name']} (tokens 0..{total - 1})")
+    token_id = _token_at(join(dataset_dir, shard["tokens_file"]), offset, dtype)
+    index = pq.read_table(io.BytesIO(read_bytes(join(dataset_dir, shard["index_file"]))))
+    starts = index.column("token_start").to_numpy()
+    row = int(np.searchsorted(starts, offset, side="right")) - 1
+    trace = Trace(manifest["dataset_id"], shard["name"], offset, token_id, "padding")
+    if row < 0:
+        raise LineageError(f"shard {shard['name']}: no document starts at or before token {offset}")
+    entry = index.slice(row, 1).to_pylist()[0]
+    end = entry["token_start"] + entry["token_count"]
+    if offset > end:
+        return trace  # after the last document's EOS: padding
+    trace.kind = "eos" if offset == end else "document"
+    trace.doc_id, trace.index_row, trace.doc_token = entry["doc_id"], entry, offset - entry["token_start"]
+    rows = read_lineage(dataset_dir, [entry["doc_id"]]).to_pylist()
+    documents = [r for r in rows if not r["is_repeat"]]
+    if not documents:
+        raise LineageError(f"doc_id {entry['doc_id']} is in shard {shard['name']} but not in the lineage")
+    trace.lineage = documents[0]
+    trace.repeats = [r for r in rows if r["is_repeat"]]
+    if read_record:
+        trace.record, trace.record_matches = reread_record(manifest, trace.lineage)
+    trace.context = _decode_context(manifest, join(dataset_dir, shard["tokens_file"]), dtype, entry, offset)
+    return trace
+
+
+@functools.lru_cache(maxsize=4)
+def _tokenizer(path: str):
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(path)
+
+
+def _decode_context(manifest: dict, tokens_path: str, dtype: np.dtype, entry: dict, offset: int,
+                    width: int = 12) -> str | None:
+    """The document's text around the token, with the token itself in [[ ]]; None without the tokenizer."""
+    path = manifest["tokenizer"]["path"]
+    if "://" in tokens_path or not os.path.exists(path):
+        return None
+    tokenizer = _tokenizer(path)
+    start, end = entry["token_start"], entry["token_start"] + entry["token_count"]
+    ids = np.memmap(tokens_path, dtype=dtype, mode="r")
+    piece = lambda a, b: tokenizer.decode([int(t) for t in ids[a:b]], skip_special_tokens=False)  # noqa: E731
+    if offset == end:
+        return piece(max(start, offset - width), offset) + "[[EOS]]"
+    return (piece(max(start, offset - width), offset) + "[[" + piece(offset, offset + 1) + "]]"
+            + piece(offset + 1, min(end, offset + 1 + width)))
+
+
+def _find_shard(manifest: dict, name: str) -> dict:
+    name = os.path.basename(name)
+    for suffix in (".bin", ".idx.parquet"):
+        name = name[: -len(suffix)] if name.endswith(suffix) else name
+    for shard in manifest["shards"]:
+        if shard["name"] == name:
+            return shard
+    raise LineageError(f"no shard {name!r} in dataset {manifest['dataset_id']}; "
+                       f"shards: {', '.join(s['name'] for s in manifest['shards'])}")
+
+
+def _token_at(path: str, offset: int, dtype: np.dtype) -> int:
+    if "://" not in path:
+        return int(np.memmap(path, dtype=dtype, mode="r")[offset])
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        f.seek(offset * dtype.itemsize)
+        return int(np.frombuffer(f.read(dtype.itemsize), dtype=dtype)[0])
+
+
+def reread_record(manifest: dict, row: dict) -> tuple[dict | None, bool | None]:
+    """Re-read a lineage row's record from its file; also check it normalizes to the doc_id."""
+    from beam_pipeline.normalize import normalize_text
+    from beam_pipeline.readers import BadRecord, iter_records
+
+    sources = {s["name"]: s for s in manifest["config"]["sources"]}
+    source = sources.get(row["source"])
+    if source is None or not FileSystems.exists(row["file"]):
+        return None, None
+    fields = source.get("fields", {})
+    records = iter_records(
+        lambda: FileSystems.open(row["file"], compression_type=CompressionTypes.UNCOMPRESSED),
+        row["file"], source["format"], text_field=fields.get("text", "text"), url_field=fields.get("url", "url"),
+        date_field=fields.get("date", "date"), license_field=fields.get("license", "license"),
+        id_field=fields.get("id", "id"), extract=source.get("extract"),  # web archives: the source's extraction
+        max_record_bytes=manifest["config"].get("ingest", {}).get("max_record_bytes", 8 << 20))
+    for record in records:
+        if record.position == row["position"] and not isinstance(record, BadRecord):
+            raw = dataclasses.asdict(record)
+            return raw, make_doc_id(row["source"], normalize_text(record.text)) == row["doc_id"]
+        if record.position > row["position"]:
+            break
+    return None, False
+
+
+def format_trace(trace: Trace, *, max_chars: int = 1200) -> str:
+    """Human-readable trace for ``python -m beam_pipeline trace``."""
+    lines = [f"dataset   {trace.dataset_id}", f"shard     {trace.shard}",
+             f"token     {trace.offset} (id {trace.token_id}, {trace.kind})"]
+    if trace.kind == "padding":
+        lines.append("          padding after the shard's last document: no source")
+        return "\n".join(lines)
+    ix = trace.index_row
+    lines += [f"document  {trace.doc_id}  token {trace.doc_token} of {ix['token_count']} "
+              f"(shard tokens {ix['token_start']}..{ix['token_start'] + ix['token_count']}, EOS last)"]
+    if trace.context is not None:
+        lines.append(f"context   {trace.context!r}")
+    row = trace.lineage
+    lines += ["", "provenance"]
+    for name in ("source", "domain", "license", "url", "date", "record_id", "file", "position", "byte_offset",
+                 "snapshot_id", "content_hash", "n_chars"):
+        lines.append(f"  {name:<13} {row.get(name)}")
+    lines += ["", "decisions"]
+    for stage, columns in _decision_columns(row).items():
+        lines.append(f"  {stage:<13} " + ", ".join(f"{c}={row[f'{stage}{SEP}{c}']}" for c in columns))
+    lines.append(f"  {'dataset':<13} shard={row.get('shard')}, token_start={row.get('token_start')}, "
+                 f"token_count={row.get('token_count')}")
+    if trace.repeats:
+        lines += ["", f"verbatim repeats of this document in its source ({len(trace.repeats)})"]
+        lines += [f"  {r['file']} position {r['position']} byte_offset {r['byte_offset']} url {r['url']}"
+                  for r in trace.repeats]
+    lines += ["", "source record (re-read from the file)"]
+    if trace.record is None:
+        lines.append("  (the source file is not readable here)")
+    else:
+        check = "matches" if trace.record_matches else "DOES NOT match"
+        lines.append(f"  normalized text {check} doc_id {trace.doc_id}")
+        for name in ("position", "byte_offset", "url", "date", "license", "record_id"):
+            lines.append(f"  {name:<13} {trace.record.get(name)}")
+        text = trace.record["text"]
+        shown = text if len(text) <= max_chars else text[:max_chars] + f"... [{len(text) - max_chars} more chars]"
+        lines += ["  text:", *("    " + t for t in shown.splitlines())]
+    return "\n".join(lines)
+
+
+def _decision_columns(row: dict) -> dict[str, list[str]]:
+    """{stage: [column, ...]} for every ``<stage>__<column>`` in a lineage row, in column order."""
+    stages: dict[str, list[str]] = {}
+    for name in row:
+        if SEP in name:
+            stage, column = name.split(SEP, 1)
+            stages.setdefault(stage, []).append(column)
+    return stages
+
+
+# --- CLI --------------------------------------------------------------------
+
+def cli_lineage(args) -> int:
+    """``python -m beam_pipeline lineage DATASET``: (re)write a dataset's lineage."""
+    dataset_dir = dataset_dir_of(args.dataset)
+    manifest = load_manifest(dataset_dir)
+    if "previous_dataset_id" in manifest:
+        print(f"error: {manifest['dataset_id']} was made by a takedown, which wrote its lineage; "
+              "it cannot be rebuilt from the layers", file=sys.stderr)
+        return 1
+    try:
+        print(write_lineage(root_of(dataset_dir), manifest, force=args.force))
+    except (LineageError, KeyError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cli_trace(args) -> int:
+    """``python -m beam_pipeline trace --dataset D --shard S --offset T``."""
+    try:
+        trace = trace_token(args.dataset, args.shard, args.offset)
+    except (LineageError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(format_trace(trace, max_chars=args.max_chars))
+    return 0

@@ -1,0 +1,17 @@
+"""Pure scoring functions: text in, named scores out. No Beam, no I/O in the hot path.
+
+One module per scorer family; the Beam stages that call them are in
+:mod:`beam_pipeline.transforms.score`, the policy that turns their scores into
+keep/drop decisions in :mod:`beam_pipeline.policy_rules`.
+
+* :mod:`.heuristics`       Gopher quality and repetition, C4, FineWeb line rules
+* :mod:`.language`         fastText language identification (lid.176)
+* :mod:`.blocklist`        URL and domain block lists
+* :mod:`.quality_model`    fastText classifiers: training and scoring
+* :mod:`.safety`           bad-word ratio per language (LDNOOBW lists)
+* :mod:`.pii`              PII detection and redaction
+* :mod:`.decontamination`  n-gram overlap with evaluation sets
+
+A score that cannot be computed (no words, unknown language for a
+language-specific rule) is ``None``, never a made-up number.
+"""

@@ -1,0 +1,316 @@
+"""PII detection (counts per kind) and redaction (for the gold text).
+
+Regular expressions with validation, the practice of FineWeb and Dolma: a
+cheap prefilter decides whether a detector runs at all ('@' before the email
+regex, a digit before the number detectors, a key prefix before the secret
+patterns), then every candidate is checked beyond its shape:
+
+=============  ==================================================================
+kind           what counts (and the traps that do not)
+=============  ==================================================================
+email          ``local@domain.tld`` with a 2+ letter TLD (not ``user@localhost``,
+               not ``@decorator`` or ``pip install pkg@1.2``)
+phone          North-American ``(555) 234-5678`` / ``555-234-5678`` / ``+1 ...``
+               shapes, and ``+<country> ...`` international numbers of 8-15
+               digits. Not dates (``2014-05-12``), versions (``3.11.2``), ISBNs
+               (``978-0-13-110362-7``), ids after ``#`` or a letter
+               (``#555-234-5678``, ``ORD-555-234-5678``), or digit runs
+               without separators
+ip             IPv4 dotted quads with every octet <= 255, not part of a longer
+               dotted number (``1.3.6.1.4.1`` OIDs); IPv6 validated by
+               :mod:`ipaddress` and holding at least one digit (not ``std::map``)
+credit_card    13-19 digits, optionally in groups of 4 (Amex 4-6-5), a known
+               issuer prefix (Visa, Mastercard, Amex, Discover, JCB, Diners,
+               UnionPay) and a valid Luhn checksum (so ISBNs and order numbers
+               almost never pass)
+ssn            US SSN ``AAA-GG-SSSS`` with dashes, excluding the never-issued
+               area 000/666/9xx, group 00 and serial 0000
+iban           country code, check digits and a BBAN of that country's length,
+               valid ISO 13616 mod-97 checksum
+secret         AWS access key ids (AKIA/ASIA...), GitHub tokens (ghp_, gho_,
+               ghu_, ghs_, ghr_, github_pat_), Slack tokens (xoxb-, xoxp-, ...),
+               Google API keys (AIza...), Stripe live keys, JSON Web Tokens,
+               and PEM/OpenSSH/PGP private-key blocks
+=============  ==================================================================
+
+Redaction replaces each detected span with a token (``<EMAIL>``, ...;
+configurable). Overlapping detections are resolved by a fixed priority
+(secrets first, IPs last), then by position, so the result does not depend
+on detector order.
+"""
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Callable, Iterable, Iterator, Mapping
+
+KINDS = ("email", "phone", "ip", "credit_card", "ssn", "iban", "secret")
+#: Which detection wins when two overlap (earlier wins).
+PRIORITY = ("secret", "email", "iban", "credit_card", "ssn", "phone", "ip")
+DEFAULT_TOKENS = {"email": "<EMAIL>", "phone": "<PHONE>", "ip": "<IP_ADDRESS>", "credit_card": "<CREDIT_CARD>",
+                  "ssn": "<SSN>", "iban": "<IBAN>", "secret": "<SECRET>"}
+
+Span = tuple[int, int, str]  # (start, end, kind)
+
+# --- email ---------------------------------------------------------------------
+
+_EMAIL = re.compile(
+    r"(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+"
+    r"[A-Za-z]{2,24}(?![\w-])")
+
+
+def find_emails(text: str) -> Iterator[tuple[int, int]]:
+    if "@" not in text:
+        return
+    for m in _EMAIL.finditer(text):
+        yield m.span()
+
+
+# --- phone ---------------------------------------------------------------------
+
+# Not preceded by a word character, '#', '+', '-', '.', '/' (ids, paths, decimals, dates).
+_NOT_AFTER = r"(?<![\w#+\-./:])"
+_NOT_BEFORE = r"(?![\w\-]|\.\d|/\d)"
+_NANP = re.compile(
+    _NOT_AFTER + r"(?:\+?1[ .-]?)?(?:\([2-9]\d{2}\)[ .-]?|[2-9]\d{2}[ .-])[2-9]\d{2}[ .-]\d{4}" + _NOT_BEFORE)
+_INTERNATIONAL = re.compile(
+    r"(?<![\w#+\-./])\+[1-9]\d{0,2}(?:[ .-]?\(\d{1,4}\))?(?:[ .-]?\d{1,5}){2,6}" + _NOT_BEFORE)
+
+
+# Every number detector (phone, IPv4, card, SSN) matches inside a run of digits and
+# separators; one scan finds those runs and the detectors look only there.
+_NUMBERISH = re.compile(r"\d[\d .()+\-]{5,}\d")
+
+
+def number_windows(text: str) -> list[tuple[int, int]]:
+    """Merged (start, end) windows around digit-and-separator runs, with 3 characters of context."""
+    windows: list[tuple[int, int]] = []
+    for m in _NUMBERISH.finditer(text):
+        start, end = max(0, m.start() - 3), min(len(text), m.end() + 3)
+        if windows and start <= windows[-1][1]:
+            windows[-1] = (windows[-1][0], end)
+        else:
+            windows.append((start, end))
+    return windows
+
+
+def _in_windows(pattern: re.Pattern, text: str, windows) -> Iterator[re.Match]:
+    for start, end in (number_windows(text) if windows is None else windows):
+        yield from pattern.finditer(text, start, end)
+
+
+def find_phones(text: str, windows=None) -> Iterator[tuple[int, int]]:
+    seen = set()
+    windows = number_windows(text) if windows is None else windows
+    for pattern in (_NANP, _INTERNATIONAL):
+        for m in _in_windows(pattern, text, windows):
+            digits = sum(c.isdigit() for c in m.group(0))
+            if pattern is _INTERNATIONAL and not 8 <= digits <= 15:
+                continue
+            if m.span() not in seen:
+                seen.add(m.span())
+                yield m.span()
+
+
+# --- IP addresses ---------------------------------------------------------------
+
+_OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
+_IPV4 = re.compile(rf"(?<![\w.]){_OCTET}(?:\.{_OCTET}){{3}}(?![\w]|\.\d)")
+_IPV6_CANDIDATE = re.compile(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|:|" +
+                             _OCTET + r"(?:\." + _OCTET + r"){3})(?![\w:])")
+
+
+_IPV6_HINT = re.compile(r"\d[0-9A-Fa-f]{0,3}:[0-9A-Fa-f]{0,4}:|::[0-9A-Fa-f]{0,3}\d|:\d[0-9A-Fa-f]{0,3}:")
+
+
+def find_ips(text: str, windows=None) -> Iterator[tuple[int, int]]:
+    for m in _in_windows(_IPV4, text, windows):
+        yield m.span()
+    if _IPV6_HINT.search(text):
+        for m in _IPV6_CANDIDATE.finditer(text):
+            candidate = m.group(0)
+            if not any(c.isdigit() for c in candidate) or candidate.count(":") < 2:
+                continue
+            try:
+                ipaddress.IPv6Address(candidate)
+            except ValueError:
+                continue
+            yield m.span()
+
+
+# --- payment cards --------------------------------------------------------------
+
+_CARD = re.compile(r"(?<![\w\-.])(?:\d{4}([ -]?)\d{4}\1\d{4}\1\d{1,7}|\d{4}([ -]?)\d{6}\2\d{5})(?![\w\-]|\.\d)")
+_ISSUER = re.compile(r"^(?:4|5[1-5]|2(?:2[2-9]|[3-6]\d|7[01]|720)|3[47]|6(?:011|5|4[4-9]|22)|35|30[0-5]|36|38|62)")
+
+
+def luhn_valid(digits: str) -> bool:
+    total = 0
+    for i, char in enumerate(reversed(digits)):
+        d = ord(char) - 48
+        if i % 2:
+            d *= 2
+            if d > 9:
+                d -= 9
+        total += d
+    return total % 10 == 0
+
+
+def find_cards(text: str, windows=None) -> Iterator[tuple[int, int]]:
+    for m in _in_windows(_CARD, text, windows):
+        digits = re.sub(r"\D", "", m.group(0))
+        if 13 <= len(digits) <= 19 and _ISSUER.match(digits) and luhn_valid(digits):
+            yield m.span()
+
+
+# --- US social security numbers --------------------------------------------------
+
+_SSN = re.compile(r"(?<![\w\-.])(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![\w\-]|\.\d)")
+
+
+def find_ssns(text: str, windows=None) -> Iterator[tuple[int, int]]:
+    for m in _in_windows(_SSN, text, windows):
+        yield m.span()
+
+
+# --- IBAN ------------------------------------------------------------------------
+
+#: ISO 13616 IBAN length per country (SWIFT IBAN registry).
+IBAN_LENGTHS = {
+    "AD": 24, "AE": 23, "AL": 28, "AT": 20, "AZ": 28, "BA": 20, "BE": 16, "BG": 22, "BH": 22, "BR": 29,
+    "BY": 28, "CH": 21, "CR": 22, "CY": 28, "CZ": 24, "DE": 22, "DK": 18, "DO": 28, "EE": 20, "EG": 29,
+    "ES": 24, "FI": 18, "FO": 18, "FR": 27, "GB": 22, "GE": 22, "GI": 23, "GL": 18, "GR": 27, "GT": 28,
+    "HR": 21, "HU": 28, "IE": 22, "IL": 23, "IQ": 23, "IS": 26, "IT": 27, "JO": 30, "KW": 30, "KZ": 20,
+    "LB": 28, "LC": 32, "LI": 21, "LT": 20, "LU": 20, "LV": 21, "MC": 27, "MD": 24, "ME": 22, "MK": 19,
+    "MR": 27, "MT": 31, "MU": 30, "NL": 18, "NO": 15, "PK": 24, "PL": 28, "PS": 29, "PT": 25, "QA": 29,
+    "RO": 24, "RS": 22, "SA": 24, "SC": 31, "SE": 24, "SI": 19, "SK": 24, "SM": 27, "ST": 25, "SV": 28,
+    "TL": 23, "TN": 24, "TR": 26, "UA": 29, "VA": 22, "VG": 24, "XK": 20,
+}
+_IBAN = re.compile(r"(?<![\w])([A-Z]{2})(\d{2})((?: ?[A-Z0-9]){11,30})(?![\w])")
+_IBAN_PREFILTER = re.compile(r"[A-Z]{2}\d{2}")
+
+
+def iban_valid(iban: str) -> bool:
+    iban = iban.replace(" ", "")
+    if IBAN_LENGTHS.get(iban[:2]) != len(iban):
+        return False
+    rearranged = iban[4:] + iban[:4]
+    number = "".join(str(int(c, 36)) for c in rearranged)
+    return int(number) % 97 == 1
+
+
+def find_ibans(text: str) -> Iterator[tuple[int, int]]:
+    if not _IBAN_PREFILTER.search(text):
+        return
+    for m in _IBAN.finditer(text):
+        candidate = m.group(0)
+        expected = IBAN_LENGTHS.get(m.group(1))
+        if expected is None:
+            continue
+        # the regex may run into following words: cut to the country's length
+        compact, end = 0, m.start()
+        for i, char in enumerate(candidate):
+            if char != " ":
+                compact += 1
+            if compact == expected:
+                end = m.start() + i + 1
+                break
+        else:
+            continue
+        if iban_valid(text[m.start():end]) and not (end < len(text) and text[end].isalnum()):
+            yield m.start(), end
+
+
+# --- secrets ---------------------------------------------------------------------
+
+_SECRETS = [
+    ("AKIA", re.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}(?![A-Z0-9])")),
+    ("gh?_", re.compile(r"(?<!\w)gh[pousr]_[A-Za-z0-9]{36,255}(?!\w)")),
+    ("github_pat_", re.compile(r"(?<!\w)github_pat_[A-Za-z0-9_]{22,255}(?!\w)")),
+    ("xox", re.compile(r"(?<!\w)xox[abposr]-[A-Za-z0-9-]{10,250}(?![\w-])")),
+    ("AIza", re.compile(r"(?<![\w-])AIza[0-9A-Za-z_-]{35}(?![\w-])")),
+    ("_live_", re.compile(r"(?<!\w)(?:sk|rk|pk)_live_[0-9A-Za-z]{24,99}(?!\w)")),
+    ("eyJ", re.compile(r"(?<![\w-])eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}(?![\w-])")),
+    ("PRIVATE KEY", re.compile(
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----.*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----",
+        re.DOTALL)),
+]
+
+
+def find_secrets(text: str) -> Iterator[tuple[int, int]]:
+    for prefilter, pattern in _SECRETS:
+        if prefilter == "AKIA":
+            if not any(p in text for p in ("AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA")):
+                continue
+        elif prefilter == "gh?_":
+            if not any(f"gh{c}_" in text for c in "pousr"):
+                continue
+        elif prefilter not in text:
+            continue
+        for m in pattern.finditer(text):
+            yield m.span()
+
+
+_DIGIT = re.compile(r"\d")
+
+DETECTORS: dict[str, Callable[[str], Iterable[tuple[int, int]]]] = {
+    "email": find_emails, "phone": find_phones, "ip": find_ips, "credit_card": find_cards,
+    "ssn": find_ssns, "iban": find_ibans, "secret": find_secrets,
+}
+
+
+def _has_digit_run(text: str) -> bool:
+    return _DIGIT.search(text) is not None
+
+
+NUMBER_KINDS = ("phone", "ip", "credit_card", "ssn")
+
+
+def detect(text: str, kinds: Iterable[str] = KINDS) -> list[Span]:
+    """Non-overlapping detections, by priority then position, sorted by start."""
+    kinds = [k for k in PRIORITY if k in set(kinds)]
+    windows = number_windows(text) if any(k in NUMBER_KINDS for k in kinds) and _has_digit_run(text) else []
+    found: list[Span] = []
+    for kind in kinds:
+        detector = DETECTORS[kind]
+        spans = detector(text, windows) if kind in NUMBER_KINDS else detector(text)
+        for start, end in spans:
+            found.append((start, end, kind))
+    # resolve overlaps: earlier priority wins, then the earlier start, then the longer span
+    rank = {k: i for i, k in enumerate(PRIORITY)}
+    chosen: list[Span] = []
+    taken: list[tuple[int, int]] = []
+    for start, end, kind in sorted(found, key=lambda s: (rank[s[2]], s[0], -s[1])):
+        if any(start < t_end and t_start < end for t_start, t_end in taken):
+            continue
+        chosen.append((start, end, kind))
+        taken.append((start, end))
+    return sorted(chosen)
+
+
+def counts(text: str, kinds: Iterable[str] = KINDS) -> dict:
+    """The ``pii`` layer row (minus ids): a count per kind (None for kinds not checked) and ``total``."""
+    kinds = tuple(kinds)
+    spans = detect(text, kinds)
+    out: dict = dict.fromkeys(KINDS)
+    for kind in kinds:
+        out[kind] = 0
+    for _, _, kind in spans:
+        out[kind] += 1
+    out["total"] = len(spans)
+    return out
+
+
+def redact(text: str, kinds: Iterable[str] = KINDS, tokens: Mapping[str, str] | None = None) -> tuple[str, int]:
+    """(text with every detection replaced by its kind's token, number of replacements)."""
+    spans = detect(text, kinds)
+    if not spans:
+        return text, 0
+    tokens = {**DEFAULT_TOKENS, **(tokens or {})}
+    pieces, position = [], 0
+    for start, end, kind in spans:
+        pieces.append(text[position:start])
+        pieces.append(tokens[kind])
+        position = end
+    pieces.append(text[position:])
+    return "".join(pieces), len(spans)

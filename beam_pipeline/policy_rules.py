@@ -1,0 +1,624 @@
+"""The declarative policy: a small rule language over annotation columns.
+
+A policy rule names a drop reason and a condition over annotation columns::
+
+    rules:
+      - reason: low_quality
+        drop_if: "quality.quality_score < 0.3"
+      - reason: not_english
+        drop_if: "language.lang != 'en' or language.confidence < 0.65"
+      - reason: quality_rank            # quantile rule: keep the best 80% of each source
+        keep_top: 0.8
+        by: quality.quality_score
+        floor: 0.5                      # ... but never keep less than 50% of a source overall
+    overrides:
+      - domain: legal
+        disable: [low_quality]
+      - source: wikipedia
+        rules:
+          - {reason: low_quality, drop_if: "quality.quality_score < 0.1"}
+
+Grammar (no ``eval``: a hand-written tokenizer and recursive-descent parser)::
+
+    expr       := and_expr ("or" and_expr)*
+    and_expr   := not_expr ("and" not_expr)*
+    not_expr   := "not" not_expr | "(" expr ")" | test
+    test       := ref [op literal | "is" ["not"] "null" | ["not"] "in" "[" literal ("," literal)* "]"]
+    ref        := layer "." column
+    op         := "<" | "<=" | ">" | ">=" | "==" | "!="
+    literal    := number | 'string' | "string" | true | false
+
+A bare ``ref`` tests a boolean column. References are checked when the
+config is loaded: the layer must exist, the column must exist in its schema
+(:mod:`beam_pipeline.schemas`), and the literal must have the column's type
+(numbers for numeric columns, strings for text, true/false for flags).
+Errors point at the rule and the column of the expression.
+
+Absent values (a layer that did not score a document, or a score that is
+undefined for it) follow SQL's three-valued logic: a comparison with an
+absent value is *unknown*, ``not unknown`` is unknown, and a rule drops a
+document only when its condition is *true*. Absent scores never drop.
+
+Order of evaluation -- the first rule that fires names the reason:
+
+1. the built-in rules of ``policy`` (``exact_duplicate``, ``too_short``,
+   ``too_long``, ``too_few_words``, and any other built-in of
+   :func:`beam_pipeline.policy.decide`);
+2. rules over ``document``/``exact``/``near`` columns only;
+3. for each cascade stage in order: ``not_scored:<stage>`` if the stage has
+   no row for the document (it never saw it), then the rules whose latest
+   referenced layer is that stage, in file order;
+4. quantile rules, in file order, each over the documents that survived
+   everything before it.
+
+Steps 1-3 up to a stage are that stage's *gate*: a stage only scores the
+documents its gate keeps (:mod:`beam_pipeline.scoring.cascade`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import re
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from beam_pipeline import schemas
+
+REASON = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+BUILTIN_REASONS = frozenset({"exact_duplicate", "near_duplicate", "too_short", "too_long", "too_few_words"})
+NOT_SCORED = "not_scored"
+DOCUMENT_COLUMNS = ("source", "domain", "url", "license", "date", "n_chars")
+BASE_LAYERS = ("document", "exact", "near")
+
+
+class RuleError(ValueError):
+    """An invalid rule expression; the message shows where."""
+
+    def __init__(self, message: str, expression: str, position: int):
+        self.position = position
+        caret = " " * position + "^"
+        super().__init__(f"{message} at column {position + 1}:\n      {expression}\n      {caret}")
+
+
+# --- layers and their columns -------------------------------------------------
+
+def _scalar(arrow_type) -> bool:
+    import pyarrow as pa
+
+    return not (pa.types.is_list(arrow_type) or pa.types.is_struct(arrow_type) or pa.types.is_binary(arrow_type))
+
+
+def _kind(arrow_type) -> str:
+    import pyarrow as pa
+
+    if pa.types.is_boolean(arrow_type):
+        return "bool"
+    if pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type):
+        return "number"
+    return "string"
+
+
+@functools.lru_cache(maxsize=1)
+def layer_columns() -> dict[str, dict[str, str]]:
+    """{layer: {column: 'number' | 'string' | 'bool'}} for every layer a rule may read."""
+    layers = {"document": {name: _kind(schemas.DOCUMENT.field(name).type) for name in DOCUMENT_COLUMNS},
+              "exact": {f.name: _kind(f.type) for f in schemas.EXACT_DEDUP if f.name != "doc_id"}}
+    near = getattr(schemas, "NEAR_DEDUP", None)
+    if near is not None:
+        layers["near"] = {f.name: _kind(f.type) for f in near if f.name != "doc_id" and _scalar(f.type)}
+    for stage, schema in getattr(schemas, "SCORES", {}).items():
+        layers[stage] = {f.name: _kind(f.type) for f in schema if f.name not in ("doc_id", "source")}
+    return layers
+
+
+# --- tokenizer ----------------------------------------------------------------
+
+_TOKEN = re.compile(r"""
+    (?P<space>\s+)
+  | (?P<number>-?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)
+  | (?P<string>'[^']*'|"[^"]*")
+  | (?P<ref>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?)
+  | (?P<op><=|>=|==|!=|<|>)
+  | (?P<punct>[()\[\],])
+""", re.VERBOSE)
+KEYWORDS = {"and", "or", "not", "in", "is", "null", "true", "false"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Token:
+    kind: str      # number, string, ref, keyword, op, punct, end
+    text: str
+    position: int
+
+
+def tokenize(expression: str) -> list[Token]:
+    tokens, position = [], 0
+    while position < len(expression):
+        match = _TOKEN.match(expression, position)
+        if match is None:
+            hint = " (compare with '==')" if expression[position] == "=" else ""
+            raise RuleError(f"unexpected character {expression[position]!r}{hint}", expression, position)
+        kind = match.lastgroup
+        text = match.group(0)
+        if kind == "string" and text[0] not in "'\"":
+            kind = "string"
+        if kind == "ref" and text.lower() in KEYWORDS:
+            kind, text = "keyword", text.lower()
+        if kind != "space":
+            tokens.append(Token(kind, text, position))
+        position = match.end()
+    tokens.append(Token("end", "", len(expression)))
+    return tokens
+
+
+# --- parser -------------------------------------------------------------------
+
+class _Parser:
+    def __init__(self, expression: str, columns: dict[str, dict[str, str]]):
+        self.expression = expression
+        self.tokens = tokenize(expression)
+        self.at = 0
+        self.columns = columns
+        self.layers_used: set[str] = set()
+
+    def error(self, message: str, token: Token | None = None):
+        token = token or self.tokens[self.at]
+        raise RuleError(message, self.expression, token.position)
+
+    def peek(self) -> Token:
+        return self.tokens[self.at]
+
+    def take(self) -> Token:
+        token = self.tokens[self.at]
+        self.at += 1
+        return token
+
+    def accept(self, kind: str, text: str | None = None) -> Token | None:
+        token = self.peek()
+        if token.kind == kind and (text is None or token.text == text):
+            self.at += 1
+            return token
+        return None
+
+    def parse(self):
+        if self.peek().kind == "end":
+            self.error("empty condition")
+        node = self.or_expr()
+        if self.peek().kind != "end":
+            self.error(f"unexpected {self.peek().text!r}; expected 'and', 'or' or the end")
+        return node
+
+    def or_expr(self):
+        parts = [self.and_expr()]
+        while self.accept("keyword", "or"):
+            parts.append(self.and_expr())
+        return parts[0] if len(parts) == 1 else ("or", tuple(parts))
+
+    def and_expr(self):
+        parts = [self.not_expr()]
+        while self.accept("keyword", "and"):
+            parts.append(self.not_expr())
+        return parts[0] if len(parts) == 1 else ("and", tuple(parts))
+
+    def not_expr(self):
+        if self.accept("keyword", "not"):
+            return ("not", self.not_expr())
+        if self.accept("punct", "("):
+            node = self.or_expr()
+            if not self.accept("punct", ")"):
+                self.error("expected ')'")
+            return node
+        return self.test()
+
+    def reference(self) -> tuple[str, str, str]:
+        token = self.peek()
+        if token.kind != "ref":
+            what = "the end" if token.kind == "end" else repr(token.text)
+            self.error(f"expected <layer>.<column>, got {what}")
+        self.take()
+        if "." not in token.text:
+            self.error(f"{token.text!r} is not <layer>.<column>; layers: {', '.join(sorted(self.columns))}", token)
+        layer, column = token.text.split(".", 1)
+        if layer not in self.columns:
+            self.error(f"unknown layer {layer!r}; layers: {', '.join(sorted(self.columns))}", token)
+        if column not in self.columns[layer]:
+            self.error(f"layer {layer!r} has no column {column!r}; it has: "
+                       f"{', '.join(sorted(self.columns[layer]))}", token)
+        self.layers_used.add(layer)
+        return layer, column, self.columns[layer][column]
+
+    def literal(self, kind: str, column: str):
+        token = self.take()
+        if token.kind == "number":
+            value, got = float(token.text), "number"
+        elif token.kind == "string":
+            value, got = token.text[1:-1], "string"
+        elif token.kind == "keyword" and token.text in ("true", "false"):
+            value, got = token.text == "true", "bool"
+        else:
+            what = "the end" if token.kind == "end" else repr(token.text)
+            self.at -= 1
+            self.error(f"expected a {_describe_kind(kind)} to compare {column} with, got {what}")
+        if got != kind:
+            self.at -= 1
+            self.error(f"{column} is a {_describe_kind(kind)} column; got a {_describe_kind(got)}")
+        return value
+
+    def test(self):
+        layer, column, kind = self.reference()
+        name = f"{layer}.{column}"
+        if self.accept("keyword", "is"):
+            negated = bool(self.accept("keyword", "not"))
+            if not self.accept("keyword", "null"):
+                self.error("expected 'null' after 'is'")
+            return ("null", layer, column, negated)
+        negated_in = False
+        if self.peek().kind == "keyword" and self.peek().text == "not" and \
+                self.tokens[self.at + 1].kind == "keyword" and self.tokens[self.at + 1].text == "in":
+            self.take()
+            negated_in = True
+        if self.accept("keyword", "in"):
+            if not self.accept("punct", "["):
+                self.error("expected '[' after 'in'")
+            values = [self.literal(kind, name)]
+            while self.accept("punct", ","):
+                values.append(self.literal(kind, name))
+            if not self.accept("punct", "]"):
+                self.error("expected ',' or ']'")
+            node = ("in", layer, column, tuple(values))
+            return ("not", node) if negated_in else node
+        op = self.accept("op")
+        if op is None:
+            if kind != "bool":
+                self.error(f"{name} is a {_describe_kind(kind)} column: compare it (e.g. {name} "
+                           f"{'< 0.5' if kind == 'number' else chr(61) * 2 + ' ' + repr('x')})")
+            return ("bool", layer, column)
+        if kind != "number" and op.text not in ("==", "!="):
+            self.at -= 1
+            self.error(f"{name} is a {_describe_kind(kind)} column: only == and != apply")
+        return ("cmp", layer, column, op.text, self.literal(kind, name))
+
+
+def _describe_kind(kind: str) -> str:
+    return {"number": "number", "string": "string", "bool": "true/false"}[kind]
+
+
+@dataclasses.dataclass(frozen=True)
+class Condition:
+    """A parsed, type-checked condition."""
+
+    text: str
+    tree: Any
+    layers: frozenset[str]
+
+    def evaluate(self, rows: dict[str, dict | None]) -> bool | None:
+        return _evaluate(self.tree, rows)
+
+
+def parse_condition(expression: str, columns: dict[str, dict[str, str]] | None = None) -> Condition:
+    parser = _Parser(expression, layer_columns() if columns is None else columns)
+    tree = parser.parse()
+    return Condition(expression, tree, frozenset(parser.layers_used))
+
+
+def parse_reference(text: str, columns: dict[str, dict[str, str]] | None = None,
+                    kind: str | None = None) -> tuple[str, str]:
+    parser = _Parser(text, layer_columns() if columns is None else columns)
+    layer, column, found = parser.reference()
+    if parser.peek().kind != "end":
+        parser.error("expected only <layer>.<column>")
+    if kind is not None and found != kind:
+        raise RuleError(f"{text} is a {_describe_kind(found)} column; a {_describe_kind(kind)} is needed",
+                        text, 0)
+    return layer, column
+
+
+_COMPARE = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
+            ">=": lambda a, b: a >= b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b}
+
+
+def _value(rows: dict, layer: str, column: str):
+    row = rows.get(layer)
+    return None if row is None else row.get(column)
+
+
+def _evaluate(node, rows) -> bool | None:
+    kind = node[0]
+    if kind == "cmp":
+        value = _value(rows, node[1], node[2])
+        return None if value is None else _COMPARE[node[3]](value, node[4])
+    if kind == "and":
+        unknown = False
+        for part in node[1]:
+            result = _evaluate(part, rows)
+            if result is False:
+                return False
+            unknown |= result is None
+        return None if unknown else True
+    if kind == "or":
+        unknown = False
+        for part in node[1]:
+            result = _evaluate(part, rows)
+            if result is True:
+                return True
+            unknown |= result is None
+        return None if unknown else False
+    if kind == "not":
+        result = _evaluate(node[1], rows)
+        return None if result is None else not result
+    if kind == "bool":
+        value = _value(rows, node[1], node[2])
+        return None if value is None else bool(value)
+    if kind == "null":
+        is_null = _value(rows, node[1], node[2]) is None
+        return not is_null if node[3] else is_null
+    if kind == "in":
+        value = _value(rows, node[1], node[2])
+        return None if value is None else value in node[3]
+    raise ValueError(f"unknown node {kind}")
+
+
+# --- config models --------------------------------------------------------------
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RuleConfig(_Strict):
+    """One policy rule: a threshold rule (``drop_if``) or a quantile rule (``keep_top`` + ``by``)."""
+
+    reason: str = Field(description="Name of the drop reason (lowercase, digits, '_').")
+    drop_if: str | None = Field(None, description="Condition over annotation columns; drop when it is true.")
+    keep_top: float | None = Field(None, gt=0, le=1, description="Keep this fraction of each group, best first.")
+    by: str | None = Field(None, description="Numeric column that ranks documents for keep_top.")
+    higher_is_better: bool = True
+    per: Literal["source", "domain"] = "source"
+    floor: float = Field(0.0, ge=0, le=1, description="keep_top never lowers a group's overall keep rate below this.")
+    sources: list[str] = Field(default_factory=list, description="Apply only to these sources (default: all).")
+    domains: list[str] = Field(default_factory=list, description="Apply only to these domains (default: all).")
+
+    @field_validator("reason")
+    @classmethod
+    def _reason(cls, value: str) -> str:
+        if not REASON.match(value):
+            raise ValueError("must be 1-64 characters of lowercase letters, digits and '_', starting with a letter")
+        if value in BUILTIN_REASONS or value.startswith(NOT_SCORED):
+            raise ValueError(f"{value!r} is a built-in reason; choose another name")
+        return value
+
+    @field_validator("drop_if")
+    @classmethod
+    def _condition(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_condition(value)
+        return value
+
+    @field_validator("by")
+    @classmethod
+    def _by(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_reference(value, kind="number")
+        return value
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "RuleConfig":
+        if (self.drop_if is None) == (self.keep_top is None):
+            raise ValueError(f"rule {self.reason!r}: give either drop_if (a threshold rule) or keep_top with by "
+                             f"(a quantile rule)")
+        if self.keep_top is not None and self.by is None:
+            raise ValueError(f"rule {self.reason!r}: keep_top needs by: <layer>.<column> to rank documents")
+        if self.drop_if is not None and (self.by is not None or self.floor):
+            raise ValueError(f"rule {self.reason!r}: by and floor belong to keep_top rules")
+        return self
+
+    @property
+    def is_quantile(self) -> bool:
+        return self.keep_top is not None
+
+    def layers(self) -> frozenset[str]:
+        if self.drop_if is not None:
+            return parse_condition(self.drop_if).layers
+        return frozenset({self.by.split(".", 1)[0]})
+
+
+class OverrideConfig(_Strict):
+    """Per-source or per-domain changes to the rules (a source override beats a domain override)."""
+
+    source: str | None = None
+    domain: str | None = None
+    disable: list[str] = Field(default_factory=list, description="Reasons of rules that do not apply here.")
+    rules: list[RuleConfig] = Field(default_factory=list,
+                                    description="Rules replacing the base rule of the same reason, or added.")
+
+    @model_validator(mode="after")
+    def _one_target(self) -> "OverrideConfig":
+        if (self.source is None) == (self.domain is None):
+            raise ValueError("an override names exactly one of source: or domain:")
+        return self
+
+
+class RedactConfig(_Strict):
+    """PII redaction applied by select when it writes the gold text."""
+
+    enabled: bool = False
+    kinds: list[Literal["email", "phone", "ip", "credit_card", "ssn", "iban", "secret"]] = Field(
+        default_factory=lambda: ["email", "phone", "ip", "credit_card", "ssn", "iban", "secret"])
+    tokens: dict[str, str] = Field(default_factory=dict, description="Replacement per kind (default <EMAIL>, ...).")
+
+    @field_validator("tokens")
+    @classmethod
+    def _token_kinds(cls, value: dict[str, str]) -> dict[str, str]:
+        from beam_pipeline.filters.pii import KINDS
+
+        unknown = sorted(set(value) - set(KINDS))
+        if unknown:
+            raise ValueError(f"unknown PII kind(s) {', '.join(unknown)}; kinds: {', '.join(KINDS)}")
+        return value
+
+
+def check_rules(rules: list[RuleConfig], overrides: list[OverrideConfig]) -> None:
+    """Reasons unique, overrides refer to existing reasons (raises ValueError)."""
+    reasons = [r.reason for r in rules]
+    repeated = sorted({r for r in reasons if reasons.count(r) > 1})
+    if repeated:
+        raise ValueError(f"policy.rules: each reason may appear once; repeated: {', '.join(repeated)}")
+    for i, override in enumerate(overrides):
+        unknown = sorted(set(override.disable) - set(reasons))
+        if unknown:
+            raise ValueError(f"policy.overrides[{i}].disable: no rule named {', '.join(unknown)}; "
+                             f"rules: {', '.join(reasons) or '(none)'}")
+
+
+def expand_policy_file(data: Any, base_dir: str) -> Any:
+    """``policy: path/to/policy.yaml`` -> the file's mapping (the config digest sees the content)."""
+    if not isinstance(data, dict) or not isinstance(data.get("policy"), str):
+        return data
+    path = data["policy"]
+    path = path if os.path.isabs(path) else os.path.normpath(os.path.join(base_dir, path))
+    try:
+        with open(path, encoding="utf-8") as f:
+            policy = yaml.safe_load(f)
+    except OSError as err:
+        raise ValueError(f"policy: cannot read the policy file {path}: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise ValueError(f"policy: {path} is not valid YAML: {err}") from None
+    return {**data, "policy": policy if policy is not None else {}}
+
+
+# --- compiled policy --------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    reason: str
+    condition: Condition | None     # threshold rule
+    position: int                   # -1: document/exact/near only; k: cascade stage k; len(cascade): quantile
+    index: int                      # order in the file
+    config: RuleConfig
+
+    def applies(self, source: str, domain: str) -> bool:
+        c = self.config
+        return (not c.sources or source in c.sources) and (not c.domains or domain in c.domains)
+
+
+@dataclasses.dataclass
+class Plan:
+    """The policy compiled against a cascade: ordered rules per source, gates per stage."""
+
+    cascade: tuple[str, ...]
+    rules: list[RuleConfig]
+    overrides: list[OverrideConfig]
+    domains: dict[str, str]                 # source -> domain
+
+    def __post_init__(self):
+        self._per_source: dict[str, list[Rule]] = {}
+
+    def position(self, rule: RuleConfig) -> int:
+        if rule.is_quantile:
+            return len(self.cascade)
+        stages = [self.cascade.index(layer) for layer in rule.layers() if layer in self.cascade]
+        return max(stages) if stages else -1
+
+    def rules_for(self, source: str) -> list[Rule]:
+        """Effective rules of a source, in evaluation order (overrides applied)."""
+        cached = self._per_source.get(source)
+        if cached is not None:
+            return cached
+        domain = self.domains.get(source)
+        effective = {r.reason: (i, r) for i, r in enumerate(self.rules)}
+        appended = len(self.rules)
+        # domain overrides first, then source overrides: the more specific wins
+        for override in sorted(self.overrides, key=lambda o: o.source is not None):
+            if not ((override.domain is not None and override.domain == domain) or
+                    (override.source is not None and override.source == source)):
+                continue
+            for reason in override.disable:
+                effective.pop(reason, None)
+            for rule in override.rules:
+                if rule.reason in effective:
+                    effective[rule.reason] = (effective[rule.reason][0], rule)
+                else:
+                    effective[rule.reason] = (appended, rule)
+                    appended += 1
+        compiled = [Rule(rule.reason, parse_condition(rule.drop_if) if rule.drop_if is not None else None,
+                         self.position(rule), index, rule)
+                    for index, rule in effective.values()]
+        compiled = [rule for rule in compiled if rule.applies(source, domain)]
+        compiled.sort(key=lambda r: (r.position, r.index))
+        self._per_source[source] = compiled
+        return compiled
+
+    def gate_spec(self, stage_index: int) -> dict:
+        """What decides which documents stage ``stage_index`` sees (part of its layer key)."""
+        return {source: [(r.reason, r.condition.text, r.position) for r in self.rules_for(source)
+                         if r.condition is not None and r.position < stage_index]
+                for source in sorted(self.domains)}
+
+    def layers_read(self, upto: int | None = None) -> dict[str, set[str]]:
+        """{cascade stage: columns} the rules before stage ``upto`` (all when None) read."""
+        limit = len(self.cascade) + 1 if upto is None else upto
+        needed: dict[str, set[str]] = {stage: set() for stage in self.cascade[:limit]}
+        for source in self.domains:
+            for rule in self.rules_for(source):
+                if rule.position >= limit:
+                    continue
+                if rule.condition is not None:
+                    for layer, column in _references(rule.condition.tree):
+                        if layer in needed:
+                            needed[layer].add(column)
+                elif rule.config.by:
+                    layer, column = rule.config.by.split(".", 1)
+                    if layer in needed:
+                        needed[layer].add(column)
+        return needed
+
+    def first_reason(self, source: str, rows: dict[str, dict | None], upto: int | None = None) -> str | None:
+        """The first threshold rule (or missing score) that drops the document, among those before ``upto``.
+
+        ``rows`` maps layer names (``document``, ``exact``, cascade stages) to the
+        document's row in that layer, or None when the layer has no row for it.
+        Built-in rules are not evaluated here (see :func:`beam_pipeline.policy.decide`).
+        """
+        limit = len(self.cascade) if upto is None else upto
+        checked = -1
+        for rule in self.rules_for(source):
+            if rule.condition is None or rule.position >= limit:
+                continue
+            while checked < rule.position:
+                checked += 1
+                if checked >= 0 and rows.get(self.cascade[checked]) is None:
+                    return f"{NOT_SCORED}:{self.cascade[checked]}"
+            if rule.condition.evaluate(rows) is True:
+                return rule.reason
+        while checked < limit - 1:
+            checked += 1
+            if rows.get(self.cascade[checked]) is None:
+                return f"{NOT_SCORED}:{self.cascade[checked]}"
+        return None
+
+    def quantile_reasons(self) -> list[str]:
+        """Reasons of quantile rules in evaluation order (over every source's effective rules)."""
+        order: dict[str, tuple[int, str]] = {}
+        for source in sorted(self.domains):
+            for rule in self.rules_for(source):
+                if rule.config.is_quantile:
+                    order[rule.reason] = min(order.get(rule.reason, (rule.index, rule.reason)),
+                                             (rule.index, rule.reason))
+        return [reason for reason, _ in sorted(order.items(), key=lambda item: item[1])]
+
+    def quantile_rule(self, source: str, reason: str) -> RuleConfig | None:
+        for rule in self.rules_for(source):
+            if rule.reason == reason and rule.config.is_quantile:
+                return rule.config
+        return None
+
+
+def _references(tree) -> list[tuple[str, str]]:
+    kind = tree[0]
+    if kind in ("and", "or"):
+        return [ref for part in tree[1] for ref in _references(part)]
+    if kind == "not":
+        return _references(tree[1])
+    return [(tree[1], tree[2])]

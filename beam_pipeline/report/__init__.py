@@ -1,0 +1,57 @@
+"""The run report: one self-contained HTML page per run (``runs/<run_id>/report.html``).
+
+Modules, in the order the data flows:
+
+* :mod:`~beam_pipeline.report.locate`   what the user pointed at -> the run's files;
+* :mod:`~beam_pipeline.report.gather`   metrics, ledgers, layers, manifest -> numbers;
+* :mod:`~beam_pipeline.report.plots`    numbers -> PNG plots (matplotlib, Agg);
+* :mod:`~beam_pipeline.report.html`     numbers + plots -> the page;
+* :mod:`~beam_pipeline.report.compare`  two runs -> the side-by-side page.
+
+``docs/report.md`` describes every section and where its numbers come from.
+"""
+from __future__ import annotations
+
+from beam_pipeline.layers import join, write_bytes_atomic
+from beam_pipeline.report.locate import ReportError, RunRef, locate
+
+__all__ = ["ReportError", "RunRef", "locate", "write_report", "write_compare"]
+
+
+def write_report(target: str, *, output: str | None = None, report_config: dict | None = None) -> str:
+    """Write the report of the run or dataset ``target``; return its path."""
+    from beam_pipeline.report import html, plots
+    from beam_pipeline.report.gather import gather
+
+    ref = target if isinstance(target, RunRef) else locate(target)
+    data = gather(ref, report_config=report_config)
+    page = html.render_run(data, plots.run_plots(data))
+    path = output or ref.report_path
+    write_bytes_atomic(path, page.encode("utf-8"))
+    return path
+
+
+def write_compare(a: str, b: str, *, output: str | None = None) -> tuple[str, str]:
+    """Write the comparison page of two runs or datasets; return (its path, a text summary)."""
+    from beam_pipeline.report import html, plots
+    from beam_pipeline.report.compare import compare, summary_text
+
+    a_ref, b_ref = locate(a), locate(b)
+    cmp = compare(a_ref, b_ref)
+    labels = (f"A · {cmp['a']['label']}", f"B · {cmp['b']['label']}")
+    figures = {
+        "counts": plots.compare_bars(
+            "counts", "Documents passed per stage", [r["stage"] for r in cmp["counts"] if r["field"] == "passed"],
+            [r["a"] or 0 for r in cmp["counts"] if r["field"] == "passed"],
+            [r["b"] or 0 for r in cmp["counts"] if r["field"] == "passed"], labels, "documents passed"),
+        "drops": plots.compare_bars(
+            "drops", "Records dropped by reason", [r["reason"] for r in cmp["drops"]],
+            [r["a"] for r in cmp["drops"]], [r["b"] for r in cmp["drops"]], labels, "records dropped"),
+        "mixture": plots.compare_bars(
+            "mixture", "Share of tokens per domain bucket", [r["bucket"] for r in cmp["mixture"]],
+            [r["a_share"] for r in cmp["mixture"]], [r["b_share"] for r in cmp["mixture"]], labels,
+            "share of the dataset's tokens", percent=True),
+    }
+    path = output or join(b_ref.run_dir, f"compare-{a_ref.run_id}.html")
+    write_bytes_atomic(path, html.render_compare(cmp, figures).encode("utf-8"))
+    return path, summary_text(cmp)

@@ -1,0 +1,421 @@
+"""Stages 3, 5, 6: the scorers of the cascade, one Beam job and one layer each.
+
+Every scorer stage has the same shape::
+
+    documents (ingest) ─┐
+    exact, near         ├─ CoGroupByKey(doc_id) ─ gate ─ score ─> annotations (one row per scored document)
+    earlier scorers ────┘                               └──────> dead_letter (a scorer raised)
+
+* The *gate* is the policy as far as it is known before this stage
+  (:meth:`beam_pipeline.policy_rules.Plan.first_reason` up to the stage, after
+  the built-in rules of :func:`beam_pipeline.policy.decide`). A document the
+  gate stops is counted ``filtered:<reason>`` and gets no row: its scores are
+  absent (null when joined), never invented. With ``cascade.gate: false``
+  every document is scored.
+* Scorers that need an earlier layer as input (heuristics and safety read
+  ``language.lang``) get its row through the same join.
+* Text is what ``select`` will write: boilerplate lines and repeated spans
+  that near dedup marked are stripped first (``repetition.stripped_document``).
+* Models and lists are loaded once per worker process in ``DoFn.setup``
+  through :class:`apache_beam.utils.shared.Shared`.
+
+Counters (namespace = stage): ``in`` every document, ``passed`` scored,
+``filtered:<gate reason>``, ``dead_letter``. The pure scoring functions are in
+:mod:`beam_pipeline.filters`; each ``Scorer`` below only adapts one of them.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.utils import shared
+
+from beam_pipeline import schemas
+from beam_pipeline.accounting import CountEntering, StageCounters
+from beam_pipeline.hashing import digest_json, sha256_stream
+from beam_pipeline.transforms.keys import StrKeyed
+
+ANNOTATIONS = "annotations"
+DEAD_LETTER = "dead_letter"
+DOCUMENT_COLUMNS = ["doc_id", "source", "domain", "url", "license", "date", "n_chars", "text"]
+
+
+class ScoreDocuments(beam.PTransform):
+    """{"documents": PCollection[document], <layer>: PCollection[row], ...} -> {"annotations", "dead_letter"}.
+
+    ``gate`` is a :class:`Gate` or None (score everything).
+    """
+
+    def __init__(self, scorer: "Scorer", gate: "Gate | None"):
+        super().__init__()
+        self._scorer = scorer
+        self._gate = gate
+        self._shared = shared.Shared()
+
+    def expand(self, inputs):
+        stage = self._scorer.stage
+        documents = inputs["documents"] | "Count" >> CountEntering(stage)
+        others = sorted(name for name in inputs if name != "documents")
+        if others:
+            keyed = {"document": documents | "KeyDocuments" >> beam.Map(
+                lambda d: (d["doc_id"], d)).with_output_types(StrKeyed)}
+            for name in others:
+                keyed[name] = inputs[name] | f"Key_{name}" >> beam.Map(
+                    lambda r: (r["doc_id"], r)).with_output_types(StrKeyed)
+            elements = keyed | "JoinOnDocId" >> beam.CoGroupByKey()
+        else:
+            elements = documents
+        scored = elements | "GateAndScore" >> beam.ParDo(
+            ScoreFn(self._scorer, self._gate, self._shared)).with_outputs(DEAD_LETTER, main=ANNOTATIONS)
+        return {ANNOTATIONS: scored[ANNOTATIONS], DEAD_LETTER: scored[DEAD_LETTER]}
+
+
+class Gate:
+    """The policy rules that apply before cascade stage ``index`` (picklable)."""
+
+    def __init__(self, policy, plan, index: int):
+        self.policy = policy
+        self.plan = plan
+        self.index = index
+
+    def reason(self, document: dict, rows: dict) -> str | None:
+        from beam_pipeline.policy import decide
+
+        reason = decide(document, rows.get("exact"), self.policy, rows.get("near"))
+        if reason is not None:
+            return reason
+        return self.plan.first_reason(document["source"], rows, upto=self.index)
+
+
+def prepared_document(document: dict, near: dict | None, policy) -> dict:
+    """The document as select will judge and write it (near-dedup stripping applied)."""
+    if near is None:
+        return document
+    from beam_pipeline.dedup.repetition import stripped_document
+
+    return stripped_document(document, near, strip_lines=getattr(policy, "strip_boilerplate_lines", True),
+                             strip_spans=getattr(policy, "strip_repeated_spans", True))
+
+
+class _Holder:
+    """A weak-referenceable box for what a scorer loads (Shared keeps weak references)."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+class ScoreFn(beam.DoFn):
+    """(doc_id, {"document": [doc], <layer>: [row]}) or a bare document -> annotation row."""
+
+    def __init__(self, scorer: "Scorer", gate: Gate | None, shared_handle: shared.Shared):
+        self._scorer = scorer
+        self._gate = gate
+        self._shared = shared_handle
+
+    def setup(self):
+        scorer = self._scorer
+        self._holder = self._shared.acquire(lambda: _Holder(scorer.load()), tag=scorer.tag())
+        self._counters = StageCounters(scorer.stage)
+
+    def process(self, element) -> Iterator:
+        if isinstance(element, tuple):
+            doc_id, parts = element
+            documents = list(parts["document"])
+            if not documents:  # an annotation without its document: an upstream bug
+                raise ValueError(f"{self._scorer.stage}: annotations for doc_id {doc_id} but no document")
+            document = documents[0]
+            rows = {name: next(iter(values), None) for name, values in parts.items() if name != "document"}
+        else:
+            document, rows = element, {}
+        policy = self._gate.policy if self._gate is not None else self._scorer.policy
+        document = prepared_document(document, rows.get("near"), policy)
+        rows["document"] = document
+        source = document["source"]
+        if self._gate is not None:
+            reason = self._gate.reason(document, rows)
+            if reason is not None:
+                self._counters.filtered(reason, source)
+                return
+        try:
+            scores = self._scorer.score(self._holder.value, document, rows)
+        except Exception as err:  # noqa: BLE001 - one bad document must not fail the stage
+            self._counters.dead_letter(source)
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER, schemas.dead_letter_row(
+                self._scorer.stage, source=source, doc_id=document["doc_id"],
+                error=f"{type(err).__name__}: {err}", raw_prefix=document["text"][:256].encode("utf-8")))
+            return
+        self._counters.passed(source)
+        yield {"doc_id": document["doc_id"], "source": source, **scores}
+
+
+# --- scorers ------------------------------------------------------------------------
+
+def file_sha256(path: str) -> str:
+    with FileSystems.open(path, compression_type="uncompressed") as f:
+        return sha256_stream(f)
+
+
+class Scorer:
+    """Adapts one family of :mod:`beam_pipeline.filters` to a cascade stage."""
+
+    stage = ""
+    version = "1"
+    schema = None
+    #: earlier cascade layers whose row the scorer reads (when they run before it)
+    context: tuple[str, ...] = ()
+
+    def __init__(self, config, cascade_before: tuple[str, ...] = ()):
+        self.config = config
+        self.policy = config.policy
+        self.cascade_before = tuple(cascade_before)
+
+    def key_config(self) -> dict:
+        """What determines this scorer's output for a given document (part of the layer key)."""
+        return {}
+
+    def tag(self) -> str:
+        return digest_json({"stage": self.stage, "version": self.version, "config": self.key_config()})
+
+    def load(self):
+        return None
+
+    def score(self, state, document: dict, rows: dict) -> dict:
+        raise NotImplementedError
+
+    def context_columns(self) -> dict[str, list[str]]:
+        return {}
+
+
+class LanguageScorer(Scorer):
+    stage, schema = "language", schemas.LANGUAGE
+
+    def key_config(self):
+        from beam_pipeline.filters.language import model_path
+
+        c = self.config.language
+        return {"model_sha256": file_sha256(model_path(c.model)), "paragraphs": c.paragraphs,
+                "min_paragraph_chars": c.min_paragraph_chars, "max_chars": c.max_chars}
+
+    def load(self):
+        from beam_pipeline.filters.language import load_model, model_path
+
+        return load_model(model_path(self.config.language.model))
+
+    def score(self, model, document, rows):
+        from beam_pipeline.filters import language
+
+        c = self.config.language
+        return language.score(model, document["text"], paragraphs=c.paragraphs,
+                              min_paragraph_chars=c.min_paragraph_chars, max_chars=c.max_chars)
+
+
+def _language_of(rows: dict) -> str | None:
+    row = rows.get("language")
+    return None if row is None else row.get("lang")
+
+
+class HeuristicsScorer(Scorer):
+    stage, schema = "heuristics", schemas.HEURISTICS
+    context = ("language",)
+
+    def key_config(self):
+        return {**self.config.heuristics.model_dump(mode="json"), "language_known": "language" in self.cascade_before}
+
+    def context_columns(self):
+        return {"language": ["lang"]} if "language" in self.cascade_before else {}
+
+    def score(self, _state, document, rows):
+        from beam_pipeline.filters import heuristics
+
+        c = self.config.heuristics
+        return heuristics.score(document["text"], _language_of(rows), stop_words=c.stop_words,
+                                min_words_per_line=c.min_words_per_line, short_line_chars=c.short_line_chars)
+
+
+class BlocklistScorer(Scorer):
+    stage, schema = "blocklist", schemas.BLOCKLIST
+
+    def key_config(self):
+        c = self.config.blocklist
+        return {"domain_files_sha256": [file_sha256(p) for p in c.domain_files],
+                "url_substring_files_sha256": [file_sha256(p) for p in c.url_substring_files]}
+
+    def load(self):
+        from beam_pipeline.filters.blocklist import Blocklist
+
+        c = self.config.blocklist
+        return Blocklist.from_files(c.domain_files, c.url_substring_files)
+
+    def score(self, blocklist, document, rows):
+        return blocklist.score(document["url"])
+
+
+class QualityScorer(Scorer):
+    stage, schema = "quality", schemas.QUALITY
+
+    def key_config(self):
+        return {"model_sha256": file_sha256(self.config.quality.model)}
+
+    def load(self):
+        from beam_pipeline.filters.language import load_model
+
+        return load_model(self.config.quality.model)
+
+    def score(self, model, document, rows):
+        from beam_pipeline.filters.quality_model import positive_probability
+
+        return {"score": positive_probability(model, document["text"])}
+
+
+class SafetyScorer(Scorer):
+    stage, schema = "safety", schemas.SAFETY
+    context = ("language",)
+
+    def key_config(self):
+        c = self.config.safety
+        return {"builtin_badwords": c.builtin_badwords,
+                "badword_files_sha256": {k: file_sha256(v) for k, v in sorted(c.badword_files.items())},
+                "toxicity_model_sha256": file_sha256(c.toxicity_model) if c.toxicity_model else None,
+                "builtin_lists_sha256": _builtin_lists_digest() if c.builtin_badwords else None}
+
+    def context_columns(self):
+        return {"language": ["lang"]}
+
+    def load(self):
+        from beam_pipeline.filters.language import load_model
+        from beam_pipeline.filters.safety import BadWords, load_word_lists
+
+        c = self.config.safety
+        badwords = BadWords(load_word_lists(c.builtin_badwords, c.badword_files))
+        return badwords, (load_model(c.toxicity_model) if c.toxicity_model else None)
+
+    def score(self, state, document, rows):
+        from beam_pipeline.filters.quality_model import positive_probability
+
+        badwords, toxicity_model = state
+        out = badwords.score(document["text"], _language_of(rows))
+        out["toxicity"] = positive_probability(toxicity_model, document["text"]) if toxicity_model else None
+        return out
+
+
+def _builtin_lists_digest() -> str:
+    from beam_pipeline.filters.safety import BUILTIN_LANGUAGES, builtin_words
+
+    return digest_json({lang: builtin_words(lang) for lang in sorted(BUILTIN_LANGUAGES)})
+
+
+class PiiScorer(Scorer):
+    stage, schema = "pii", schemas.PII
+
+    def key_config(self):
+        return self.config.pii.model_dump(mode="json")
+
+    def score(self, _state, document, rows):
+        from beam_pipeline.filters.pii import counts
+
+        return counts(document["text"], self.config.pii.kinds)
+
+
+class DecontaminationScorer(Scorer):
+    stage, schema = "decontamination", schemas.DECONTAMINATION
+
+    def key_config(self):
+        from beam_pipeline.filters.decontamination import INDEX_FORMAT
+
+        c = self.config.decontamination
+        return {"ngram": c.ngram, "min_overlap": c.min_overlap, "hash": INDEX_FORMAT,
+                "evalsets": [{"name": e.name, "field": e.field, "sha256": file_sha256(e.path)} for e in c.evalsets]}
+
+    def load(self):
+        from beam_pipeline.filters.decontamination import build_evalset, read_items
+
+        c = self.config.decontamination
+        return [build_evalset(e.name, read_items(e.path, e.field), c.ngram) for e in c.evalsets], {}
+
+    def score(self, state, document, rows):
+        from beam_pipeline.filters.decontamination import score
+
+        evalsets, cache = state
+        if len(cache) > 1_000_000:  # word-hash cache: bounded memory per worker
+            cache.clear()
+        c = self.config.decontamination
+        return score(evalsets, document["text"], c.ngram, c.min_overlap, cache)
+
+
+SCORERS: dict[str, type[Scorer]] = {cls.stage: cls for cls in (
+    LanguageScorer, HeuristicsScorer, BlocklistScorer, QualityScorer, SafetyScorer, PiiScorer,
+    DecontaminationScorer)}
+
+
+# --- histogram summaries for the ledger ------------------------------------------------
+
+HISTOGRAM_BINS = 10
+TOP_VALUES = 10
+
+
+def histograms(part_paths: list[str], schema) -> dict:
+    """Per column: counts, nulls and a fixed-bin histogram (numbers), true/false counts (flags)
+    or the most frequent values (text), overall and per source. Deterministic: computed from
+    the layer's own partitions, never from timings or sampling."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tables = []
+    for path in part_paths:
+        with FileSystems.open(path, compression_type="uncompressed") as f:
+            tables.append(pq.read_table(f))
+    table = pa.concat_tables(tables) if tables else schema.empty_table()
+    sources = table.column("source").to_pylist()
+    out = {}
+    for field in schema:
+        if field.name in ("doc_id", "source"):
+            continue
+        values = table.column(field.name).to_pylist()
+        by_source: dict[str, list] = {}
+        for source, value in zip(sources, values):
+            by_source.setdefault(source, []).append(value)
+        if pa.types.is_boolean(field.type):
+            summarize = _flags
+        elif pa.types.is_integer(field.type) or pa.types.is_floating(field.type):
+            present = [v for v in values if v is not None]
+            low, high = (min(present), max(present)) if present else (0.0, 0.0)
+            if 0.0 <= low and high <= 1.0 and pa.types.is_floating(field.type):
+                low, high = 0.0, 1.0
+            summarize = _numbers(float(low), float(high))
+        else:
+            summarize = _text
+        out[field.name] = {"all": summarize(values),
+                           "by_source": {s: summarize(v) for s, v in sorted(by_source.items())}}
+    return out
+
+
+def _flags(values: list) -> dict:
+    return {"rows": len(values), "null": values.count(None),
+            "true": sum(v is True for v in values), "false": sum(v is False for v in values)}
+
+
+def _numbers(low: float, high: float):
+    width = (high - low) / HISTOGRAM_BINS
+
+    def summarize(values: list) -> dict:
+        present = [v for v in values if v is not None]
+        counts = [0] * HISTOGRAM_BINS
+        for v in present:
+            i = 0 if width == 0 else min(HISTOGRAM_BINS - 1, int((v - low) / width))
+            counts[i] += 1
+        return {"rows": len(values), "null": len(values) - len(present),
+                "mean": round(sum(present) / len(present), 6) if present else None,
+                "min": round(min(present), 6) if present else None,
+                "max": round(max(present), 6) if present else None,
+                "edges": [round(low + i * width, 6) for i in range(HISTOGRAM_BINS + 1)], "counts": counts}
+    return summarize
+
+
+def _text(values: list) -> dict:
+    counts: dict[str, int] = {}
+    for v in values:
+        if v is not None:
+            counts[v] = counts.get(v, 0) + 1
+    top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_VALUES]
+    return {"rows": len(values), "null": values.count(None), "distinct": len(counts), "top": dict(top)}

@@ -1,0 +1,11 @@
+"""Flex Template entry point (FLEX_TEMPLATE_PYTHON_PY_FILE in templates/Dockerfile).
+
+Submits the build driver as a one-worker Dataflow job and exits without
+waiting for it; see beam_pipeline/launcher.py and docs/dataflow.md.
+"""
+import sys
+
+from beam_pipeline.launcher import main
+
+if __name__ == "__main__":
+    sys.exit(main())

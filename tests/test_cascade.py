@@ -1,0 +1,145 @@
+"""The cascade: order validation, gates, absent scores for stopped documents (scoring/cascade.py, transforms/score.py)."""
+import os
+
+import apache_beam as beam
+import pytest
+import yaml
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.util import assert_that, equal_to
+
+from beam_pipeline.accounting import counts_from_result
+from beam_pipeline.scoring.cascade import plan_of, scoring_digest, select_config
+from beam_pipeline.config import ConfigError, parse_config
+from beam_pipeline.scoring.config import CascadeConfig, check_order
+from beam_pipeline.transforms.score import Gate, PiiScorer, ScoreDocuments
+from conftest import IN_PROCESS, SAMPLE_CONFIG
+
+SAMPLE_DIR = os.path.dirname(SAMPLE_CONFIG)
+
+
+def sample_data():
+    return yaml.safe_load(open(SAMPLE_CONFIG))
+
+
+@pytest.mark.parametrize("order,message", [
+    (["language", "tokenize", "decontamination"],
+     "tokenize must be last in [language, tokenize, decontamination]: decontamination operate(s) on text"),
+    (["language", "quality", "select", "pii"], "select must come after every scorer"),
+    (["safety", "language"], "safety must come after language in [safety, language]: bad-word lists are per language"),
+    (["pii", "pii"], "pii listed more than once"),
+    (["language", "toxicity"], "unknown stage(s) 'toxicity'"),
+])
+def test_invalid_orders_are_rejected_with_the_reason(order, message):
+    with pytest.raises(ValueError) as err:
+        check_order(order)
+    assert message in str(err.value)
+
+
+def test_invalid_order_in_a_config_file_is_a_config_error():
+    data = sample_data()
+    data["cascade"] = ["pii", "tokenize", "decontamination"]
+    with pytest.raises(ConfigError) as err:
+        parse_config(data, base_dir=SAMPLE_DIR, source_name="corpus.yaml")
+    assert "cascade.stages" in str(err.value) and "tokenize must be last" in str(err.value)
+
+
+def test_valid_orders_and_forms():
+    assert CascadeConfig.model_validate(["language", "safety", "select", "tokenize"]).stages == ["language", "safety"]
+    assert CascadeConfig.model_validate({"stages": ["pii"], "gate": False}).gate is False
+    check_order(["pii", "quality", "decontamination", "tokenize"])   # cost order is free; only true dependencies
+
+
+def test_stage_needs_what_it_uses():
+    data = sample_data()
+    data["quality"] = {}
+    with pytest.raises(ConfigError, match="quality.model: required when quality is in the cascade"):
+        parse_config(data, base_dir=SAMPLE_DIR)
+
+
+def test_select_key_depends_on_policy_and_cascade_not_on_scorer_settings():
+    config = parse_config(sample_data(), base_dir=SAMPLE_DIR)
+    changed_policy = sample_data()
+    changed_policy["policy"]["rules"][3]["drop_if"] = "quality.score < 0.2"
+    other = parse_config(changed_policy, base_dir=SAMPLE_DIR)
+    assert select_config(config) != select_config(other)
+    assert scoring_digest(config) == scoring_digest(other)       # the same scores serve both policies
+    changed_scorer = sample_data()
+    changed_scorer["language"] = {"max_chars": 500}
+    assert scoring_digest(parse_config(changed_scorer, base_dir=SAMPLE_DIR)) != scoring_digest(config)
+
+
+# --- gates in a Beam job -------------------------------------------------------------
+
+def documents():
+    def doc(i, text, source="web"):
+        return {"doc_id": f"d{i}", "source": source, "domain": "general", "url": None, "license": "L",
+                "date": None, "n_chars": len(text), "text": text}
+    return [doc(1, "Write to jane@example.org for details about the project."),
+            doc(2, "Schreiben Sie an max@example.de für weitere Informationen."),
+            doc(3, "A duplicate copy: write to jane@example.org for details."),
+            doc(4, "ok")]
+
+
+def config_with(rules, gate=True):
+    data = sample_data()
+    data["sources"] = [{"name": "web", "uri": "x/*.jsonl", "format": "jsonl", "rank": 1, "license": "L",
+                        "domain": "general"}]
+    data["cascade"] = {"stages": ["language", "pii"], "gate": gate}
+    data["near_dedup"] = {"enabled": False}
+    data["policy"] = {"min_chars": 3, "rules": rules}
+    return parse_config(data, base_dir=SAMPLE_DIR)
+
+
+def run_pii_stage(config, gate, expected_rows):
+    exact = [{"doc_id": f"d{i}", "is_duplicate": i == 3} for i in range(1, 5)]
+    language = [{"doc_id": "d1", "lang": "en"}, {"doc_id": "d2", "lang": "de"}, {"doc_id": "d3", "lang": "en"},
+                {"doc_id": "d4", "lang": "en"}]
+    p = beam.Pipeline(options=PipelineOptions(IN_PROCESS))
+    inputs = {"documents": p | "D" >> beam.Create(documents())}
+    if gate is not None:
+        inputs["exact"] = p | "E" >> beam.Create(exact)
+        inputs["language"] = p | "L" >> beam.Create(language)
+    out = inputs | ScoreDocuments(PiiScorer(config, cascade_before=("language",)), gate)
+    assert_that(out["annotations"] | beam.Map(lambda r: (r["doc_id"], r["source"], r["email"])),
+                equal_to(expected_rows))
+    result = p.run()
+    result.wait_until_finish()
+    return counts_from_result(result, "pii")
+
+
+def test_gate_stops_documents_before_the_expensive_stage():
+    config = config_with([{"reason": "not_english", "drop_if": "language.lang != 'en'"},
+                          {"reason": "has_email", "drop_if": "pii.email > 0"}])
+    gate = Gate(config.policy, plan_of(config), index=1)
+    # d2 not English, d3 a duplicate, d4 too short: only d1 reaches the scorer
+    counts = run_pii_stage(config, gate, [("d1", "web", 1)])
+    assert counts["in"] == 4 and counts["passed"] == 1
+    assert counts["filtered"] == {"exact_duplicate": 1, "not_english": 1, "too_short": 1}
+    # the rule over pii itself is not a gate of pii: it applies after the stage
+    assert gate.reason({**documents()[0]}, {"language": {"lang": "en"}}) is None
+
+
+def test_without_gates_every_document_is_scored():
+    config = config_with([{"reason": "not_english", "drop_if": "language.lang != 'en'"}], gate=False)
+    counts = run_pii_stage(config, None, [("d1", "web", 1), ("d2", "web", 1), ("d3", "web", 1), ("d4", "web", 0)])
+    assert counts["passed"] == 4 and counts["filtered"] == {}
+
+
+def test_stopped_documents_get_null_scores_at_select():
+    """A document the gate stopped has no row: select sees None, never an invented score."""
+    from beam_pipeline.transforms.select import ApplyPolicy
+
+    config = config_with([{"reason": "not_english", "drop_if": "language.lang != 'en'"},
+                          {"reason": "has_email", "drop_if": "pii.email > 1"}])
+    p = beam.Pipeline(options=PipelineOptions(IN_PROCESS))
+    out = {"documents": p | "D" >> beam.Create(documents()),
+           "exact": p | "E" >> beam.Create([{"doc_id": f"d{i}", "is_duplicate": i == 3} for i in range(1, 5)]),
+           "language": p | "L" >> beam.Create([{"doc_id": "d1", "lang": "en"}, {"doc_id": "d2", "lang": "de"},
+                                               {"doc_id": "d3", "lang": "en"}, {"doc_id": "d4", "lang": "en"}]),
+           "pii": p | "P" >> beam.Create([{"doc_id": "d1", "email": 1}])} | ApplyPolicy(config.policy,
+                                                                                         plan_of(config))
+    assert_that(out["decisions"] | beam.Map(lambda d: (d["doc_id"], d["reason"])),
+                equal_to([("d1", None), ("d2", "not_english"), ("d3", "exact_duplicate"), ("d4", "too_short")]))
+    assert_that(out["gold"] | beam.Map(lambda g: g["text"]),
+                equal_to(["Write to jane@example.org for details about the project."]), label="gold")
+    p.run().wait_until_finish()

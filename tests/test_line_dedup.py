@@ -1,0 +1,114 @@
+"""Boilerplate lines and repeated spans: keys, stripping, and the Beam composites on real text."""
+import os
+
+import apache_beam as beam
+import numpy as np
+import pyarrow.parquet as pq
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from beam_pipeline.dedup.repetition import (countable_line_keys, line_key, line_keys, merge_ranges, strip_text,
+                                      stripped_document, word_windows)
+from beam_pipeline.transforms.line_dedup import BoilerplateLines, RepeatedSpans
+
+OPTIONS = PipelineOptions(["--runner=DirectRunner", "--direct_running_mode=in_memory"])
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WIKI = os.path.join(REPO, "sample", "data", "wikipedia", "part-0000.parquet")
+GPL_NOTICE = open(os.path.join(REPO, "sample", "data", "debian-copyright", "bash.txt"), encoding="utf-8").read()
+
+
+def paragraphs(min_words: int = 40) -> list[str]:
+    texts = pq.read_table(WIKI, columns=["text"]).column("text").to_pylist()
+    return [p.strip() for t in texts for p in t.split("\n\n") if len(p.split()) >= min_words]
+
+
+def doc(doc_id, text, rank=1, date=None, source="web"):
+    return {"doc_id": doc_id, "source": source, "source_rank": rank, "date": date, "text": text}
+
+
+# --- lines -----------------------------------------------------------------------------
+
+def test_vectorised_line_keys_equal_the_reference_per_line():
+    text = "\n".join(["  Hello\tWorld  ", "A\u00a0B\u2003C", "x\x1cy", "", "   ", "Stra\u00dfe  ISt", "a\u2028b",
+                      "tab\x0bvt\x0cff", "\r stuff \r"] + GPL_NOTICE.split("\n")[:50])
+    keys, lengths = line_keys(text)
+    assert keys.tolist() == [line_key(line) for line in text.split("\n")]
+    assert lengths.tolist()[:2] == [11, 5]
+    assert line_key("Copyright (C) 2020  The Authors ") == line_key("copyright (c) 2020 the authors")
+    assert all(0 <= k < 2**63 for k in keys.tolist())
+
+
+def test_countable_keys_skip_short_lines():
+    assert countable_line_keys("short\n" + "a line long enough to count here", 20) == {
+        line_key("a line long enough to count here")}
+
+
+def test_strip_text_removes_marked_lines_and_spans():
+    text = "keep me\nBOILER plate\nkeep too\nboilerplate  plate\nend"
+    key = line_key("boiler plate")
+    assert strip_text(text, [key]) == "keep me\nkeep too\nboilerplate  plate\nend"
+    assert strip_text(text, [], [(0, 8)]) == "BOILER plate\nkeep too\nboilerplate  plate\nend"
+    assert strip_text(text, [key], [{"start": 0, "end": 8}]) == "keep too\nboilerplate  plate\nend"
+    assert strip_text(text) == text
+    assert merge_ranges([(5, 9), (0, 3), (3, 4), (8, 12), (20, 20)]) == [(0, 4), (5, 12)]
+
+
+def test_stripped_document_judges_the_written_text():
+    document = {"doc_id": "a", "text": "body\nFOOTER LINE", "n_chars": 16}
+    near = {"boilerplate_lines": [line_key("footer line")], "repeated_spans": []}
+    assert stripped_document(document, near) == {"doc_id": "a", "text": "body", "n_chars": 4}
+    assert stripped_document(document, near, strip_lines=False) is document
+    assert stripped_document(document, None) is document
+
+
+def test_boilerplate_lines_are_counted_per_document_across_the_corpus():
+    footer = "Subscribe to our newsletter for weekly updates\nAll rights reserved by the example publisher"
+    texts = paragraphs()[:30]
+    documents = [doc(f"d{i:02d}", f"{t}\n{footer}") for i, t in enumerate(texts)]
+    documents.append(doc("twice", "\n".join([texts[0].split("\n")[0]] * 40)))  # one document, one line 40 times
+    with TestPipeline(options=OPTIONS) as p:
+        keys = p | beam.Create(documents) | BoilerplateLines(min_repeats=25, min_chars=20)
+        assert_that(keys, equal_to([tuple(sorted(line_key(line) for line in footer.split("\n")))]))
+
+
+def test_no_boilerplate_gives_an_empty_tuple():
+    with TestPipeline(options=OPTIONS) as p:
+        keys = p | beam.Create([doc("a", "x" * 40)]) | BoilerplateLines(min_repeats=1, min_chars=20)
+        assert_that(keys, equal_to([()]))
+
+
+# --- spans -----------------------------------------------------------------------------
+
+def test_word_windows_hash_equal_spans_equally_and_locate_them():
+    text = "alpha beta  gamma\tdelta epsilon"
+    hashes, starts, ends = word_windows(text, 2)
+    assert [text[s:e] for s, e in zip(starts, ends)] == ["alpha beta", "beta  gamma", "gamma\tdelta", "delta epsilon"]
+    other, _, _ = word_windows("zeta beta  gamma delta", 2)
+    assert hashes[1] == other[1]  # "beta gamma" in both, whatever the spacing
+    assert hashes[2] != word_windows("gamma Delta", 2)[0][0]  # exact words: case matters
+    assert word_windows("one two", 3)[0].size == 0
+    assert word_windows("", 3)[0].size == 0
+    assert np.all(hashes < 2**63)
+
+
+def test_repeated_spans_are_kept_in_the_first_document_and_cut_elsewhere():
+    texts = paragraphs(60)
+    shared = " ".join(GPL_NOTICE.split()[:80])  # an 80-word span from a real license notice
+    documents = [
+        doc("curated", f"{texts[0]}\n{shared}", rank=0),
+        doc("web1", f"{texts[1]}\n{shared}\n{texts[2]}", rank=5),
+        doc("web2", f"{shared} {texts[3]}", rank=5),
+        doc("alone", texts[4], rank=5),
+    ]
+    with TestPipeline(options=OPTIONS) as p:
+        cuts = (p | beam.Create(documents) | RepeatedSpans(min_words=50, seed=0)
+                | beam.GroupByKey() | beam.MapTuple(lambda d, spans: (d, merge_ranges(spans))))
+        expected = []
+        for d in documents[1:3]:
+            start = d["text"].index(shared)
+            expected.append((d["doc_id"], [(start, start + len(shared))]))
+        assert_that(cuts, equal_to(expected))
+    web1 = documents[1]
+    start = web1["text"].index(shared)
+    assert strip_text(web1["text"], [], [(start, start + len(shared))]) == f"{texts[1]}\n\n{texts[2]}"

@@ -1,0 +1,259 @@
+"""The training loader: order, coverage, exact resume, resharding, mixture, refusals, torch."""
+import collections
+import json
+import math
+import os
+import shutil
+import sys
+import types
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from beam_pipeline import loader as loader_module
+from beam_pipeline.loader import (
+    LoaderError, StateMismatchError, SupersededDatasetError, TokenLoader, merge_states, mixture_draw, pick_pool,
+    shard_order,
+)
+
+WEIGHTS = {"docs": 0.5, "encyclopedic": 0.3, "legal": 0.2}
+
+
+@pytest.fixture(scope="module")
+def dataset(built):
+    return built["dataset"]
+
+
+@pytest.fixture(scope="module")
+def manifest(built):
+    return built["manifest"]
+
+
+def every_sequence(manifest, repeats=None):
+    repeats = repeats or {}
+    return sorted((s["name"], p, i) for s in manifest["shards"]
+                  for p in range(repeats.get(s["domain"], 1)) for i in range(s["sequences"]))
+
+
+def roundtrip(state):
+    return json.loads(json.dumps(state))
+
+
+def take(loader, n):
+    return [next(loader) for _ in range(n)]
+
+
+def test_shard_order_is_a_pure_function_of_dataset_seed_and_epoch(manifest):
+    names = [s["name"] for s in manifest["shards"]]
+    args = dict(dataset_id=manifest["dataset_id"], seed=7, epoch=3)
+    assert shard_order(names, **args) == shard_order(list(reversed(names)), **args)
+    assert sorted(shard_order(names, **args)) == sorted(names)
+    assert shard_order(names, **args) != shard_order(names, **{**args, "epoch": 4})
+    assert shard_order(names, **args) != shard_order(names, **{**args, "seed": 8})
+    assert shard_order(names, **args) != shard_order(names, **{**args, "dataset_id": "0" * 64})
+
+
+def test_one_rank_reads_every_sequence_once_with_document_starts(dataset, manifest):
+    loader = TokenLoader(dataset)
+    seq_len = manifest["seq_len"]
+    seen = []
+    raw = {s["name"]: np.fromfile(os.path.join(dataset, s["tokens_file"]), dtype="<u2") for s in manifest["shards"]}
+    starts = {s["name"]: pq.read_table(os.path.join(dataset, s["index_file"])).column("token_start").to_numpy()
+              for s in manifest["shards"]}
+    tokens_of = {s["name"]: s["tokens"] for s in manifest["shards"]}
+    for item in loader:
+        seen.append(item.key)
+        lo = item.sequence * seq_len
+        assert item.tokens.shape == (seq_len,) and np.array_equal(item.tokens, raw[item.shard][lo:lo + seq_len])
+        expected = [int(s) - lo for s in starts[item.shard] if lo <= s < lo + seq_len]
+        assert item.doc_starts.tolist() == expected
+        assert item.n_tokens == min(seq_len, tokens_of[item.shard] - lo)
+        eos = manifest["tokenizer"]["eos_id"]
+        # a new document starts right after every EOS inside the sequence (padding aside)
+        after_eos = [p + 1 for p in np.flatnonzero(item.tokens[: item.n_tokens] == eos) if p + 1 < item.n_tokens]
+        assert set(after_eos) <= set(item.doc_starts.tolist())
+    assert sorted(seen) == every_sequence(manifest)
+    assert len(seen) == sum(s["sequences"] for s in manifest["shards"])
+
+
+def test_ranks_take_shards_strided_in_epoch_order(dataset, manifest):
+    order = shard_order([s["name"] for s in manifest["shards"]], dataset_id=manifest["dataset_id"],
+                        seed=manifest["seed"], epoch=2)
+    world = 4
+    for rank in range(world):
+        loader = TokenLoader(dataset, rank=rank, world_size=world, epoch=2)
+        shards_in_order = list(dict.fromkeys(item.shard for item in loader))
+        assert shards_in_order == order[rank::world]
+
+
+def test_epochs_reshuffle_and_repeat_deterministically(dataset):
+    a = [i.key for i in TokenLoader(dataset, epoch=0)]
+    b = [i.key for i in TokenLoader(dataset, epoch=1)]
+    assert sorted(a) == sorted(b) and a != b
+    loader = TokenLoader(dataset, epoch=0)
+    list(loader)
+    loader.set_epoch(1)
+    assert [i.key for i in loader] == b
+
+
+@pytest.mark.parametrize("mixture", [None, WEIGHTS])
+def test_resume_is_exact_at_any_step(dataset, mixture):
+    kwargs = dict(rank=1, world_size=3, mixture=mixture, repeats={"legal": 2} if mixture else None, run_length=2)
+    reference = TokenLoader(dataset, **kwargs)
+    expected = take(reference, 60)
+    for step in (0, 1, 17, 41):
+        first = TokenLoader(dataset, **kwargs)
+        take(first, step)
+        state = roundtrip(first.state_dict())
+        resumed = TokenLoader(dataset, **kwargs)
+        resumed.load_state_dict(state)
+        rest = take(resumed, 60 - step)
+        assert [i.key for i in rest] == [i.key for i in expected[step:]]
+        assert [i.step for i in rest] == list(range(step, 60))
+        assert all(np.array_equal(x.tokens, y.tokens) for x, y in zip(rest, expected[step:]))
+
+
+def test_skip_reaches_the_same_state_without_reading(dataset):
+    a, b = TokenLoader(dataset, mixture=WEIGHTS), TokenLoader(dataset, mixture=WEIGHTS)
+    take(a, 25)
+    assert b.skip(25) == 25
+    assert a.state_dict() == b.state_dict()
+
+
+@pytest.mark.parametrize("mixture,repeats", [(None, None), (WEIGHTS, {"legal": 3, "encyclopedic": 2})])
+def test_world_size_change_8_to_6_repeats_and_skips_nothing(dataset, manifest, mixture, repeats):
+    kwargs = dict(mixture=mixture, repeats=repeats)
+    old = [TokenLoader(dataset, rank=r, world_size=8, **kwargs) for r in range(8)]
+    seen = []
+    for _ in range(9):  # lockstep: every rank takes one sequence per step
+        for loader in old:
+            item = next(loader, None)
+            if item is not None:
+                seen.append(item.key)
+    states = [roundtrip(loader.state_dict()) for loader in old]
+    merged = merge_states(states)
+    assert sum(e["sequences"] for e in merged["consumed"].values()) == len(seen)
+    new = [TokenLoader(dataset, rank=r, world_size=6, **kwargs) for r in range(6)]
+    for loader in new:
+        loader.load_state_dict(merged)
+    planned = new[0].sequences_per_rank()
+    assert sum(planned) == len(every_sequence(manifest, repeats)) - len(seen)
+    for loader, count in zip(new, planned):
+        keys = [item.key for item in loader]
+        assert len(keys) == count
+        seen += keys
+    assert len(seen) == len(set(seen)), "a sequence was read twice"
+    assert sorted(seen) == every_sequence(manifest, repeats), "a sequence was skipped"
+
+
+def test_resharding_needs_the_states_of_all_ranks(dataset):
+    old = [TokenLoader(dataset, rank=r, world_size=8) for r in range(8)]
+    for loader in old:
+        take(loader, 2)
+    partial = merge_states([loader.state_dict() for loader in old[:7]])
+    with pytest.raises(StateMismatchError, match="merge the states of all ranks"):
+        TokenLoader(dataset, rank=0, world_size=6).load_state_dict(partial)
+    # on the same world size a rank's own state is enough
+    TokenLoader(dataset, rank=3, world_size=8).load_state_dict(old[3].state_dict())
+
+
+def test_state_records_consumption_per_shard(dataset):
+    loader = TokenLoader(dataset)
+    items = take(loader, 30)
+    consumed = loader.state_dict()["consumed"]
+    per_shard = collections.Counter(i.shard for i in items)
+    assert {s: e["sequences"] for s, e in consumed.items()} == dict(per_shard)
+
+
+def test_mixture_matches_the_weights_within_four_sigma(dataset):
+    # repeats large enough that no bucket runs dry in the window: the draw is the only source of variance
+    steps, run_length = 2000, 4
+    loader = TokenLoader(dataset, mixture=WEIGHTS, repeats={"docs": 8, "encyclopedic": 20, "legal": 40},
+                         run_length=run_length)
+    counts = collections.Counter(item.bucket for item in take(loader, steps))
+    blocks = steps / run_length  # draws are per block of run_length sequences
+    for bucket, weight in WEIGHTS.items():
+        tolerance = 4 * math.sqrt(weight * (1 - weight) / blocks)
+        assert abs(counts[bucket] / steps - weight) <= tolerance, (bucket, counts, tolerance)
+
+
+def test_mixture_draw_is_calibrated():
+    weights = [("a", 0.1), ("b", 0.6), ("c", 0.3)]
+    n = 50_000
+    counts = collections.Counter(pick_pool(mixture_draw(5, 0, 3, block), weights) for block in range(n))
+    for pool, w in weights:
+        assert abs(counts[pool] / n - w) <= 4 * math.sqrt(w * (1 - w) / n)
+
+
+def test_exhausted_buckets_leave_the_mixture(dataset, manifest):
+    loader = TokenLoader(dataset, mixture=WEIGHTS)  # repeats 1: small buckets run out first
+    items = list(loader)
+    assert sorted(i.key for i in items) == every_sequence(manifest)
+    legal = [i.step for i in items if i.bucket == "legal"]
+    assert items[-1].bucket != "legal" and max(legal) < len(items) - 1
+
+
+def test_reweighting_resumes_without_rebuilding(dataset, manifest):
+    before = TokenLoader(dataset, mixture=WEIGHTS)
+    seen = [i.key for i in take(before, 40)]
+    after = TokenLoader(dataset, mixture={"docs": 0.1, "encyclopedic": 0.1, "legal": 0.8})
+    after.load_state_dict(roundtrip(before.state_dict()))
+    rest = list(after)
+    assert sum(i.bucket == "legal" for i in rest[:20]) >= 10  # the new weights govern what follows
+    assert sorted(seen + [i.key for i in rest]) == every_sequence(manifest)
+
+
+def test_refuses_a_state_of_another_dataset(dataset):
+    state = TokenLoader(dataset).state_dict()
+    with pytest.raises(StateMismatchError, match="saved for dataset"):
+        TokenLoader(dataset).load_state_dict({**state, "dataset_id": "f" * 64})
+    with pytest.raises(StateMismatchError, match="seed"):
+        TokenLoader(dataset).load_state_dict({**state, "seed": state["seed"] + 1})
+
+
+def test_refuses_a_superseded_dataset_unless_allowed(dataset, tmp_path):
+    copy = tmp_path / "datasets" / os.path.basename(dataset)
+    shutil.copytree(dataset, copy)
+    TokenLoader(str(copy))
+    (copy / "SUPERSEDED_BY").write_text(json.dumps({"dataset_id": "a" * 64, "reason": "takedown"}))
+    with pytest.raises(SupersededDatasetError, match="superseded by a{64}"):
+        TokenLoader(str(copy))
+    assert len(list(TokenLoader(str(copy), allow_superseded=True))) > 0
+
+
+def test_bad_arguments_are_clear_errors(dataset):
+    with pytest.raises(LoaderError, match="rank 8"):
+        TokenLoader(dataset, rank=8, world_size=8)
+    with pytest.raises(LoaderError, match="unknown bucket"):
+        TokenLoader(dataset, mixture={"code": 1.0})
+    with pytest.raises(LoaderError, match="repeats"):
+        TokenLoader(dataset, repeats={"legal": -1})
+
+
+def test_no_torch_needed_and_a_torch_dataset_when_it_is_there(dataset, monkeypatch):
+    assert "torch" not in sys.modules or not hasattr(sys.modules["torch"], "__fake__")
+    loader_module._torch_dataset_class.cache_clear()
+    if "torch" not in sys.modules:
+        with pytest.raises(ImportError, match="needs PyTorch"):
+            loader_module.as_torch_dataset(TokenLoader(dataset))
+
+    torch = types.ModuleType("torch")
+    torch.__fake__ = True
+    torch.from_numpy = lambda array: ("tensor", array)
+    utils, data = types.ModuleType("torch.utils"), types.ModuleType("torch.utils.data")
+    data.IterableDataset = type("IterableDataset", (), {})
+    data.get_worker_info = lambda: None
+    torch.utils, utils.data = utils, data
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "torch.utils", utils)
+    monkeypatch.setitem(sys.modules, "torch.utils.data", data)
+    try:
+        wrapped = loader_module.as_torch_dataset(TokenLoader(dataset))
+        assert isinstance(wrapped, data.IterableDataset)
+        assert isinstance(wrapped, loader_module.TorchTokenDataset)
+        first = next(iter(wrapped))
+        assert first["input_ids"][1].dtype == np.int64 and first["input_ids"][1].shape == (8192,)
+        assert wrapped.state_dict()["steps"] == {"0": 1}
+    finally:
+        loader_module._torch_dataset_class.cache_clear()

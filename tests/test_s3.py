@@ -1,0 +1,231 @@
+"""Builds on S3: inputs read from and every output written to ``s3://`` (docs/s3.md).
+
+A ``moto_server`` (an S3-protocol server, pinned in requirements/lock.txt)
+runs on 127.0.0.1 on a free port for the module. The corpus files are
+uploaded with boto3; the build reaches them only through Beam's S3
+filesystem, configured by the usual options (``--s3_endpoint_url``,
+``--s3_access_key_id``, ``--s3_secret_access_key``, ``--s3_region_name``).
+The driver's own calls (snapshot listing, ledgers, the manifest) use the same
+options because the CLI hands them to ``FileSystems.set_options``.
+
+Beam's S3 filesystem builds a new boto3 session for every call, which parses
+botocore's JSON service models again (~1 s per call here, docs/s3.md). The
+tests hand Beam one cached client per set of options (``fast_boto3``): the
+same requests, without re-reading the models for each, so the module takes
+a few minutes instead of more than ten.
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from beam_pipeline import cli
+from beam_pipeline.config import load_config
+from beam_pipeline.snapshot import InputChangedError, take_snapshot, verify_file
+from conftest import IN_PROCESS, REPO, dataset_id_from_output
+
+boto3 = pytest.importorskip("boto3")
+pytest.importorskip("moto")
+
+SAMPLE = os.path.join(REPO, "sample")
+BUCKET = "corpus"
+KEYS = {"access": "testing-key", "secret": "testing-secret", "region": "us-east-1"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint():
+    """A moto S3 server on 127.0.0.1:<free port>, stopped after the module."""
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"moto_server did not start (exit code {process.poll()})")
+                time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture(autouse=True)
+def fast_boto3(monkeypatch):
+    """Beam's S3 clients, created from one shared botocore session (see the module docstring)."""
+    from apache_beam.io.aws.clients.s3 import boto3_client
+
+    shared = boto3.session.Session()
+    clients = {}
+    real_client = shared.client
+
+    def client(*args, **kwargs):  # boto3 clients are thread-safe; Beam keeps its stream state elsewhere
+        key = (args, tuple(sorted(kwargs.items())))
+        if key not in clients:
+            clients[key] = real_client(*args, **kwargs)
+        return clients[key]
+
+    shared.client = client
+    monkeypatch.setattr(boto3_client.boto3.session, "Session", lambda: shared)
+
+
+def s3_args(endpoint: str) -> list[str]:
+    return [f"--s3_endpoint_url={endpoint}", f"--s3_access_key_id={KEYS['access']}",
+            f"--s3_secret_access_key={KEYS['secret']}", f"--s3_region_name={KEYS['region']}"]
+
+
+def s3_client(endpoint: str):
+    return boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=KEYS["access"],
+                        aws_secret_access_key=KEYS["secret"], region_name=KEYS["region"])
+
+
+SMALL_FILES = {  # a small corpus from the sample: three formats, two compressions
+    "legal": ("debian-copyright", "*.txt", 6, "text"),
+    "docs": ("python-docs-mirror", "*.jsonl.gz", 1, "jsonl"),
+    "docs-zst": ("python-docs", "*.jsonl.zst", 1, "jsonl"),
+    "wiki": ("wikipedia", "*.parquet", 1, "parquet"),
+}
+
+
+def write_config(path, root: str, uri_of, tokenizer: str, checksum: str = "sha256") -> str:
+    sources = "\n".join(
+        f'  - {{name: {name}, uri: "{uri_of(name, pattern)}", format: {fmt}, rank: {rank}, license: x, '
+        f'domain: {name}}}'
+        for rank, (name, (_, pattern, _, fmt)) in enumerate(SMALL_FILES.items(), 1))
+    path.write_text(f"""
+name: small-s3
+output_root: {root}
+snapshot: {{checksum: {checksum}}}
+sources:
+{sources}
+tokenize: {{tokenizer: "{tokenizer}", seq_len: 1024, shard_tokens: 65536}}
+layout: {{min_partitions: 1}}
+""")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def small_local(tmp_path_factory):
+    """The small corpus on local disk, and its dataset id built in-process."""
+    base = tmp_path_factory.mktemp("small")
+    for name, (folder, pattern, count, _) in SMALL_FILES.items():
+        (base / "data" / name).mkdir(parents=True)
+        for path in sorted(glob.glob(os.path.join(SAMPLE, "data", folder, pattern)))[:count]:
+            shutil.copy(path, base / "data" / name / os.path.basename(path))
+    tokenizer = os.path.join(SAMPLE, "tokenizer", "tokenizer.json")
+    config = write_config(base / "corpus.yaml", str(base / "out"),
+                          lambda name, pattern: str(base / "data" / name / pattern), tokenizer)
+    return {"base": base, "tokenizer": tokenizer, "config": config}
+
+
+@pytest.fixture(scope="module")
+def bucket(moto_endpoint, small_local):
+    """The small corpus and the tokenizer uploaded to s3://corpus/ with boto3."""
+    client = s3_client(moto_endpoint)
+    client.create_bucket(Bucket=BUCKET)
+    for path in sorted(glob.glob(str(small_local["base"] / "data" / "*" / "*"))):
+        client.upload_file(path, BUCKET, "input/" + os.path.relpath(path, small_local["base"] / "data"))
+    client.upload_file(small_local["tokenizer"], BUCKET, "tokenizer/tokenizer.json")
+    return client
+
+
+def s3_config(tmp_path, checksum="sha256", root=f"s3://{BUCKET}/out") -> str:
+    return write_config(tmp_path / "s3.yaml", root, lambda name, pattern: f"s3://{BUCKET}/input/{name}/{pattern}",
+                        f"s3://{BUCKET}/tokenizer/tokenizer.json", checksum)
+
+
+def keys(client, prefix: str) -> list[str]:
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+    return [o["Key"] for page in pages for o in page.get("Contents", [])]
+
+
+@pytest.mark.timeout(900)
+def test_build_on_s3_has_the_local_dataset_id(small_local, bucket, moto_endpoint, tmp_path, capsys):
+    assert cli.main(["run", "--config", small_local["config"], *IN_PROCESS]) == 0
+    local_id = dataset_id_from_output(capsys.readouterr().out)
+
+    started = time.monotonic()
+    assert cli.main(["run", "--config", s3_config(tmp_path), *IN_PROCESS, *s3_args(moto_endpoint)]) == 0
+    out = capsys.readouterr().out
+    print(f"S3 build: {time.monotonic() - started:.1f}s", file=sys.__stderr__)
+    assert dataset_id_from_output(out) == local_id
+    assert f"dataset     s3://{BUCKET}/out/datasets/{local_id}" in out
+
+    written = keys(bucket, "out/")
+    for prefix in ("out/snapshots/", "out/layers/ingest/", "out/layers/tokenize/", "out/runs/",
+                   f"out/datasets/{local_id}/manifest.json", f"out/datasets/{local_id}/shards/"):
+        assert any(k.startswith(prefix) for k in written), f"nothing under s3://{BUCKET}/{prefix}"
+    assert not any(".tmp-" in k for k in written), "a temporary object was left behind"
+    local_files = glob.glob(str(tmp_path / "**" / "*.parquet"), recursive=True)
+    assert not local_files, "the S3 build wrote layers to local disk"
+
+    # The snapshot checksums are sha256 of the objects' bytes, as for local files.
+    (snapshot_key,) = [k for k in written if k.startswith("out/snapshots/") and k.endswith(".json")]
+    import json
+    manifest = json.loads(bucket.get_object(Bucket=BUCKET, Key=snapshot_key)["Body"].read())
+    entry = manifest["sources"]["legal"]["files"][0]
+    body = bucket.get_object(Bucket=BUCKET, Key=entry["path"][len(f"s3://{BUCKET}/"):])["Body"].read()
+    assert entry["checksum"] == "sha256:" + hashlib.sha256(body).hexdigest()
+
+    # A fresh driver pinned to that snapshot reads s3:// before any pipeline exists (CorpusBuild
+    # hands its options to FileSystems, as the CLI does) and reuses every layer.
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from beam_pipeline.build import CorpusBuild
+
+    FileSystems.set_options(None)  # as in a fresh process
+    snapshot_id = snapshot_key.rsplit("/", 1)[1][:-len(".json")]
+    lines = []
+    again = CorpusBuild(load_config(s3_config(tmp_path)), PipelineOptions([*IN_PROCESS, *s3_args(moto_endpoint)]),
+                        snapshot_id=snapshot_id, log=lines.append).run()
+    assert f"[snapshot] using pinned snapshot {snapshot_id}" in lines
+    assert all(stage.reused for stage in again.stages) and again.dataset_id == local_id
+
+
+def test_filesystem_checksums_on_s3_use_the_etag(bucket, moto_endpoint, tmp_path):
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    options = PipelineOptions([*IN_PROCESS, *s3_args(moto_endpoint)])
+    FileSystems.set_options(options)
+    config = load_config(s3_config(tmp_path, checksum="filesystem", root=f"s3://{BUCKET}/fs-out"))
+    snapshot_id, manifest = take_snapshot(config, options)
+    files = [f for s in manifest["sources"].values() for f in s["files"]]
+    assert len(files) == sum(count for _, _, count, _ in SMALL_FILES.values())
+    for entry in files:
+        key = entry["path"][len(f"s3://{BUCKET}/"):]
+        etag = bucket.head_object(Bucket=BUCKET, Key=key)["ETag"]  # md5 of the bytes, in quotes
+        assert entry["checksum"] == f"fs:{etag}"
+        verify_file(entry["path"], entry["checksum"])  # what ingest checks per file
+    assert FileSystems.exists(f"s3://{BUCKET}/fs-out/snapshots/{snapshot_id}.json")
+
+    victim = files[0]["path"][len(f"s3://{BUCKET}/"):]
+    original = bucket.get_object(Bucket=BUCKET, Key=victim)["Body"].read()
+    try:
+        bucket.put_object(Bucket=BUCKET, Key=victim, Body=original + b"\nchanged\n")
+        with pytest.raises(InputChangedError, match="input changed since its snapshot"):
+            verify_file(files[0]["path"], files[0]["checksum"])
+    finally:
+        bucket.put_object(Bucket=BUCKET, Key=victim, Body=original)
