@@ -65,3 +65,19 @@ def layer_digests(root: str) -> dict:
 def stages_by_name(metrics: dict) -> dict:
     """{stage name: stage entry} of a run's metrics.json, in run order."""
     return {stage["name"]: stage for stage in metrics["stages"]}
+
+
+def grouping_key_coders(pipeline) -> dict:
+    """{GroupByKey transform name: the key coder Beam chose} of a pipeline's portable graph."""
+    from apache_beam.portability import common_urns
+    from apache_beam.runners import pipeline_context
+
+    proto = pipeline.to_runner_api()
+    context = pipeline_context.PipelineContext(proto.components)
+    found = {}
+    for transform in proto.components.transforms.values():
+        if transform.spec.urn == common_urns.primitives.GROUP_BY_KEY.urn:
+            (pcoll_id,) = transform.inputs.values()
+            found[transform.unique_name] = context.coders.get_by_id(
+                proto.components.pcollections[pcoll_id].coder_id).key_coder()
+    return found

@@ -8,12 +8,10 @@ import shutil
 
 from apache_beam.coders import coders
 from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.portability import common_urns
-from apache_beam.runners import pipeline_context
 
 from beam_pipeline.build import CorpusBuild
 from beam_pipeline.config import load_config
-from conftest import IN_PROCESS, SAMPLE_CONFIG
+from conftest import IN_PROCESS, SAMPLE_CONFIG, grouping_key_coders
 
 ALLOWED_KEY_CODERS = (coders.StrUtf8Coder, coders.VarIntCoder, coders.BytesCoder)
 
@@ -22,14 +20,7 @@ def test_grouping_keys_use_deterministic_coders(built, tmp_path):
     seen = {}
 
     def record(stage, pipeline):
-        proto = pipeline.to_runner_api()
-        context = pipeline_context.PipelineContext(proto.components)
-        for transform in proto.components.transforms.values():
-            if transform.spec.urn != common_urns.primitives.GROUP_BY_KEY.urn:
-                continue
-            (pcoll_id,) = transform.inputs.values()
-            key_coder = context.coders.get_by_id(proto.components.pcollections[pcoll_id].coder_id).key_coder()
-            seen[f"{stage}: {transform.unique_name}"] = key_coder
+        seen.update({f"{stage}: {name}": coder for name, coder in grouping_key_coders(pipeline).items()})
 
     root = str(tmp_path / "out")
     shutil.copytree(built["root"], root)

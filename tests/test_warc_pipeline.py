@@ -14,7 +14,7 @@ from beam_pipeline import cli
 from beam_pipeline.normalize import normalize_text
 from beam_pipeline.web.extract import html_to_text
 from beam_pipeline.web.records import payload_digest
-from conftest import IN_PROCESS, REPO, layer_digests, stages_by_name
+from conftest import IN_PROCESS, REPO, grouping_key_coders, layer_digests, stages_by_name
 from web_fixtures import handbook_dir, http_response, pywb_dir, reencode_page, warc_record, write_warc  # noqa: F401
 
 TOKENIZER = os.path.join(REPO, "sample", "tokenizer", "tokenizer.json")
@@ -201,8 +201,6 @@ def test_output_does_not_depend_on_the_split_size(built, crawl, tmp_path):
 def test_grouping_keys_of_the_web_branch_are_deterministic(crawl, tmp_path):
     from apache_beam.coders import coders
     from apache_beam.options.pipeline_options import PipelineOptions
-    from apache_beam.portability import common_urns
-    from apache_beam.runners import pipeline_context
 
     from beam_pipeline.build import CorpusBuild
     from beam_pipeline.config import load_config
@@ -210,13 +208,8 @@ def test_grouping_keys_of_the_web_branch_are_deterministic(crawl, tmp_path):
     seen = {}
 
     def record(stage, pipeline):
-        proto = pipeline.to_runner_api()
-        context = pipeline_context.PipelineContext(proto.components)
-        for transform in proto.components.transforms.values():
-            if transform.spec.urn == common_urns.primitives.GROUP_BY_KEY.urn and stage == "ingest":
-                (pcoll,) = transform.inputs.values()
-                coder = context.coders.get_by_id(proto.components.pcollections[pcoll].coder_id).key_coder()
-                seen[transform.unique_name] = coder
+        if stage == "ingest":
+            seen.update(grouping_key_coders(pipeline))
 
     base, _ = crawl
     config = load_config(str(base / "corpus.yaml")).model_copy(update={"output_root": str(tmp_path / "out")})
