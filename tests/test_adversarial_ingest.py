@@ -1,4 +1,5 @@
-"""Every bad-input fixture goes through the whole build with exact, expected counts.
+"""Every bad-input fixture goes through the whole build (near dedup and every scorer included)
+with exact, expected counts.
 
 Fixture files and their reader-level counts come from
 ``scripts/make_adversarial_fixtures.py`` (``EXPECTED.json``); this test adds
@@ -17,7 +18,8 @@ from conftest import IN_PROCESS, REPO, stages_by_name
 
 FIXTURES = os.path.join(REPO, "tests", "fixtures", "adversarial")
 EXPECTED = json.load(open(os.path.join(FIXTURES, "EXPECTED.json")))
-TOKENIZER = os.path.join(REPO, "sample", "tokenizer", "tokenizer.json")
+SAMPLE = os.path.join(REPO, "sample")
+TOKENIZER = os.path.join(SAMPLE, "tokenizer", "tokenizer.json")
 
 # Documents that reach the gold layer, by fixture: the reader's good records
 # minus those whose text is empty after normalization (empty_text: "" and
@@ -50,7 +52,14 @@ def adversarial_build(tmp_path_factory):
     (base / "corpus.yaml").write_text(
         "name: adversarial\noutput_root: out\nsources:\n" + "\n".join(sources) + "\n"
         "ingest: {max_record_bytes: 1048576}\n"
-        "policy: {drop_exact_duplicates: false}\n"
+        # every scorer of the cascade and near dedup run over what survives reading; no rule drops
+        # anything, so the kept counts below are the reader's and normalization's alone
+        "near_dedup: {enabled: true}\n"
+        "cascade: [language, heuristics, blocklist, quality, safety, pii, decontamination]\n"
+        f"blocklist: {{domain_files: [{SAMPLE}/blocklists/domains.txt]}}\n"
+        f"quality: {{model: {SAMPLE}/models/quality.bin}}\n"
+        f"decontamination: {{evalsets: [{{name: passages, path: {SAMPLE}/evalsets/passages.jsonl}}]}}\n"
+        "policy: {drop_exact_duplicates: false, drop_near_duplicates: false}\n"
         "accounting: {max_dead_letter_fraction: 1.0}\n"
         f"tokenize: {{tokenizer: {TOKENIZER}, seq_len: 256, shard_tokens: 65536}}\n")
     assert cli.main(["run", "--config", str(base / "corpus.yaml"), *IN_PROCESS]) == 0
@@ -78,6 +87,8 @@ def test_reader_counts_hold_end_to_end(adversarial_build, filename):
 
 def test_every_stage_balances(adversarial_build):
     _, stages = adversarial_build
+    assert list(stages) == ["ingest", "exact_dedup", "near_dedup", "language", "heuristics", "blocklist", "quality",
+                            "safety", "pii", "decontamination", "select", "tokenize"]
     for name, stage in stages.items():
         for c in [stage["counts"], *stage["counts"]["by_source"].values()]:
             assert c["in"] == c["passed"] + sum(c["filtered"].values()) + c["dead_letter"], name
