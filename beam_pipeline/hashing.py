@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from typing import Any, BinaryIO, Iterable
 
 import numpy as np
@@ -76,6 +77,12 @@ def sha256_stream(stream: BinaryIO, chunk_size: int = 1 << 20) -> str:
     for chunk in iter(lambda: stream.read(chunk_size), b""):
         h.update(chunk)
     return h.hexdigest()
+
+
+def sha256_file(path: "str | os.PathLike") -> str:
+    """sha256 hex of a local file, read in 1 MiB pieces."""
+    with open(path, "rb") as f:
+        return sha256_stream(f)
 
 
 def merkle_root(leaves: Iterable[str]) -> str:

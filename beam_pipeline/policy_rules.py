@@ -330,22 +330,15 @@ def _evaluate(node, rows) -> bool | None:
     if kind == "cmp":
         value = _value(rows, node[1], node[2])
         return None if value is None else _COMPARE[node[3]](value, node[4])
-    if kind == "and":
+    if kind in ("and", "or"):  # Kleene logic: one decisive part settles it, else any unknown part is unknown
+        decisive = kind == "or"
         unknown = False
         for part in node[1]:
             result = _evaluate(part, rows)
-            if result is False:
-                return False
+            if result is decisive:
+                return decisive
             unknown |= result is None
-        return None if unknown else True
-    if kind == "or":
-        unknown = False
-        for part in node[1]:
-            result = _evaluate(part, rows)
-            if result is True:
-                return True
-            unknown |= result is None
-        return None if unknown else False
+        return None if unknown else not decisive
     if kind == "not":
         result = _evaluate(node[1], rows)
         return None if result is None else not result

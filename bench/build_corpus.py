@@ -57,6 +57,8 @@ import sys
 import time
 from pathlib import Path
 
+from beam_pipeline.hashing import sha256_file
+
 REPO = Path(__file__).resolve().parent.parent
 WORK = REPO / "bench" / "work"
 DEBS = WORK / "debs"
@@ -178,13 +180,6 @@ def fail(msg: str) -> None:
     print(f"[build_corpus] error: {msg}", file=sys.stderr, flush=True)
     sys.exit(1)
 
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def recipe() -> dict:

@@ -20,7 +20,6 @@ Usage:  .venv/bin/python scripts/fetch_web_fixtures.py
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -28,6 +27,8 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
+
+from beam_pipeline.hashing import sha256_file
 
 REPO = Path(__file__).resolve().parent.parent
 PYWB = ("pywb", "2.10.0", "5ae43c9b2a5321e39b9c8e16538bfbc0146eeb6fe26713232e45378b774a1a96")
@@ -101,7 +102,7 @@ def handbook_pages() -> Path:
 def _debian_package(package: str, version: str, sha256: str, folder: Path) -> Path:
     name = f"{package}_{version.replace(':', '%3a')}_all.deb"
     cached = REPO / "bench" / "work" / "debs" / name  # left by bench/build_corpus.py
-    if cached.exists() and _sha256(cached) == sha256:
+    if cached.exists() and sha256_file(cached) == sha256:
         return cached
     if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
         raise FetchError("apt-get and dpkg-deb are needed to fetch the Debian package (a Debian 12 host)")
@@ -120,16 +121,9 @@ def _debian_package(package: str, version: str, sha256: str, folder: Path) -> Pa
     return deb
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
 
 def _check_sha256(path: Path, expected: str) -> None:
-    actual = _sha256(path)
+    actual = sha256_file(path)
     if actual != expected:
         raise FetchError(f"{path.name}: sha256 {actual}, pinned {expected}")
 

@@ -217,3 +217,23 @@ def test_grouping_keys_of_the_web_branch_are_deterministic(crawl, tmp_path):
     assert any("GroupByUrl" in name for name in seen)
     assert all(isinstance(c, (coders.StrUtf8Coder, coders.BytesCoder, coders.VarIntCoder)) and c.is_deterministic()
                for c in seen.values()), seen
+
+
+def test_trace_rereads_web_records_with_the_source_extraction_settings(crawl, tmp_path):
+    """`trace` re-reads a record from its WARC; it must extract it as the build did
+    (here the whole page, not the main content), or the text no longer matches the doc_id."""
+    from beam_pipeline.dataset.lineage import read_lineage, reread_record
+
+    base, _ = crawl
+    config = base / "corpus-whole-page.yaml"
+    config.write_text((base / "corpus.yaml").read_text().replace(
+        f"extract: {{split_bytes: {SPLIT_BYTES}}}", f"extract: {{split_bytes: {SPLIT_BYTES}, main_content: false}}"))
+    root = str(tmp_path / "out")
+    assert cli.main(["run", "--config", str(config), "--output_root", root, *IN_PROCESS]) == 0
+    (dataset,) = glob.glob(os.path.join(root, "datasets", "*"))
+    manifest = json.load(open(os.path.join(dataset, "manifest.json")))
+    rows = [r for r in read_lineage(dataset).to_pylist() if r["source"] == "crawl" and r["doc_id"]]
+    assert len(rows) >= 5
+    rereads = [reread_record(manifest, row) for row in rows]
+    assert all(raw is not None for raw, _ in rereads)
+    assert [matches for _, matches in rereads] == [True] * len(rows)

@@ -20,7 +20,6 @@ document; the beginning of a document is what the classifier sees).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import re
@@ -33,6 +32,7 @@ import numpy as np
 import xxhash
 
 from beam_pipeline.filters.language import load_model
+from beam_pipeline.hashing import sha256_file
 
 POSITIVE, NEGATIVE = "__label__pos", "__label__neg"
 MAX_TOKENS = 1000
@@ -132,7 +132,7 @@ def train(positive: list[str], negative: list[str], out: str, params: TrainParam
     model = load_model(out)
     metrics = {
         "model": os.path.basename(out),
-        "model_sha256": _sha256_file(out),
+        "model_sha256": sha256_file(out),
         "model_bytes": os.path.getsize(out),
         "labels": {"positive": POSITIVE, "negative": NEGATIVE},
         "params": dataclasses.asdict(params),
@@ -211,10 +211,3 @@ def _p_pos(model, line: str) -> float:
             return float(p)
     return 0.0
 
-
-def _sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()

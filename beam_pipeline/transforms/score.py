@@ -25,6 +25,8 @@ Counters (namespace = stage): ``in`` every document, ``passed`` scored,
 """
 from __future__ import annotations
 
+import abc
+
 from typing import Iterator
 
 import apache_beam as beam
@@ -156,7 +158,7 @@ def file_sha256(path: str) -> str:
         return sha256_stream(f)
 
 
-class Scorer:
+class Scorer(abc.ABC):
     """Adapts one family of :mod:`beam_pipeline.filters` to a cascade stage."""
 
     stage = ""
@@ -180,8 +182,9 @@ class Scorer:
     def load(self):
         return None
 
+    @abc.abstractmethod
     def score(self, state, document: dict, rows: dict) -> dict:
-        raise NotImplementedError
+        """Named scores of one document; ``state`` is what :meth:`load` returned."""
 
     def context_columns(self) -> dict[str, list[str]]:
         return {}
