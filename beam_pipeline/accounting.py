@@ -31,6 +31,20 @@ class AccountingError(RuntimeError):
     """A stage lost records, or dead-lettered more than the configured share."""
 
 
+#: In the message of an error a DoFn raises when a join finds one side missing that a
+#: committed, balanced layer must hold: the runner lost records on the way (the driver
+#: then treats the job like an unbalanced one: rerun).
+LOST_IN_JOIN = "records were lost on the way"
+
+
+class RecordsLost(AccountingError):
+    """The counts of a stage do not balance, or its outputs do not hold the rows it counted.
+
+    The data cannot cause this (every record is counted once on every path):
+    a runner lost or repeated records, so rerunning the stage's job is the remedy.
+    """
+
+
 class StageCounters:
     """Counters of one stage, totals and per source; create in ``DoFn.setup``."""
 
@@ -110,7 +124,7 @@ def check_stage(stage: str, counts: dict, max_dead_letter_fraction: float) -> No
     for label, c in groups:
         accounted = c[PASSED] + dropped(c) + c[DEAD_LETTER]
         if c[IN] != accounted:
-            raise AccountingError(
+            raise RecordsLost(
                 f"stage {stage} ({label}): in={c[IN]} but passed={c[PASSED]} + "
                 f"filtered={dropped(c)} + dead_letter={c[DEAD_LETTER]} = {accounted}; "
                 f"records were lost or counted twice")
@@ -120,6 +134,19 @@ def check_stage(stage: str, counts: dict, max_dead_letter_fraction: float) -> No
             f"({counts[DEAD_LETTER] / counts[IN]:.2%}) went to the dead letter, above "
             f"accounting.max_dead_letter_fraction={max_dead_letter_fraction:.2%}; "
             f"see the dead_letter layer of this stage for the records and their errors")
+
+
+def check_outputs(stage: str, counts: dict, rows: dict[str, int], expected: dict[str, str]) -> None:
+    """Raise :class:`RecordsLost` unless each output holds as many rows as the counter it mirrors.
+
+    ``expected`` maps an output to a count (``passed``, ``in``, ``dead_letter``):
+    the counters are taken where a record is decided, the rows where it is
+    written, so this catches records lost between the two.
+    """
+    for output, count in sorted(expected.items()):
+        if output in rows and rows[output] != counts[count]:
+            raise RecordsLost(f"stage {stage}: {count}={counts[count]} but its {output} output holds "
+                              f"{rows[output]} rows; records were lost or written twice")
 
 
 class CountEntering(beam.PTransform):

@@ -32,11 +32,12 @@ from apache_beam.runners.runner import PipelineState
 from beam_pipeline import schemas
 
 from beam_pipeline.scoring import cascade
-from beam_pipeline.accounting import check_stage, counts_from_result
+from beam_pipeline.accounting import LOST_IN_JOIN, RecordsLost, check_outputs, check_stage, counts_from_result
 from beam_pipeline.config import CorpusConfig
 from beam_pipeline.hashing import digest_json
 from beam_pipeline.layers import Layer, collect_partitions, commit_layer, join, layer_key, move, \
-    read_bytes, write_json_atomic
+    clear_layer, read_bytes, remove_temporaries, write_json_atomic
+from beam_pipeline.options.corpus_options import CorpusOptions
 from beam_pipeline.manifest import MANIFEST, MANIFEST_FORMAT, dataset_id_of, dataset_path, shard_leaf
 from beam_pipeline.progress import StageProgress
 from beam_pipeline.snapshot import check_sources_match, check_unchanged, load_snapshot, take_snapshot
@@ -61,6 +62,8 @@ class StageOutcome:
     counts: dict
     seconds: float
     ledger: dict
+    attempts: int = 0  # runs of the stage's job in this build (0: reused)
+    attempt_seconds: tuple = ()  # wall seconds of each run of the job
 
 
 @dataclasses.dataclass
@@ -95,14 +98,14 @@ class CorpusBuild:
     def run(self) -> BuildResult:
         started = time.monotonic()
         snapshot_id, manifest = self._snapshot()
-        partitions = partition_count(manifest["total_bytes"], self.config.layout.target_partition_bytes,
+        partitions = partition_count(estimated_text_bytes(manifest), self.config.layout.target_partition_bytes,
                                      self.config.layout.min_partitions)
         tokenizer = tokenize_shard.inspect_tokenizer(self.config.tokenize)
 
         ingested = self._stage(
             ingest.STAGE, ingest.VERSION, ingest.stage_config(self.config), {"snapshot": snapshot_id},
             outputs={ingest.DOCUMENTS: schemas.DOCUMENT, ingest.REPEATS: schemas.REPEAT},
-            partitions=partitions,
+            partitions=partitions, rows_match={ingest.DOCUMENTS: "passed"},
             build=lambda p, layer: p | "Ingest" >> ingest.IngestSnapshot(self.config, manifest))
 
         inputs_of_select = {"documents": ingested.layer.key}
@@ -112,6 +115,7 @@ class CorpusBuild:
                 exact_dedup.STAGE, exact_dedup.VERSION, self.config.exact_dedup.model_dump(mode="json"),
                 {"documents": ingested.layer.key},
                 outputs={exact_dedup.ANNOTATIONS: schemas.EXACT_DEDUP}, partitions=partitions,
+                rows_match={exact_dedup.ANNOTATIONS: "passed"},
                 build=lambda p, layer: {exact_dedup.ANNOTATIONS: (
                     p | "ReadDocuments" >> ReadLayerOutput(ingested.layer.part_paths(ingest.DOCUMENTS),
                                                            exact_dedup.INPUT_COLUMNS)
@@ -125,7 +129,7 @@ class CorpusBuild:
             near = self._stage(
                 near_dedup.STAGE, near_dedup.VERSION, near_dedup.stage_config(self.config.near_dedup),
                 {"documents": ingested.layer.key, **{f"against.{i}": prev.key for i, prev in enumerate(previous)}},
-                outputs=near_dedup.OUTPUTS, partitions=partitions,
+                outputs=near_dedup.OUTPUTS, partitions=partitions, rows_match={near_dedup.ANNOTATIONS: "passed"},
                 build=lambda p, layer: near_dedup.build_stage(
                     p, self.config.near_dedup, ingested.layer.part_paths(ingest.DOCUMENTS), previous))
             inputs_of_select["near"] = near.layer.key
@@ -146,7 +150,7 @@ class CorpusBuild:
         selected = self._stage(
             select.STAGE, select.VERSION, cascade.select_config(self.config), inputs_of_select,
             outputs={select.GOLD: schemas.GOLD, select.DECISIONS: schemas.DECISION}, partitions=partitions,
-            build=build_select)
+            build=build_select, rows_match={select.GOLD: "passed", select.DECISIONS: "in"})
 
         indexed = cascade.run_index(self, selected, partitions)  # decontamination.index: n-grams of the gold text
 
@@ -190,8 +194,16 @@ class CorpusBuild:
         return snapshot_id, manifest
 
     def _stage(self, stage: str, version: str, stage_config, inputs: dict[str, str], *,
-               outputs: dict[str, pa.Schema], partitions: int, build, finalize=None) -> StageOutcome:
-        key = layer_key(stage, version, stage_config, [f"{k}={v}" for k, v in inputs.items()])
+               outputs: dict[str, pa.Schema], partitions: int, build, finalize=None,
+               rows_match: dict[str, str] | None = None) -> StageOutcome:
+        """Reuse the stage's layer if complete, else run its job and commit the layer.
+
+        ``rows_match`` maps an output to the counter its row count must equal
+        (``accounting.check_outputs``); the dead letter always matches ``dead_letter``.
+        """
+        # The partition count is part of the key: a layer of another layout is never reused.
+        key = layer_key(stage, version, stage_config,
+                        [f"{k}={v}" for k, v in inputs.items()] + [f"partitions={partitions}"])
         layer = Layer(self.root, stage, key)
         config_digest = digest_json(stage_config)
         if layer.is_complete():
@@ -203,6 +215,36 @@ class CorpusBuild:
 
         self.log(f"[{stage}] running -> {layer.path}")
         started = time.monotonic()
+        stale = remove_temporaries(layer)  # a killed run's half-written files
+        if stale:
+            self.log(f"[{stage}] removed {len(stale)} half-written file(s) of an interrupted run")
+        attempts = self.options.view_as(CorpusOptions).max_stage_attempts
+        expected = {**(rows_match or {}), DEAD_LETTER: "dead_letter"}
+        attempt_seconds = []
+        for attempt in range(1, attempts + 1):
+            attempt_started = time.monotonic()
+            try:
+                counts, parts = self._run_job(stage, layer, build, outputs, partitions, expected)
+                attempt_seconds.append(round(time.monotonic() - attempt_started, 3))
+                break
+            except RecordsLost as err:
+                attempt_seconds.append(round(time.monotonic() - attempt_started, 3))
+                if attempt == attempts:
+                    raise
+                self.log(f"[{stage}] WARNING: attempt {attempt} of {attempts}: {err}. The layer is not "
+                         f"committed; its files are deleted and the stage's job runs again.")
+                clear_layer(layer)
+        extra = finalize(layer) if finalize else None
+        seconds = time.monotonic() - started
+        ledger = commit_layer(layer, version=version, config=stage_config, inputs=inputs, outputs=parts,
+                              counts=counts, extra=extra)
+        self.log(f"[{stage}] done in {seconds:.1f}s ({_brief(counts)})")
+        return StageOutcome(stage, layer, version, config_digest, False, counts, seconds, ledger, attempt,
+                            tuple(attempt_seconds))
+
+    def _run_job(self, stage: str, layer: Layer, build, outputs: dict[str, pa.Schema], partitions: int,
+                 expected: dict[str, str]) -> tuple[dict, dict]:
+        """One run of a stage's job: (counts, partitions per output), all accounted for."""
         progress = StageProgress(stage, self.options, self.log)  # '[stage] N records so far' lines
         pipeline, produced = self._assemble(layer, build, outputs, partitions, progress.runner())
         if self.before_run:
@@ -213,26 +255,26 @@ class CorpusBuild:
                 progress.watch(result)
                 state = result.wait_until_finish()
         except Exception as err:  # noqa: BLE001 - runners wrap worker errors in many types
-            raise StageFailed(f"stage {stage} failed: {root_cause(err)}") from err
+            cause = root_cause(err)
+            if LOST_IN_JOIN in cause:
+                raise RecordsLost(f"stage {stage}: {cause}") from err
+            raise StageFailed(f"stage {stage} failed: {cause}") from err
         if state != PipelineState.DONE:
             raise StageFailed(f"stage {stage}: the job ended in state {state}")
 
         counts = counts_from_result(result, stage)
         check_stage(stage, counts, self.config.accounting.max_dead_letter_fraction)
+        remove_temporaries(layer)  # writes of bundle attempts that failed and were retried
         parts = {name: collect_partitions(layer.output_path(name), partitions, schema)
                  for name, schema in outputs.items()}
         if DEAD_LETTER in produced:
             parts[DEAD_LETTER] = collect_partitions(layer.dead_letter_path, 1, schemas.DEAD_LETTER)
-        written = sum(part["rows"] for output in parts.values() for part in output)
-        if written and not counts["in"]:  # 0 == 0 + 0 + 0 would pass the accounting check
-            raise StageFailed(f"stage {stage}: the job wrote {written} rows but the runner reported no "
-                              f"'{stage}' metrics (in=0); the accounting needs Beam metrics from the runner")
-        extra = finalize(layer) if finalize else None
-        seconds = time.monotonic() - started
-        ledger = commit_layer(layer, version=version, config=stage_config, inputs=inputs, outputs=parts,
-                              counts=counts, extra=extra)
-        self.log(f"[{stage}] done in {seconds:.1f}s ({_brief(counts)})")
-        return StageOutcome(stage, layer, version, config_digest, False, counts, seconds, ledger)
+        rows = {name: sum(part["rows"] for part in output) for name, output in parts.items()}
+        if sum(rows.values()) and not counts["in"]:  # 0 == 0 + 0 + 0 would pass the accounting check
+            raise StageFailed(f"stage {stage}: the job wrote {sum(rows.values())} rows but the runner reported "
+                              f"no '{stage}' metrics (in=0); the accounting needs Beam metrics from the runner")
+        check_outputs(stage, counts, rows, expected)
+        return counts, parts
 
     def _assemble(self, layer: Layer, build, outputs: dict[str, pa.Schema], partitions: int, runner):
         """A stage's pipeline: its transforms, then a writer per output and for the dead letter."""
@@ -293,6 +335,7 @@ class CorpusBuild:
             "run_id": run_id, "snapshot_id": snapshot_id, "dataset_id": manifest["dataset_id"],
             "config_digest": self.config.digest(),
             "stages": [{"name": s.stage, "layer_key": s.layer.key, "version": s.version, "reused": s.reused,
+                        "attempts": s.attempts, "attempt_seconds": list(s.attempt_seconds),
                         "counts": s.counts} for s in stages],
             # Timings describe this run, not the data: they never reach a dataset or layer.
             "timing_seconds": {"total": round(seconds, 3), **{s.stage: round(s.seconds, 3) for s in stages}},
@@ -300,9 +343,27 @@ class CorpusBuild:
         return path
 
 
-def partition_count(total_bytes: int, target_partition_bytes: int, min_partitions: int) -> int:
-    """Layer partitions for a snapshot: fixed by the data and the config, never by the runner."""
-    return max(min_partitions, math.ceil(total_bytes / target_partition_bytes))
+# How many bytes of records a stored byte holds, by file suffix: text compresses ~3-6x
+# with gzip or zstd (the scale benchmark's zstd JSONL: 5.3x), and Parquet pages are
+# compressed too. Only the partition count depends on it, never the bytes of a row.
+COMPRESSED_EXPANSION = 4
+COMPRESSED_SUFFIXES = (".gz", ".zst", ".zstd", ".bz2", ".xz", ".parquet")
+
+
+def estimated_text_bytes(manifest: dict) -> int:
+    """Uncompressed input size of a snapshot, estimated from its file sizes and suffixes."""
+    return sum(f["size"] * (COMPRESSED_EXPANSION if f["path"].lower().endswith(COMPRESSED_SUFFIXES) else 1)
+               for source in manifest["sources"].values() for f in source["files"])
+
+
+def partition_count(input_bytes: int, target_partition_bytes: int, min_partitions: int) -> int:
+    """Layer partitions for a snapshot: fixed by the data and the config, never by the runner.
+
+    A layer writer holds one partition's rows in memory to sort them, so the
+    partition count grows with the input: that is what keeps a worker's memory
+    flat as the corpus grows (bench/results/scale-*.md).
+    """
+    return max(min_partitions, math.ceil(input_bytes / target_partition_bytes))
 
 
 def root_cause(err: BaseException) -> str:

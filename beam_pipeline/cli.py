@@ -95,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
             return _report(args)
         if args.command in scoring_commands.COMMANDS:
             return scoring_commands.main(args, beam_args, run=_run)
-        options = PipelineOptions(LocalRunnerDefaults.apply(beam_args))
+        # --max_stage_attempts is parsed here (CorpusOptions) and read by the build from the options
+        options = PipelineOptions(LocalRunnerDefaults.apply(beam_args)
+                                  + [f"--max_stage_attempts={args.max_stage_attempts}"])
         FileSystems.set_options(options)  # driver-side s3:// and gs:// calls use --s3_* / GCP options too
         config = _load(args)
         from beam_pipeline.launcher import one_job_server

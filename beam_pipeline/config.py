@@ -215,8 +215,10 @@ class TokenizeConfig(_Strict):
 
 
 class LayoutConfig(_Strict):
-    target_partition_bytes: int = Field(256 << 20, ge=1 << 16,
-                                        description="Input bytes per layer partition (sets the partition count).")
+    target_partition_bytes: int = Field(
+        64 << 20, ge=1 << 16,
+        description="Uncompressed input bytes per layer partition (sets the partition count; a worker "
+                    "holds one partition in memory to sort it).")
     min_partitions: int = Field(4, ge=1, le=100_000)
 
 

@@ -16,6 +16,8 @@ The layer is complete exactly when ``_LEDGER.json`` exists: the driver writes
 it last, after the job succeeded and the per-stage accounting checked out.
 A rerun with the same key skips a complete layer; a killed run leaves no
 ledger, and the next run recomputes that layer (and overwrites its parts).
+Half-written ``.tmp-`` files of a killed run or of a failed (retried) bundle
+attempt are deleted before the stage's job and again before its ledger.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from typing import Any, Iterable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.hashing import canonical_json, digest_json, sha256_bytes
@@ -105,6 +108,39 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
     if FileSystems.exists(path):
         FileSystems.delete([path])
     FileSystems.rename([tmp], [path])
+
+
+TEMPORARY_PREFIX = ".tmp-"
+
+
+def remove_temporaries(layer: "Layer") -> list[str]:
+    """Delete the layer's ``.tmp-*`` files; return their paths.
+
+    They are writes that never reached their rename: left by a killed run, or
+    by a bundle attempt that failed (a runner retries the bundle and discards
+    the attempt's outputs, but not the files it wrote). Only the driver calls
+    this, while no job of the layer runs.
+    """
+    patterns = [join(layer.path, TEMPORARY_PREFIX + "*"), join(layer.path, "*", TEMPORARY_PREFIX + "*"),
+                join(layer.dead_letter_path, TEMPORARY_PREFIX + "*")]
+    found = sorted({m.path for result in FileSystems.match(patterns) for m in result.metadata_list})
+    if found:
+        FileSystems.delete(found)
+    return found
+
+
+def clear_layer(layer: "Layer") -> None:
+    """Delete every file of an uncommitted layer (and its dead letter), before its job runs again."""
+    if layer.is_complete():
+        raise ValueError(f"refusing to clear the committed layer {layer.path}")
+    patterns = [join(layer.path, "*"), join(layer.path, "*", "*"), join(layer.dead_letter_path, "*")]
+    found = {m.path for result in FileSystems.match(patterns) for m in result.metadata_list}
+    for path in sorted(found, key=lambda p: (-p.count("/"), p)):  # files before their local folders
+        try:
+            FileSystems.delete([path])
+        except BeamIOError:
+            if FileSystems.exists(path):
+                raise
 
 
 def move(src: str, dst: str) -> None:

@@ -12,6 +12,22 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE_CONFIG = os.path.join(REPO, "sample", "corpus.yaml")
+SAMPLE_TOKENIZER = os.path.join(REPO, "sample", "tokenizer", "tokenizer.json")
+
+
+def tiny_corpus(tmp_path, name: str, texts: list[str], extra_yaml: str = "") -> str:
+    """A one-source JSONL corpus of ``texts`` scored by the heuristics only; returns its config path."""
+    (tmp_path / "data").mkdir()
+    with open(tmp_path / "data" / "docs.jsonl", "w") as f:
+        for i, text in enumerate(texts):
+            f.write(json.dumps({"id": str(i), "text": text}) + "\n")
+    config = tmp_path / "corpus.yaml"
+    config.write_text(
+        f"name: {name}\noutput_root: out\n"
+        "sources: [{name: docs, uri: 'data/*.jsonl', format: jsonl, rank: 1, license: x, domain: d}]\n"
+        "cascade: [heuristics]\n"
+        f"tokenize: {{tokenizer: {SAMPLE_TOKENIZER}, seq_len: 256, shard_tokens: 65536}}\n" + extra_yaml)
+    return str(config)
 
 #: In-process runner, one thread: the fastest setting for small test inputs.
 IN_PROCESS = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]

@@ -5,8 +5,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline
 
 from beam_pipeline import schemas
+from beam_pipeline.build import estimated_text_bytes, partition_count
 from beam_pipeline.layers import (Layer, collect_partitions, commit_layer, layer_key, read_partition_rows,
-                                  write_bytes_atomic, write_partition)
+                                  remove_temporaries, write_bytes_atomic, write_partition)
 from beam_pipeline.transforms.layer_io import ReadLayerOutput, WriteLayerOutput
 
 OPTIONS = PipelineOptions(["--runner=DirectRunner", "--direct_running_mode=in_memory"])
@@ -72,3 +73,31 @@ def test_layer_completion_and_read_back(tmp_path):
         back = p | ReadLayerOutput(layer.part_paths("decisions"), columns=["doc_id"])
         from apache_beam.testing.util import assert_that, equal_to
         assert_that(back, equal_to([{"doc_id": r["doc_id"]} for r in rows(30)]))
+
+
+def test_remove_temporaries_deletes_only_half_written_files(tmp_path):
+    layer = Layer(str(tmp_path), "ingest", "k")
+    complete = collect_partitions(layer.output_path("documents"), 2, schemas.DEAD_LETTER)
+    assert len(complete) == 2
+    stray = [os.path.join(layer.output_path("documents"), ".tmp-part-00000-of-00002.parquet-abc"),
+             os.path.join(layer.path, ".tmp-_LEDGER.json-def"),
+             os.path.join(layer.dead_letter_path, ".tmp-part-00000-of-00001.parquet-0")]
+    for path in stray:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        open(path, "wb").write(b"half")
+    assert sorted(remove_temporaries(layer)) == sorted(stray)
+    assert not any(os.path.exists(p) for p in stray)
+    assert sorted(os.listdir(layer.output_path("documents"))) == [
+        "part-00000-of-00002.parquet", "part-00000-of-00002.parquet.meta.json",
+        "part-00001-of-00002.parquet", "part-00001-of-00002.parquet.meta.json"]
+    assert remove_temporaries(layer) == []
+
+
+def test_partition_count_grows_with_the_estimated_text():
+    manifest = {"sources": {"a": {"files": [{"path": "/d/x.jsonl.zst", "size": 100 << 20},
+                                            {"path": "/d/y.jsonl", "size": 50 << 20}]},
+                            "b": {"files": [{"path": "s3://b/z.parquet", "size": 25 << 20}]}}}
+    assert estimated_text_bytes(manifest) == (400 + 50 + 100) << 20  # compressed files count 4x
+    assert partition_count(estimated_text_bytes(manifest), 64 << 20, 4) == 9
+    assert partition_count(estimated_text_bytes(manifest), 1 << 30, 4) == 4  # min_partitions
+    assert partition_count(2 * estimated_text_bytes(manifest), 64 << 20, 4) == 18

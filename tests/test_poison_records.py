@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import glob
 import json
-import os
 
 import pyarrow.parquet as pq
 import pytest
 
 from beam_pipeline import cli
 from beam_pipeline.filters import heuristics
-from conftest import IN_PROCESS, REPO, stages_by_name
+from conftest import IN_PROCESS, stages_by_name, tiny_corpus
 
-TOKENIZER = os.path.join(REPO, "sample", "tokenizer", "tokenizer.json")
 GOOD = [f"Document number {i} talks about rivers, mountains and the weather of region {i}. " * 3
         for i in range(20)]
 
@@ -35,20 +33,10 @@ def poisoned_heuristics(monkeypatch):
 
 
 def write_corpus(tmp_path, poisoned: int, max_dead_letter_fraction: float) -> str:
-    (tmp_path / "data").mkdir()
     texts = GOOD + [f"POISON record {i} with enough words to pass every length rule of the policy." for i in
                     range(poisoned)]
-    with open(tmp_path / "data" / "docs.jsonl", "w") as f:
-        for i, text in enumerate(texts):
-            f.write(json.dumps({"id": str(i), "text": text}) + "\n")
-    config = tmp_path / "corpus.yaml"
-    config.write_text(
-        "name: poison\noutput_root: out\n"
-        "sources: [{name: docs, uri: 'data/*.jsonl', format: jsonl, rank: 1, license: x, domain: d}]\n"
-        "cascade: [heuristics]\n"
-        f"accounting: {{max_dead_letter_fraction: {max_dead_letter_fraction}}}\n"
-        f"tokenize: {{tokenizer: {TOKENIZER}, seq_len: 256, shard_tokens: 65536}}\n")
-    return str(config)
+    return tiny_corpus(tmp_path, "poison", texts,
+                       f"accounting: {{max_dead_letter_fraction: {max_dead_letter_fraction}}}\n")
 
 
 def test_one_poison_record_is_dead_lettered_and_the_run_succeeds(poisoned_heuristics, tmp_path):

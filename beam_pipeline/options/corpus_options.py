@@ -29,6 +29,11 @@ class CorpusOptions(PipelineOptions):
             "--snapshot_id", default=None, type=Matching(r"^[0-9a-f]{24}$", str, "snapshot id"),
             help="Build from this existing snapshot (as printed by the snapshot command). An input "
                  "that changed since then stops the run. Without it, a snapshot is taken first.")
+        parser.add_argument(
+            "--max_stage_attempts", default=3, type=Matching(r"^[1-9][0-9]?$", int, "number of attempts (1-99)"),
+            help="Runs of a stage's job before the build fails when its records do not balance (the "
+                 "runner lost or repeated records; the layer is committed only once they balance). "
+                 "1 fails at the first imbalance.")
 
 
 class LocalRunnerDefaults:

@@ -144,7 +144,7 @@ def _run_stage(build, scorer, index, plan, ingested, exact, near, previous, part
 
     return build._stage(scorer.stage, scorer.version, stage_config, inputs,
                         outputs={ANNOTATIONS: scorer.schema}, partitions=partitions,
-                        build=build_stage, finalize=finalize)
+                        build=build_stage, finalize=finalize, rows_match={ANNOTATIONS: "passed"})
 
 
 def _reuse(build, scorer, pinned: dict):

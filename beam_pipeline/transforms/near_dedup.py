@@ -196,6 +196,11 @@ def build_stage(pipeline, config: NearDedupConfig, document_paths: list[str],
                 previous: list[PreviousLayer]) -> dict:
     """The stage's job: read the layers, annotate, return the outputs by name."""
     inputs = {"documents": pipeline | "ReadDocuments" >> ReadLayerOutput(document_paths, INPUT_COLUMNS)}
+    if config.lines.enabled:
+        # A second read of the text for the boilerplate count, so that signing stays fused with
+        # its own read: the documents then never wait in the runner between two steps (the local
+        # runner lost chunks of such a hand-over at 0.5-1 GB; docs/decisions.md).
+        inputs["line_documents"] = pipeline | "ReadTextForLines" >> ReadLayerOutput(document_paths, ["text"])
     if previous:
         paths = [p for layer in previous for p in layer.signature_paths]
         inputs["previous"] = pipeline | "ReadPreviousSignatures" >> ReadLayerOutput(paths)
@@ -213,7 +218,7 @@ class AnnotateNearDuplicates(beam.PTransform):
     def expand(self, inputs):
         params = self._params
         documents = inputs["documents"] | "Count" >> CountEntering(STAGE)
-        signed = documents | "Sign" >> SignDocuments(params)
+        signed = documents | "Sign" >> SignDocuments(params, inputs.get("line_documents"))
         signatures = signed[SIGNATURES]
         previous = inputs.get("previous")
         # (doc_id, (minhash bytes, simhash, shingle bytes)): of this corpus, and of this corpus + previous versions
@@ -254,19 +259,22 @@ class SignDocuments(beam.PTransform):
     """PCollection[document] -> {"members": (doc_id, member), "signatures": rows, "dead_letter": rows}.
 
     With line dedup on, the corpus-wide boilerplate lines are computed first
+    (from ``line_documents`` when given: the same documents, read separately)
     and reach the signing step as a side input.
     """
 
-    def __init__(self, params: NearDedupParams):
+    def __init__(self, params: NearDedupParams, line_documents=None):
         super().__init__()
         self._params = params
+        self._line_documents = line_documents
 
     def expand(self, documents):
         params = self._params
         side = []
         if params.lines:
-            boilerplate = documents | "BoilerplateLines" >> BoilerplateLines(params.line_min_repeats,
-                                                                            params.line_min_chars)
+            counted = self._line_documents if self._line_documents is not None else documents
+            boilerplate = counted | "BoilerplateLines" >> BoilerplateLines(params.line_min_repeats,
+                                                                          params.line_min_chars)
             side = [beam.pvalue.AsSingleton(boilerplate)]
         return documents | "SignFn" >> beam.ParDo(SignFn(params), *side).with_output_types(StrKeyed).with_outputs(
             SIGNATURES, DEAD_LETTER, main=_MEMBERS)

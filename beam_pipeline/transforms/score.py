@@ -34,7 +34,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.utils import shared
 
 from beam_pipeline import schemas
-from beam_pipeline.accounting import CountEntering, StageCounters
+from beam_pipeline.accounting import LOST_IN_JOIN, CountEntering, StageCounters
 from beam_pipeline.hashing import digest_json, sha256_stream
 from beam_pipeline.transforms.keys import StrKeyed
 
@@ -125,7 +125,8 @@ class ScoreFn(beam.DoFn):
             doc_id, parts = element
             documents = list(parts["document"])
             if not documents:  # an annotation without its document: an upstream bug
-                raise ValueError(f"{self._scorer.stage}: annotations for doc_id {doc_id} but no document")
+                raise ValueError(f"{self._scorer.stage}: annotations for doc_id {doc_id} but no document "
+                                 f"({LOST_IN_JOIN})")
             document = documents[0]
             rows = {name: next(iter(values), None) for name, values in parts.items() if name != "document"}
         else:

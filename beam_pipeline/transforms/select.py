@@ -18,7 +18,7 @@ from typing import Iterator
 
 import apache_beam as beam
 
-from beam_pipeline.accounting import CountEntering, StageCounters
+from beam_pipeline.accounting import LOST_IN_JOIN, CountEntering, StageCounters
 from beam_pipeline.config import PolicyConfig
 from beam_pipeline.policy import decide
 from beam_pipeline.dedup.repetition import stripped_document
@@ -71,7 +71,7 @@ class DecideFn(beam.DoFn):
         doc_id, parts = joined
         documents = list(parts["document"])
         if not documents:  # an annotation without its document: an upstream bug
-            raise ValueError(f"select: annotations for doc_id {doc_id} but no document")
+            raise ValueError(f"select: annotations for doc_id {doc_id} but no document ({LOST_IN_JOIN})")
         document = documents[0]
         exact = next(iter(parts.get("exact", [])), None)
         near = next(iter(parts.get("near", [])), None)
