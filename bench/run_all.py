@@ -93,6 +93,20 @@ def others_share(start: dict, end: dict, own_cpu: float) -> float:
     return max(0.0, (end["machine"] - start["machine"] - own_cpu) / elapsed) if elapsed > 0 else 0.0
 
 
+def descendants(root: int) -> list[int]:
+    """``root`` and every process it started, transitively (from /proc/<pid>/task/<tid>/children)."""
+    pids, i = [root], 0
+    while i < len(pids):
+        pid, i = pids[i], i + 1
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    pids += [int(c) for c in f.read().split()]
+        except OSError:
+            continue
+    return pids
+
+
 class RunnableSampler:
     """Counts the runnable (state R) threads of this process and its descendants, every interval.
 
@@ -127,17 +141,8 @@ class RunnableSampler:
             self.samples.append((time.monotonic(), self._runnable()))
 
     def _runnable(self) -> int:
-        pids, i = [os.getpid()], 0
-        while i < len(pids):
-            pid, i = pids[i], i + 1
-            try:
-                for tid in os.listdir(f"/proc/{pid}/task"):
-                    with open(f"/proc/{pid}/task/{tid}/children") as f:
-                        pids += [int(c) for c in f.read().split()]
-            except OSError:
-                continue
         count = 0
-        for pid in pids:
+        for pid in descendants(os.getpid()):
             try:
                 tids = os.listdir(f"/proc/{pid}/task")
             except OSError:
