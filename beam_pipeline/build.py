@@ -42,7 +42,8 @@ from beam_pipeline.manifest import MANIFEST, MANIFEST_FORMAT, dataset_id_of, dat
 from beam_pipeline.progress import StageProgress
 from beam_pipeline.snapshot import check_sources_match, check_unchanged, load_snapshot, take_snapshot
 from beam_pipeline.transforms import exact_dedup, ingest, near_dedup, select, tokenize_shard
-from beam_pipeline.transforms.layer_io import ReadLayerOutput, WriteLayerOutput
+from beam_pipeline.transforms.layer_io import PartitionInputs, ReadLayerOutput, WriteLayerOutput, \
+    WrittenPartitions
 
 DEAD_LETTER = "dead_letter"
 _ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception): ")
@@ -106,7 +107,8 @@ class CorpusBuild:
             ingest.STAGE, ingest.VERSION, ingest.stage_config(self.config), {"snapshot": snapshot_id},
             outputs={ingest.DOCUMENTS: schemas.DOCUMENT, ingest.REPEATS: schemas.REPEAT},
             partitions=partitions, rows_match={ingest.DOCUMENTS: "passed"},
-            build=lambda p, layer: p | "Ingest" >> ingest.IngestSnapshot(self.config, manifest))
+            build=lambda p, layer: p | "Ingest" >> ingest.IngestSnapshot(self.config, manifest, layer.path, partitions),
+            finalize=lambda layer: ingest.remove_spills(layer.path))
 
         inputs_of_select = {"documents": ingested.layer.key}
         exact = None
@@ -138,14 +140,17 @@ class CorpusBuild:
         inputs_of_select.update({s.stage: s.layer.key for s in scored})
 
         def build_select(p, layer):
-            inputs = {"documents": p | "ReadDocuments" >> ReadLayerOutput(
-                ingested.layer.part_paths(ingest.DOCUMENTS))}
+            annotations = {}
             if exact is not None:
-                inputs["exact"] = p | "ReadExact" >> ReadLayerOutput(exact.layer.part_paths(exact_dedup.ANNOTATIONS))
+                annotations["exact"] = (exact.layer.part_paths(exact_dedup.ANNOTATIONS), None)
             if near is not None:
-                inputs["near"] = p | "ReadNear" >> ReadLayerOutput(near.layer.part_paths(near_dedup.ANNOTATIONS))
-            inputs.update(cascade.read_scores(p, scored, self.config))
-            return inputs | "Select" >> select.ApplyPolicy(self.config.policy, cascade.plan_of(self.config))
+                annotations["near"] = (near.layer.part_paths(near_dedup.ANNOTATIONS), None)
+            annotations.update(cascade.score_inputs(scored, self.config))
+            inputs = PartitionInputs.of(ingested.layer.part_paths(ingest.DOCUMENTS), None, annotations,
+                                        required=cascade.ANNOTATE_EVERY_DOCUMENT)
+            return p | "Select" >> select.ApplyPolicy(
+                self.config.policy, cascade.plan_of(self.config), inputs,
+                {output: layer.output_path(output) for output in (select.GOLD, select.DECISIONS)})
 
         selected = self._stage(
             select.STAGE, select.VERSION, cascade.select_config(self.config), inputs_of_select,
@@ -283,7 +288,8 @@ class CorpusBuild:
         if not isinstance(produced, dict):
             produced = {"_result": produced}
         for name, schema in outputs.items():
-            produced[name] | f"Write_{name}" >> WriteLayerOutput(layer.output_path(name), schema, partitions)
+            if not isinstance(produced[name], WrittenPartitions):  # else the stage's tasks wrote it
+                produced[name] | f"Write_{name}" >> WriteLayerOutput(layer.output_path(name), schema, partitions)
         if DEAD_LETTER in produced:
             produced[DEAD_LETTER] | "Write_dead_letter" >> WriteLayerOutput(
                 layer.dead_letter_path, schemas.DEAD_LETTER, 1, sort_key=_dead_letter_order,

@@ -121,9 +121,13 @@ def remove_temporaries(layer: "Layer") -> list[str]:
     the attempt's outputs, but not the files it wrote). Only the driver calls
     this, while no job of the layer runs.
     """
-    patterns = [join(layer.path, TEMPORARY_PREFIX + "*"), join(layer.path, "*", TEMPORARY_PREFIX + "*"),
-                join(layer.dead_letter_path, TEMPORARY_PREFIX + "*")]
-    found = sorted({m.path for result in FileSystems.match(patterns) for m in result.metadata_list})
+    return remove_matching(join(layer.path, TEMPORARY_PREFIX + "*"), join(layer.path, "*", TEMPORARY_PREFIX + "*"),
+                           join(layer.dead_letter_path, TEMPORARY_PREFIX + "*"))
+
+
+def remove_matching(*patterns: str) -> list[str]:
+    """Delete the files matching any of ``patterns`` (any Beam filesystem); return their paths."""
+    found = sorted({m.path for result in FileSystems.match(list(patterns)) for m in result.metadata_list})
     if found:
         FileSystems.delete(found)
     return found

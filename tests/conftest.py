@@ -97,3 +97,53 @@ def grouping_key_coders(pipeline) -> dict:
             found[transform.unique_name] = context.coders.get_by_id(
                 proto.components.pcollections[pcoll_id].coder_id).key_coder()
     return found
+
+
+# --- partition-wise stages on hand-made layers ------------------------------------------
+
+def write_layer_rows(directory: str, rows: list[dict], partitions: int = 2) -> list[str]:
+    """``rows`` stored as a layer output is: partition xxh3(doc_id) % n, sorted by doc_id."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from beam_pipeline.hashing import bucket_of
+    from beam_pipeline.layers import part_name
+
+    schema = pa.Table.from_pylist(rows).schema
+    os.makedirs(directory, exist_ok=True)
+    paths = []
+    for index in range(partitions):
+        part = sorted((r for r in rows if bucket_of(r["doc_id"], partitions) == index), key=lambda r: r["doc_id"])
+        paths.append(os.path.join(directory, part_name(index, partitions)))
+        pq.write_table(pa.Table.from_pylist(part, schema=schema), paths[-1])
+    return paths
+
+
+def read_layer_rows(directory: str) -> list[dict]:
+    """Every row of the partitions under ``directory``, in partition order."""
+    import pyarrow.parquet as pq
+
+    return [row for path in sorted(glob.glob(os.path.join(directory, "part-*.parquet")))
+            for row in pq.read_table(path).to_pylist()]
+
+
+def apply_policy(tmp_path, policy, documents: list[dict], annotations: dict[str, list[dict]] | None = None,
+                 plan=None, partitions: int = 2) -> tuple[list[dict], list[dict], dict]:
+    """Run select's ApplyPolicy over hand-made layers: (gold rows, decision rows, select counts)."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from beam_pipeline.accounting import counts_from_result
+    from beam_pipeline.transforms.layer_io import PartitionInputs
+    from beam_pipeline.transforms.select import DECISIONS, GOLD, ApplyPolicy
+
+    inputs = PartitionInputs.of(
+        write_layer_rows(str(tmp_path / "in" / "documents"), documents, partitions), None,
+        {name: (write_layer_rows(str(tmp_path / "in" / name), rows, partitions), None)
+         for name, rows in (annotations or {}).items()})
+    out = {name: str(tmp_path / "out" / name) for name in (GOLD, DECISIONS)}
+    p = beam.Pipeline(options=PipelineOptions(IN_PROCESS))
+    _ = p | ApplyPolicy(policy, plan, inputs, out)
+    result = p.run()
+    result.wait_until_finish()
+    return read_layer_rows(out[GOLD]), read_layer_rows(out[DECISIONS]), counts_from_result(result, "select")

@@ -5,14 +5,14 @@ import apache_beam as beam
 import pytest
 import yaml
 from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.testing.util import assert_that, equal_to
 
 from beam_pipeline.accounting import counts_from_result
 from beam_pipeline.scoring.cascade import plan_of, scoring_digest, select_config
 from beam_pipeline.config import ConfigError, parse_config
 from beam_pipeline.scoring.config import CascadeConfig, check_order
 from beam_pipeline.transforms.score import Gate, PiiScorer, ScoreDocuments
-from conftest import IN_PROCESS, SAMPLE_CONFIG
+from beam_pipeline.transforms.layer_io import PartitionInputs
+from conftest import IN_PROCESS, SAMPLE_CONFIG, apply_policy, read_layer_rows, write_layer_rows
 
 SAMPLE_DIR = os.path.dirname(SAMPLE_CONFIG)
 
@@ -90,56 +90,51 @@ def config_with(rules, gate=True):
     return parse_config(data, base_dir=SAMPLE_DIR)
 
 
-def run_pii_stage(config, gate, expected_rows):
+def run_pii_stage(tmp_path, config, gate, expected_rows):
     exact = [{"doc_id": f"d{i}", "is_duplicate": i == 3} for i in range(1, 5)]
     language = [{"doc_id": "d1", "lang": "en"}, {"doc_id": "d2", "lang": "de"}, {"doc_id": "d3", "lang": "en"},
                 {"doc_id": "d4", "lang": "en"}]
-    p = beam.Pipeline(options=PipelineOptions(IN_PROCESS))
-    inputs = {"documents": p | "D" >> beam.Create(documents())}
+    layers = {}
     if gate is not None:
-        inputs["exact"] = p | "E" >> beam.Create(exact)
-        inputs["language"] = p | "L" >> beam.Create(language)
-    out = inputs | ScoreDocuments(PiiScorer(config, cascade_before=("language",)), gate)
-    assert_that(out["annotations"] | beam.Map(lambda r: (r["doc_id"], r["source"], r["email"])),
-                equal_to(expected_rows))
+        layers["exact"] = (write_layer_rows(str(tmp_path / "exact"), exact), None)
+        layers["language"] = (write_layer_rows(str(tmp_path / "language"), language), None)
+    inputs = PartitionInputs.of(write_layer_rows(str(tmp_path / "documents"), documents()), None, layers)
+    p = beam.Pipeline(options=PipelineOptions(IN_PROCESS))
+    _ = p | ScoreDocuments(PiiScorer(config, cascade_before=("language",)), gate, inputs, str(tmp_path / "out"))
     result = p.run()
     result.wait_until_finish()
+    rows = read_layer_rows(str(tmp_path / "out"))
+    assert sorted((r["doc_id"], r["source"], r["email"]) for r in rows) == expected_rows
     return counts_from_result(result, "pii")
 
 
-def test_gate_stops_documents_before_the_expensive_stage():
+def test_gate_stops_documents_before_the_expensive_stage(tmp_path):
     config = config_with([{"reason": "not_english", "drop_if": "language.lang != 'en'"},
                           {"reason": "has_email", "drop_if": "pii.email > 0"}])
     gate = Gate(config.policy, plan_of(config), index=1)
     # d2 not English, d3 a duplicate, d4 too short: only d1 reaches the scorer
-    counts = run_pii_stage(config, gate, [("d1", "web", 1)])
+    counts = run_pii_stage(tmp_path, config, gate, [("d1", "web", 1)])
     assert counts["in"] == 4 and counts["passed"] == 1
     assert counts["filtered"] == {"exact_duplicate": 1, "not_english": 1, "too_short": 1}
     # the rule over pii itself is not a gate of pii: it applies after the stage
     assert gate.reason({**documents()[0]}, {"language": {"lang": "en"}}) is None
 
 
-def test_without_gates_every_document_is_scored():
+def test_without_gates_every_document_is_scored(tmp_path):
     config = config_with([{"reason": "not_english", "drop_if": "language.lang != 'en'"}], gate=False)
-    counts = run_pii_stage(config, None, [("d1", "web", 1), ("d2", "web", 1), ("d3", "web", 1), ("d4", "web", 0)])
+    counts = run_pii_stage(tmp_path, config, None, [("d1", "web", 1), ("d2", "web", 1), ("d3", "web", 1), ("d4", "web", 0)])
     assert counts["passed"] == 4 and counts["filtered"] == {}
 
 
-def test_stopped_documents_get_null_scores_at_select():
+def test_stopped_documents_get_null_scores_at_select(tmp_path):
     """A document the gate stopped has no row: select sees None, never an invented score."""
-    from beam_pipeline.transforms.select import ApplyPolicy
-
     config = config_with([{"reason": "not_english", "drop_if": "language.lang != 'en'"},
                           {"reason": "has_email", "drop_if": "pii.email > 1"}])
-    p = beam.Pipeline(options=PipelineOptions(IN_PROCESS))
-    out = {"documents": p | "D" >> beam.Create(documents()),
-           "exact": p | "E" >> beam.Create([{"doc_id": f"d{i}", "is_duplicate": i == 3} for i in range(1, 5)]),
-           "language": p | "L" >> beam.Create([{"doc_id": "d1", "lang": "en"}, {"doc_id": "d2", "lang": "de"},
-                                               {"doc_id": "d3", "lang": "en"}, {"doc_id": "d4", "lang": "en"}]),
-           "pii": p | "P" >> beam.Create([{"doc_id": "d1", "email": 1}])} | ApplyPolicy(config.policy,
-                                                                                         plan_of(config))
-    assert_that(out["decisions"] | beam.Map(lambda d: (d["doc_id"], d["reason"])),
-                equal_to([("d1", None), ("d2", "not_english"), ("d3", "exact_duplicate"), ("d4", "too_short")]))
-    assert_that(out["gold"] | beam.Map(lambda g: g["text"]),
-                equal_to(["Write to jane@example.org for details about the project."]), label="gold")
-    p.run().wait_until_finish()
+    gold, decisions, _ = apply_policy(tmp_path, config.policy, documents(), {
+        "exact": [{"doc_id": f"d{i}", "is_duplicate": i == 3} for i in range(1, 5)],
+        "language": [{"doc_id": "d1", "lang": "en"}, {"doc_id": "d2", "lang": "de"},
+                     {"doc_id": "d3", "lang": "en"}, {"doc_id": "d4", "lang": "en"}],
+        "pii": [{"doc_id": "d1", "email": 1}]}, plan_of(config))
+    assert sorted((d["doc_id"], d["reason"]) for d in decisions) == [
+        ("d1", None), ("d2", "not_english"), ("d3", "exact_duplicate"), ("d4", "too_short")]
+    assert [g["text"] for g in gold] == ["Write to jane@example.org for details about the project."]

@@ -90,9 +90,12 @@ def test_rerun_reuses_every_layer(built, capsys):
 
 
 def test_no_temporary_files_remain(built):
+    """Neither half-written files nor ingest's spill files (transforms/layer_io.SpillByPartition)."""
     leftovers = [p for p in glob.glob(os.path.join(built["root"], "**", "*"), recursive=True)
-                 if os.path.basename(p).startswith(".tmp-")]
+                 if os.path.basename(p).startswith((".tmp-", "_spill"))]
     assert leftovers == []
+    (ingest,) = glob.glob(os.path.join(built["root"], "layers", "ingest", "*"))
+    assert sorted(os.listdir(ingest)) == ["_LEDGER.json", "documents", "repeats"]
 
 
 def test_inspect_summarizes_the_manifest(built, capsys):

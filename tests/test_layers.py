@@ -1,12 +1,15 @@
+import glob
 import os
 
 import apache_beam as beam
+import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
 
 from beam_pipeline import schemas
 from beam_pipeline.build import estimated_text_bytes, partition_count
-from beam_pipeline.layers import (Layer, collect_partitions, commit_layer, layer_key, read_partition_rows,
+from beam_pipeline.layers import (Layer, collect_partitions, commit_layer, layer_key, part_name, read_partition_rows,
                                   remove_temporaries, write_bytes_atomic, write_partition)
 from beam_pipeline.transforms.layer_io import ReadLayerOutput, WriteLayerOutput
 
@@ -101,3 +104,75 @@ def test_partition_count_grows_with_the_estimated_text():
     assert partition_count(estimated_text_bytes(manifest), 64 << 20, 4) == 9
     assert partition_count(estimated_text_bytes(manifest), 1 << 30, 4) == 4  # min_partitions
     assert partition_count(2 * estimated_text_bytes(manifest), 64 << 20, 4) == 18
+
+
+# --- partition-wise joins and spill files (transforms/layer_io.py) ----------------------
+
+def test_merge_join_pairs_rows_by_doc_id_and_leaves_absent_rows_none():
+    from beam_pipeline.transforms.layer_io import merge_join
+
+    docs = [{"doc_id": d} for d in ("a", "b", "c", "d")]
+    joined = list(merge_join(docs, {"x": [{"doc_id": "b", "v": 1}, {"doc_id": "d", "v": 2}], "y": []}, "t"))
+    assert [(d["doc_id"], rows["x"] and rows["x"]["v"], rows["y"]) for d, rows in joined] == \
+        [("a", None, None), ("b", 1, None), ("c", None, None), ("d", 2, None)]
+
+
+@pytest.mark.parametrize("layer,message", [
+    ([{"doc_id": "b"}, {"doc_id": "bb"}], "x annotations for doc_id bb but no document (records were lost"),
+    ([{"doc_id": "0"}], "x annotations for doc_id 0 but no document"),
+    ([{"doc_id": "z"}], "x annotations for doc_id z but no document"),
+    ([{"doc_id": "c"}, {"doc_id": "b"}], "x rows are not sorted by doc_id, or repeat one"),
+    ([{"doc_id": "b"}, {"doc_id": "b"}], "x rows are not sorted by doc_id, or repeat one"),
+])
+def test_merge_join_refuses_orphans_and_disorder(layer, message):
+    from beam_pipeline.transforms.layer_io import merge_join
+
+    docs = [{"doc_id": d} for d in ("a", "b", "c")]
+    with pytest.raises(ValueError, match="t, partition 1: ") as err:
+        list(merge_join(docs, {"x": layer}, "t, partition 1"))
+    assert message in str(err.value)
+    with pytest.raises(ValueError, match="documents are not sorted"):
+        list(merge_join([{"doc_id": "b"}, {"doc_id": "a"}], {}, "t"))
+
+
+def test_partition_inputs_need_one_partition_count(tmp_path):
+    from beam_pipeline.transforms.layer_io import PartitionInputs
+
+    docs = [str(tmp_path / part_name(i, 3)) for i in range(3)]
+    other = [str(tmp_path / "x" / part_name(i, 2)) for i in range(2)]
+    assert PartitionInputs.of(docs, None, {"x": (docs, ["doc_id"])}).count == 3
+    with pytest.raises(ValueError, match="cannot join x partition by partition: it has 2 partitions"):
+        PartitionInputs.of(docs, None, {"x": (other, None)})
+
+
+def test_spilled_rows_come_back_once_per_partition_in_row_order(tmp_path):
+    """Spill files are named by their bytes: a bundle written twice (a retry) is read once."""
+    from beam_pipeline.hashing import bucket_of
+    from beam_pipeline.transforms.layer_io import SpillByPartition, read_spilled
+
+    data = [{"doc_id": f"d{i % 17:02d}", "source": "s", "file": f"f{i % 3}", "position": i} for i in range(60)]
+    spill = str(tmp_path / "spill")
+    with beam.Pipeline(options=OPTIONS) as p:
+        pairs = (p | beam.Create(data) | SpillByPartition(spill, 4, schemas.REPEAT, spill_bytes=2000)
+                 | beam.GroupByKey() | beam.MapTuple(lambda index, paths: (index, list(paths))))
+        assert_that(pairs | beam.MapTuple(lambda index, paths: (index, len(paths) >= 1)),
+                    equal_to([(i, True) for i in sorted({bucket_of(r["doc_id"], 4) for r in data})]))
+    files = sorted(glob.glob(os.path.join(spill, "part-*.parquet")))
+    assert len(files) > 4  # spill_bytes forced several files per partition
+    for index in range(4):
+        paths = [f for f in files if os.path.basename(f).startswith(f"part-{index:05d}-")]
+        rows = read_spilled(paths + paths[:1])  # a path named twice is read once
+        expected = sorted((r for r in data if bucket_of(r["doc_id"], 4) == index),
+                          key=lambda r: (r["doc_id"], r["file"], r["position"]))
+        assert [(r["doc_id"], r["file"], r["position"]) for r in rows] == \
+            [(r["doc_id"], r["file"], r["position"]) for r in expected]
+
+
+def test_merge_join_requires_a_row_where_every_document_has_one():
+    from beam_pipeline.transforms.layer_io import merge_join
+
+    docs = [{"doc_id": d} for d in ("a", "b", "c")]
+    exact = [{"doc_id": "a"}, {"doc_id": "c"}]
+    assert [rows["exact"] for _, rows in merge_join(docs, {"exact": exact}, "t")][1] is None  # optional: absent
+    with pytest.raises(ValueError, match=r"t: document b has no exact row \(records were lost on the way\)"):
+        list(merge_join(docs, {"exact": exact}, "t", required=("exact",)))

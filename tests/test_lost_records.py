@@ -65,6 +65,21 @@ def lose_first_record_entering(monkeypatch, stage: str) -> list:
     return lost
 
 
+def lose_first_document_joined(monkeypatch, stage: str) -> list:
+    """The first document ``stage`` reads is missing from its partition (as if an upstream job lost it)."""
+    lost = []
+    merge_join = layer_io.merge_join
+
+    def losing(documents, layers, where, required=()):
+        if where.startswith(f"{stage}, ") and not lost:
+            documents = iter(documents)
+            lost.append(next(documents)["doc_id"])
+        return merge_join(documents, layers, where, required)
+
+    monkeypatch.setattr(layer_io, "merge_join", losing)
+    return lost
+
+
 @pytest.fixture
 def lose_once_after_counting(monkeypatch):
     return lose_first_record_entering(monkeypatch, "exact_dedup")
@@ -110,9 +125,9 @@ def test_a_row_lost_before_writing_reruns_the_stage(lose_once_before_writing, cl
 
 
 def test_a_document_missing_from_a_join_reruns_the_stage(monkeypatch, clean_dataset_id, tmp_path, capsys):
-    """A scorer joins the documents to earlier annotations; a document the runner lost on the way
-    leaves annotations without their document: the scorer raises, and the driver reruns the job."""
-    lost = lose_first_record_entering(monkeypatch, "heuristics")
+    """A scorer joins the documents to earlier annotations; a document lost on the way leaves
+    annotations without their document: the scorer raises, and the driver reruns the job."""
+    lost = lose_first_document_joined(monkeypatch, "heuristics")
     config = write_corpus(tmp_path)
     root = str(tmp_path / "out")
     assert build(config, root) == 0

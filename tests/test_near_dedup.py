@@ -10,8 +10,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.testing.test_pipeline import TestPipeline
-from apache_beam.testing.util import assert_that, equal_to
 
 from beam_pipeline import schemas
 from beam_pipeline.config import ConfigError, NearDedupConfig, PolicyConfig, parse_config
@@ -24,7 +22,7 @@ from beam_pipeline.transforms import near_dedup
 from beam_pipeline.transforms.layer_io import WriteLayerOutput
 from beam_pipeline.transforms.near_dedup import (NearDedupParams, build_stage, member_of, representative_order,
                                                  resolve_against, sign_document)
-from beam_pipeline.transforms.select import ApplyPolicy
+from conftest import apply_policy
 
 IN_PROCESS = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -350,20 +348,17 @@ def test_policy_drops_near_duplicates_after_exact_ones():
     assert decide(document, None, PolicyConfig(), {"is_duplicate": False}) is None
 
 
-def test_select_drops_near_duplicates_and_strips_boilerplate():
+def test_select_drops_near_duplicates_and_strips_boilerplate(tmp_path):
     footer = "Subscribe to our newsletter for weekly updates"
     docs = [{"doc_id": d, "source": "web", "domain": "d", "license": "L", "url": None, "text": t, "n_chars": len(t)}
             for d, t in (("a", f"first text\n{footer}"), ("b", "first text!"), ("c", footer))]
     near = [{"doc_id": "a", "is_duplicate": False, "boilerplate_lines": [line_key(footer)], "repeated_spans": []},
             {"doc_id": "b", "is_duplicate": True, "boilerplate_lines": [], "repeated_spans": []},
             {"doc_id": "c", "is_duplicate": False, "boilerplate_lines": [line_key(footer)], "repeated_spans": []}]
-    with TestPipeline(options=PipelineOptions(IN_PROCESS)) as p:
-        out = {"documents": p | "D" >> beam.Create(docs), "near": p | "N" >> beam.Create(near)} \
-            | ApplyPolicy(PolicyConfig())
-        assert_that(out["gold"] | beam.Map(lambda r: (r["doc_id"], r["text"])), equal_to([("a", "first text")]),
-                    label="gold")
-        assert_that(out["decisions"] | beam.Map(lambda r: (r["doc_id"], r["reason"])),
-                    equal_to([("a", None), ("b", "near_duplicate"), ("c", "too_short")]), label="decisions")
+    gold, decisions, _ = apply_policy(tmp_path, PolicyConfig(), docs, {"near": near})
+    assert [(r["doc_id"], r["text"]) for r in gold] == [("a", "first text")]
+    assert sorted((r["doc_id"], r["reason"]) for r in decisions) == [
+        ("a", None), ("b", "near_duplicate"), ("c", "too_short")]
 
 
 def test_config_validation():

@@ -32,9 +32,12 @@ from __future__ import annotations
 from beam_pipeline.hashing import digest_json
 from beam_pipeline.layers import Layer, join, part_name, read_bytes, write_json_atomic
 from beam_pipeline.policy_rules import Plan
-from beam_pipeline.transforms.layer_io import ReadLayerOutput
+from beam_pipeline.transforms.layer_io import PartitionInputs
 from beam_pipeline.transforms.score import (ANNOTATIONS, DOCUMENT_COLUMNS, SCORERS, Gate, ScoreDocuments,
                                             histograms)
+
+#: Layers with one row per document: a document without its row there was lost upstream.
+ANNOTATE_EVERY_DOCUMENT = ("exact", "near")
 
 #: Stages a re-selection may run; anything else means the config changed beyond the policy.
 RESELECT_STAGES = ("select", "ngram_index", "tokenize")
@@ -131,11 +134,10 @@ def _run_stage(build, scorer, index, plan, ingested, exact, near, previous, part
                     if near is not None else None}
 
     def build_stage(p, layer):
-        pcolls = {"documents": p | "ReadDocuments" >> ReadLayerOutput(
-            ingested.layer.part_paths("documents"), DOCUMENT_COLUMNS)}
-        for name, (source_layer, output, columns) in sorted(reads.items()):
-            pcolls[name] = p | f"Read_{name}" >> ReadLayerOutput(source_layer.part_paths(output), columns)
-        return pcolls | "Score" >> ScoreDocuments(scorer, gate)
+        inputs = PartitionInputs.of(ingested.layer.part_paths("documents"), DOCUMENT_COLUMNS, {
+            name: (source_layer.part_paths(output), columns)
+            for name, (source_layer, output, columns) in reads.items()}, required=ANNOTATE_EVERY_DOCUMENT)
+        return p | "Score" >> ScoreDocuments(scorer, gate, inputs, layer.output_path(ANNOTATIONS))
 
     def finalize(layer):
         paths = [join(layer.output_path(ANNOTATIONS), part_name(i, partitions)) for i in range(partitions)]
@@ -167,11 +169,11 @@ def _reuse(build, scorer, pinned: dict):
                         ledger["counts"], 0.0, ledger)
 
 
-def read_scores(p, outcomes: list, config) -> dict:
-    """PCollections of every scorer layer for select: doc_id + the columns the policy reads."""
+def score_inputs(outcomes: list, config) -> dict[str, tuple[list[str], list[str]]]:
+    """Every scorer layer select joins: its partitions, and doc_id + the columns the policy reads."""
     needed = plan_of(config).layers_read()
-    return {o.stage: p | f"Read_{o.stage}" >> ReadLayerOutput(
-        o.layer.part_paths(ANNOTATIONS), ["doc_id", *sorted(needed.get(o.stage, ()))]) for o in outcomes}
+    return {o.stage: (o.layer.part_paths(ANNOTATIONS), ["doc_id", *sorted(needed.get(o.stage, ()))])
+            for o in outcomes}
 
 
 def guard_reselect(stage: str, _pipeline) -> None:

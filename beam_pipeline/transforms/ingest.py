@@ -16,6 +16,15 @@ every other occurrence in the ``repeats`` output (nothing is lost; lineage
 can list them). Equal texts from *different* sources stay separate documents
 and are resolved by the exact-dedup stage.
 
+The text is shuffled through files, not through the runner::
+
+    files ─ read + normalize ─ spill by partition xxh3(doc_id) % n ─(paths)─ GroupByKey(partition)
+          ─ per partition: read its spill files, keep first occurrences ─> documents, repeats partition
+
+A worker holds at most ``SPILL_BYTES`` of text while reading and one
+partition while collapsing, whatever the corpus size (docs/decisions.md,
+"Joins without a shuffle").
+
 Accounting per source: ``in`` = raw records (good or bad), ``passed`` =
 documents, ``filtered:empty_text`` = records whose text is empty after
 normalization, ``filtered:repeated_record`` = verbatim repeats within the
@@ -29,19 +38,23 @@ import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from beam_pipeline import schemas
 from beam_pipeline.accounting import StageCounters
 from beam_pipeline.config import CorpusConfig, SourceConfig
 from beam_pipeline.hashing import content_hash, doc_id
 from beam_pipeline.normalize import NORMALIZATION_VERSION, normalize_text
 from beam_pipeline.readers import BadRecord, RawRecord, iter_records
+from beam_pipeline.layers import join, remove_matching
 from beam_pipeline.schemas import dead_letter_row
 from beam_pipeline.snapshot import verify_file
-from beam_pipeline.transforms.keys import StrKeyed
+from beam_pipeline.transforms.layer_io import SpillByPartition, WrittenPartitions, read_spilled, \
+    write_layer_partition
 from beam_pipeline.web.transforms import ReadWebArchives
 
 STAGE = "ingest"
 VERSION = f"1+{NORMALIZATION_VERSION}"
 DOCUMENTS, REPEATS, DEAD_LETTER = "documents", "repeats", "dead_letter"
+SPILL = "_spill"  # folder of the layer holding the ingest job's spill files (deleted before commit)
 
 
 def stage_config(config: CorpusConfig) -> dict:
@@ -52,10 +65,15 @@ def stage_config(config: CorpusConfig) -> dict:
 
 
 class IngestSnapshot(beam.PTransform):
-    """PBegin -> {"documents", "repeats", "dead_letter"}: PCollections of dict rows."""
+    """PBegin -> {"documents", "repeats": WrittenPartitions, "dead_letter": rows}.
 
-    def __init__(self, config: CorpusConfig, manifest: dict):
+    ``layer_path`` is the ingest layer's folder; its outputs get ``partitions`` partitions.
+    """
+
+    def __init__(self, config: CorpusConfig, manifest: dict, layer_path: str, partitions: int):
         super().__init__()
+        self._layer_path = layer_path
+        self._partitions = partitions
         self._sources = {s.name: s for s in config.sources}
         self._max_record_bytes = config.ingest.max_record_bytes
         self._files = [
@@ -83,41 +101,64 @@ class IngestSnapshot(beam.PTransform):
                 self._web_files, self._sources, max_record_bytes=self._max_record_bytes, stage=STAGE)
             read = (read, web[DOCUMENTS]) | "WithWebDocuments" >> beam.Flatten()
             dead_letter = (dead_letter, web[DEAD_LETTER]) | "WithWebDeadLetters" >> beam.Flatten()
-        documents = read | "CollapseRepeatedRecords" >> CollapseRepeatedRecords()
-        return {DOCUMENTS: documents[DOCUMENTS], REPEATS: documents[REPEATS], DEAD_LETTER: dead_letter}
+        written = read | "CollapseRepeatedRecords" >> CollapseRepeatedRecords(self._layer_path, self._partitions)
+        return {DOCUMENTS: written[DOCUMENTS], REPEATS: written[REPEATS], DEAD_LETTER: dead_letter}
 
 
 class CollapseRepeatedRecords(beam.PTransform):
-    """Records keyed by doc_id -> one document each (tagged ``repeats`` for the rest)."""
+    """Records -> {"documents", "repeats"}: partitions written under ``layer_path``, one document per
+    doc_id (its first occurrence), every other occurrence a ``repeats`` row."""
+
+    def __init__(self, layer_path: str, partitions: int):
+        super().__init__()
+        self._layer_path = layer_path
+        self._partitions = partitions
 
     def expand(self, records):
-        return (
+        n, path = self._partitions, self._layer_path
+        written = (
             records
-            | "KeyByDocId" >> beam.Map(lambda row: (row["doc_id"], row)).with_output_types(StrKeyed)
-            | "GroupByDocId" >> beam.GroupByKey()
-            | "KeepFirstOccurrence" >> beam.ParDo(_KeepFirstOccurrenceFn()).with_outputs(REPEATS, main=DOCUMENTS)
+            | "SpillByPartition" >> SpillByPartition(join(path, SPILL), n, schemas.DOCUMENT)
+            | "GroupSpillsByPartition" >> beam.GroupByKey()
+            | "KeepFirstOccurrencesAndWrite" >> beam.ParDo(_KeepFirstOccurrencesFn(path, n)).with_outputs(
+                REPEATS, main=DOCUMENTS)
         )
+        return {DOCUMENTS: WrittenPartitions(written[DOCUMENTS]), REPEATS: WrittenPartitions(written[REPEATS])}
 
 
-class _KeepFirstOccurrenceFn(beam.DoFn):
+class _KeepFirstOccurrencesFn(beam.DoFn):
+    """(partition, spill paths) -> sidecars of its documents and repeats partitions."""
+
+    def __init__(self, layer_path: str, partitions: int):
+        self._layer_path = layer_path
+        self._partitions = partitions
+
     def setup(self):
         self._counters = StageCounters(STAGE)
 
-    def process(self, keyed: tuple[str, list[dict]]) -> Iterator:
-        _, rows = keyed
-        first, *repeats = sorted(rows, key=occurrence_order)
-        self._counters.passed(first["source"])
-        yield first
-        for row in repeats:
-            self._counters.filtered("repeated_record", row["source"])
-            yield beam.pvalue.TaggedOutput(REPEATS, {
-                "doc_id": row["doc_id"], "source": row["source"], "file": row["file"],
-                "position": row["position"], "byte_offset": row["byte_offset"], "url": row["url"]})
+    def process(self, keyed: tuple[int, list[str]]) -> Iterator:
+        index, paths = keyed
+        documents, repeats = [], []
+        for row in read_spilled(paths):  # by doc_id, then (file, position): a document's first occurrence first
+            if documents and documents[-1]["doc_id"] == row["doc_id"]:
+                self._counters.filtered("repeated_record", row["source"])
+                repeats.append({"doc_id": row["doc_id"], "source": row["source"], "file": row["file"],
+                                "position": row["position"], "byte_offset": row["byte_offset"], "url": row["url"]})
+                continue
+            self._counters.passed(row["source"])
+            documents.append(row)
+        yield write_layer_partition(join(self._layer_path, DOCUMENTS), index, self._partitions, documents,
+                                    schemas.DOCUMENT)
+        yield beam.pvalue.TaggedOutput(REPEATS, write_layer_partition(
+            join(self._layer_path, REPEATS), index, self._partitions, repeats, schemas.REPEAT))
 
 
-def occurrence_order(row: dict) -> tuple:
-    """Total order of a document's occurrences: file, then position in the file."""
-    return (row["file"], row["position"])
+def remove_spills(layer_path: str) -> None:
+    """Delete the ingest job's spill files (the driver calls it before committing the layer)."""
+    remove_matching(join(layer_path, SPILL, "*"))
+    folder = join(layer_path, SPILL)
+    if FileSystems.exists(folder):  # a local folder (object stores have none)
+        FileSystems.delete([folder])
 
 
 class ReadRecordsFn(beam.DoFn):

@@ -1,11 +1,14 @@
 """Stages 3, 5, 6: the scorers of the cascade, one Beam job and one layer each.
 
-Every scorer stage has the same shape::
+Every scorer stage has the same shape, one task per layer partition::
 
-    documents (ingest) ─┐
-    exact, near         ├─ CoGroupByKey(doc_id) ─ gate ─ score ─> annotations (one row per scored document)
-    earlier scorers ────┘                               └──────> dead_letter (a scorer raised)
+    partition i of: documents (ingest) ─┐
+                    exact, near         ├─ merge join on doc_id ─ gate ─ score ─> annotations partition i
+                    earlier scorers ────┘                                   └──> dead_letter (a scorer raised)
 
+* The join needs no shuffle: all layers of a build are partitioned and sorted
+  by doc_id alike (:class:`beam_pipeline.transforms.layer_io.PartitionInputs`),
+  so a worker holds one partition at a time and the runner moves no text.
 * The *gate* is the policy as far as it is known before this stage
   (:meth:`beam_pipeline.policy_rules.Plan.first_reason` up to the stage, after
   the built-in rules of :func:`beam_pipeline.policy.decide`). A document the
@@ -34,9 +37,10 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.utils import shared
 
 from beam_pipeline import schemas
-from beam_pipeline.accounting import LOST_IN_JOIN, CountEntering, StageCounters
+from beam_pipeline.accounting import StageCounters
 from beam_pipeline.hashing import digest_json, sha256_stream
-from beam_pipeline.transforms.keys import StrKeyed
+from beam_pipeline.transforms.layer_io import PartitionIndexes, PartitionInputs, WrittenPartitions, \
+    write_layer_partition
 
 ANNOTATIONS = "annotations"
 DEAD_LETTER = "dead_letter"
@@ -44,33 +48,29 @@ DOCUMENT_COLUMNS = ["doc_id", "source", "domain", "url", "license", "date", "n_c
 
 
 class ScoreDocuments(beam.PTransform):
-    """{"documents": PCollection[document], <layer>: PCollection[row], ...} -> {"annotations", "dead_letter"}.
+    """pbegin -> {"annotations": WrittenPartitions under ``directory``, "dead_letter": rows}.
 
-    ``gate`` is a :class:`Gate` or None (score everything).
+    ``inputs`` names the documents and the earlier layers to join; ``gate`` is a
+    :class:`Gate` or None (score everything).
     """
 
-    def __init__(self, scorer: "Scorer", gate: "Gate | None"):
+    def __init__(self, scorer: "Scorer", gate: "Gate | None", inputs: PartitionInputs, directory: str):
         super().__init__()
         self._scorer = scorer
         self._gate = gate
+        self._inputs = inputs
+        self._directory = directory
         self._shared = shared.Shared()
 
-    def expand(self, inputs):
-        stage = self._scorer.stage
-        documents = inputs["documents"] | "Count" >> CountEntering(stage)
-        others = sorted(name for name in inputs if name != "documents")
-        if others:
-            keyed = {"document": documents | "KeyDocuments" >> beam.Map(
-                lambda d: (d["doc_id"], d)).with_output_types(StrKeyed)}
-            for name in others:
-                keyed[name] = inputs[name] | f"Key_{name}" >> beam.Map(
-                    lambda r: (r["doc_id"], r)).with_output_types(StrKeyed)
-            elements = keyed | "JoinOnDocId" >> beam.CoGroupByKey()
-        else:
-            elements = documents
-        scored = elements | "GateAndScore" >> beam.ParDo(
-            ScoreFn(self._scorer, self._gate, self._shared)).with_outputs(DEAD_LETTER, main=ANNOTATIONS)
-        return {ANNOTATIONS: scored[ANNOTATIONS], DEAD_LETTER: scored[DEAD_LETTER]}
+    def expand(self, pbegin):
+        scored = (
+            pbegin
+            | "Partitions" >> PartitionIndexes(self._inputs.count)
+            | "JoinGateScoreAndWrite" >> beam.ParDo(ScorePartitionFn(
+                self._scorer, self._gate, self._shared, self._inputs, self._directory)).with_outputs(
+                    DEAD_LETTER, main=ANNOTATIONS)
+        )
+        return {ANNOTATIONS: WrittenPartitions(scored[ANNOTATIONS]), DEAD_LETTER: scored[DEAD_LETTER]}
 
 
 class Gate:
@@ -107,30 +107,35 @@ class _Holder:
         self.value = value
 
 
-class ScoreFn(beam.DoFn):
-    """(doc_id, {"document": [doc], <layer>: [row]}) or a bare document -> annotation row."""
+class ScorePartitionFn(beam.DoFn):
+    """partition index -> the sidecar of its annotations partition (written here) + dead letter rows."""
 
-    def __init__(self, scorer: "Scorer", gate: Gate | None, shared_handle: shared.Shared):
+    def __init__(self, scorer: "Scorer", gate: Gate | None, shared_handle: shared.Shared,
+                 inputs: PartitionInputs, directory: str):
         self._scorer = scorer
         self._gate = gate
         self._shared = shared_handle
+        self._inputs = inputs
+        self._directory = directory
 
     def setup(self):
         scorer = self._scorer
         self._holder = self._shared.acquire(lambda: _Holder(scorer.load()), tag=scorer.tag())
         self._counters = StageCounters(scorer.stage)
 
-    def process(self, element) -> Iterator:
-        if isinstance(element, tuple):
-            doc_id, parts = element
-            documents = list(parts["document"])
-            if not documents:  # an annotation without its document: an upstream bug
-                raise ValueError(f"{self._scorer.stage}: annotations for doc_id {doc_id} but no document "
-                                 f"({LOST_IN_JOIN})")
-            document = documents[0]
-            rows = {name: next(iter(values), None) for name, values in parts.items() if name != "document"}
-        else:
-            document, rows = element, {}
+    def process(self, index: int) -> Iterator:
+        annotations = []
+        for document, rows in self._inputs.joined(index, self._scorer.stage):
+            self._counters.entered(document["source"])
+            for out in self.score_one(document, rows):
+                if isinstance(out, beam.pvalue.TaggedOutput):
+                    yield out
+                else:
+                    annotations.append(out)
+        yield write_layer_partition(self._directory, index, self._inputs.count, annotations, self._scorer.schema)
+
+    def score_one(self, document: dict, rows: dict) -> Iterator:
+        """Gate and score one document: its annotation row, a dead letter, or nothing (gated)."""
         policy = self._gate.policy if self._gate is not None else self._scorer.policy
         document = prepared_document(document, rows.get("near"), policy)
         rows["document"] = document

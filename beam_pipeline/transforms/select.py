@@ -1,15 +1,26 @@
 """Stage 7, select: apply the policy; write the gold text and every decision.
 
 Inputs: ``documents`` of the ingest layer and ``annotations`` of every scoring
-stage (exact dedup, near dedup), joined on ``doc_id``. Boilerplate lines and
-repeated spans that near dedup marked are stripped from the text before the
-policy judges it and before it is written (``repetition.stripped_document``).
-Outputs: ``gold`` rows (:data:`beam_pipeline.schemas.GOLD`) for kept
+stage (exact dedup, near dedup, the cascade), joined on ``doc_id`` partition
+by partition without a shuffle (:class:`beam_pipeline.transforms.layer_io.PartitionInputs`).
+Boilerplate lines and repeated spans that near dedup marked are stripped from
+the text before the policy judges it and before it is written
+(``repetition.stripped_document``). Outputs, written by the task of each
+partition: ``gold`` rows (:data:`beam_pipeline.schemas.GOLD`) for kept
 documents and one ``decisions`` row per document
-(:data:`beam_pipeline.schemas.DECISION`) with its reason.
+(:data:`beam_pipeline.schemas.DECISION`) with its reason::
 
-The decision itself is :func:`beam_pipeline.policy.decide`, a pure function;
-this module only carries the data flow. Counters: ``passed`` and
+    partitions ─┬─────────────────────────────────────────────── judge + write ─> gold, decisions
+                └─ ranking scores ─ quantile thresholds (tiny) ──┘ (side input; only with keep_top rules)
+
+With quantile rules (``keep_top``) a first pass over the partitions sends only
+the ranking scores of the surviving documents (no text) to compute each
+group's threshold (:mod:`beam_pipeline.transforms.select_rules`); the second
+pass judges every document with the thresholds in hand.
+
+The decision itself is :func:`beam_pipeline.policy.decide` and the rules of
+:class:`~beam_pipeline.transforms.select_rules.PolicyRules`, pure functions;
+this module only carries the data flow. Counters: ``in``, ``passed`` and
 ``filtered:<reason>``, per source too.
 """
 from __future__ import annotations
@@ -18,84 +29,116 @@ from typing import Iterator
 
 import apache_beam as beam
 
-from beam_pipeline.accounting import LOST_IN_JOIN, CountEntering, StageCounters
+from beam_pipeline import schemas
+from beam_pipeline.accounting import StageCounters
 from beam_pipeline.config import PolicyConfig
-from beam_pipeline.policy import decide
 from beam_pipeline.dedup.repetition import stripped_document
-from beam_pipeline.transforms.keys import StrKeyed
-from beam_pipeline.transforms.select_rules import CANDIDATES, PolicyRules, with_quantile_rules
+from beam_pipeline.policy import decide
+from beam_pipeline.transforms.layer_io import PartitionIndexes, PartitionInputs, WrittenPartitions, \
+    write_layer_partition
+from beam_pipeline.transforms.select_rules import DOCUMENT_GROUPS, PolicyRules, QuantileThresholds, \
+    quantile_reason
 
 STAGE = "select"
 VERSION = "1"
 GOLD, DECISIONS = "gold", "decisions"
+RANKED = "ranked"
 
 
 class ApplyPolicy(beam.PTransform):
-    """{"documents": PCollection, "exact"/"near": PCollection (optional)} -> {"gold", "decisions"}."""
+    """pbegin -> {"gold", "decisions"}: :class:`WrittenPartitions` under ``directories[output]``."""
 
-    def __init__(self, policy: PolicyConfig, plan=None):
+    def __init__(self, policy: PolicyConfig, plan, inputs: PartitionInputs, directories: dict[str, str]):
         super().__init__()
-        self._policy = policy
-        self._rules = PolicyRules(policy, plan)  # declarative rules, quantiles, redaction (select_rules.py)
+        self._judge = Judge(policy, PolicyRules(policy, plan))
+        self._inputs = inputs
+        self._directories = directories
 
-    def expand(self, inputs):
-        documents = inputs["documents"] | "Count" >> CountEntering(STAGE)
-        keyed = {"document": documents | "KeyDocuments" >> beam.Map(lambda d: (d["doc_id"], d)).with_output_types(StrKeyed)}
-        if "exact" in inputs:
-            keyed["exact"] = inputs["exact"] | "KeyExact" >> beam.Map(lambda a: (a["doc_id"], a)).with_output_types(StrKeyed)
-        if "near" in inputs:
-            keyed["near"] = inputs["near"] | "KeyNear" >> beam.Map(lambda a: (a["doc_id"], a)).with_output_types(StrKeyed)
-        for name in sorted(set(inputs) - {"documents", "exact", "near"}):  # cascade scorer layers
-            keyed[name] = inputs[name] | f"Key_{name}" >> beam.Map(lambda a: (a["doc_id"], a)).with_output_types(StrKeyed)
-        decided = (
-            keyed
-            | "JoinOnDocId" >> beam.CoGroupByKey()
-            | "Decide" >> beam.ParDo(DecideFn(self._policy, self._rules)).with_outputs(DECISIONS, CANDIDATES, main=GOLD)
-        )
-        if self._rules.quantile_reasons:
-            return with_quantile_rules(decided, documents, self._rules, STAGE, GOLD, DECISIONS)
-        return {GOLD: decided[GOLD], DECISIONS: decided[DECISIONS]}
+    def expand(self, pbegin):
+        partitions = pbegin | "Partitions" >> PartitionIndexes(self._inputs.count)
+        thresholds = []
+        if self._judge.rules.quantile_reasons:
+            ranked = partitions | "RankingScores" >> beam.ParDo(
+                RankingScoresFn(self._judge, self._inputs)).with_outputs(DOCUMENT_GROUPS, main=RANKED)
+            thresholds = [beam.pvalue.AsDict(
+                {"candidates": ranked[RANKED], "documents": ranked[DOCUMENT_GROUPS]}
+                | "QuantileThresholds" >> QuantileThresholds(self._judge.rules))]
+        written = partitions | "JudgeAndWrite" >> beam.ParDo(
+            JudgePartitionFn(self._judge, self._inputs, self._directories), *thresholds).with_outputs(
+                DECISIONS, main=GOLD)
+        return {GOLD: WrittenPartitions(written[GOLD]), DECISIONS: WrittenPartitions(written[DECISIONS])}
 
 
-class DecideFn(beam.DoFn):
-    """(doc_id, {"document": [doc], "exact": [annotation]}) -> gold row + decision row."""
+class Judge:
+    """Everything select decides about one document but the quantile rules (picklable)."""
 
-    def __init__(self, policy: PolicyConfig, rules: PolicyRules | None = None):
-        self._policy = policy
-        self._rules = rules if rules is not None else PolicyRules(policy)
+    def __init__(self, policy: PolicyConfig, rules: PolicyRules):
+        self.policy = policy
+        self.rules = rules
+
+    def judge(self, document: dict, rows: dict) -> tuple[dict, str | None]:
+        """(the document as it would be written, the first reason to drop it or None)."""
+        near = rows.get("near")
+        if near is not None and (near["boilerplate_lines"] or near["repeated_spans"]):
+            document = stripped_document(document, near, strip_lines=self.policy.strip_boilerplate_lines,
+                                         strip_spans=self.policy.strip_repeated_spans)
+        reason = decide(document, rows.get("exact"), self.policy, near)
+        if reason is None:
+            reason = self.rules.reason(document, rows)
+        return document, reason
+
+
+class RankingScoresFn(beam.DoFn):
+    """partition index -> the ranking scores of its surviving documents (no text), and the quantile
+    groups of every document (the floors count them). Counts nothing: the second pass does."""
+
+    def __init__(self, judge: Judge, inputs: PartitionInputs):
+        self._judge = judge
+        self._inputs = inputs
+
+    def process(self, index: int) -> Iterator:
+        rules = self._judge.rules
+        for document, rows in self._inputs.joined(index, STAGE):
+            yield beam.pvalue.TaggedOutput(DOCUMENT_GROUPS, {"source": document["source"], "domain": document["domain"]})
+            document, reason = self._judge.judge(document, rows)
+            if reason is None:
+                yield rules.ranked(document, rows)
+
+
+class JudgePartitionFn(beam.DoFn):
+    """partition index (+ quantile thresholds) -> sidecars of its gold and decisions partitions."""
+
+    def __init__(self, judge: Judge, inputs: PartitionInputs, directories: dict[str, str]):
+        self._judge = judge
+        self._inputs = inputs
+        self._directories = directories
 
     def setup(self):
         self._counters = StageCounters(STAGE)
 
-    def process(self, joined: tuple[str, dict]) -> Iterator:
-        doc_id, parts = joined
-        documents = list(parts["document"])
-        if not documents:  # an annotation without its document: an upstream bug
-            raise ValueError(f"select: annotations for doc_id {doc_id} but no document ({LOST_IN_JOIN})")
-        document = documents[0]
-        exact = next(iter(parts.get("exact", [])), None)
-        near = next(iter(parts.get("near", [])), None)
-        if near is not None and (near["boilerplate_lines"] or near["repeated_spans"]):
-            document = stripped_document(document, near, strip_lines=self._policy.strip_boilerplate_lines,
-                                         strip_spans=self._policy.strip_repeated_spans)
-        reason = decide(document, exact, self._policy, near)
-        rows = {name: next(iter(values), None) for name, values in parts.items() if name != "document"}
-        if reason is None:
-            reason = self._rules.reason(document, rows)
-        source = document["source"]
-        if reason is None and self._rules.quantile_reasons:  # decided after the quantile rules rank it
-            yield beam.pvalue.TaggedOutput(CANDIDATES, self._rules.candidate(document, rows, self._gold(document)))
-            return
-        yield beam.pvalue.TaggedOutput(DECISIONS, {
-            "doc_id": doc_id, "source": source, "kept": reason is None, "reason": reason})
-        if reason is not None:
-            self._counters.filtered(reason, source)
-            return
-        self._counters.passed(source)
-        yield self._gold(document)
+    def process(self, index: int, thresholds: dict | None = None) -> Iterator:
+        rules = self._judge.rules
+        gold, decisions = [], []
+        for document, rows in self._inputs.joined(index, STAGE):
+            source = document["source"]
+            self._counters.entered(source)
+            document, reason = self._judge.judge(document, rows)
+            if reason is None and rules.quantile_reasons:
+                reason = quantile_reason(rules, rules.ranked(document, rows), thresholds or {})
+            decisions.append({"doc_id": document["doc_id"], "source": source, "kept": reason is None,
+                              "reason": reason})
+            if reason is not None:
+                self._counters.filtered(reason, source)
+                continue
+            self._counters.passed(source)
+            gold.append(self._gold(document))
+        count = self._inputs.count
+        yield write_layer_partition(self._directories[GOLD], index, count, gold, schemas.GOLD)
+        yield beam.pvalue.TaggedOutput(DECISIONS, write_layer_partition(
+            self._directories[DECISIONS], index, count, decisions, schemas.DECISION))
 
     def _gold(self, document: dict) -> dict:
         """The gold row, PII redacted when ``policy.redact.enabled``."""
         return {"doc_id": document["doc_id"], "source": document["source"], "domain": document["domain"],
                 "license": document["license"], "url": document["url"],
-                "text": self._rules.redact(document["text"], self._counters, document["source"])}
+                "text": self._judge.rules.redact(document["text"], self._counters, document["source"])}

@@ -3,12 +3,15 @@
 ``select`` (:mod:`beam_pipeline.transforms.select`) joins every annotation
 layer on doc_id and asks :class:`PolicyRules` for the first threshold rule
 that fires (:meth:`beam_pipeline.policy_rules.Plan.first_reason`). Documents
-that survive go through the quantile rules, if the policy has any:
+that survive go through the quantile rules, if the policy has any. Their
+thresholds are computed from the ranking scores alone (no text)::
 
-    candidates ─┬─ per group: histogram of the quantized score ┐
-                ├─ per group: documents reaching the rule       ├─ threshold per group (side input)
-    documents ──┴─ per group: all documents (for the floor)     ┘
-    candidates ── keep score >= threshold ──> next rule / gold;  below ──> decision "<reason>"
+    ranked (survivors' scores) ─┬─ per group: histogram of the quantized score ┐
+                                ├─ per group: documents reaching the rule       ├─ threshold per group
+    documents' groups ──────────┴─ per group: all documents (for the floor)     ┘
+    ranked ── keep score >= threshold ──> next rule's histogram ...
+
+and select applies them to every document (:func:`quantile_reason`).
 
 A *group* is the rule's ``per`` value (source or domain) and the rule
 itself (overrides can give sources different ``keep_top``). Scores are
@@ -30,7 +33,7 @@ Gold text is redacted here when ``policy.redact.enabled``
 from __future__ import annotations
 
 import math
-from typing import Iterable, Iterator
+from typing import Iterable
 
 import apache_beam as beam
 
@@ -39,7 +42,7 @@ from beam_pipeline.hashing import digest_json
 from beam_pipeline.policy_rules import Plan
 from beam_pipeline.transforms.keys import StrKeyed
 
-CANDIDATES = "candidates"
+DOCUMENT_GROUPS = "document_groups"
 QUANTUM = 1_000_000
 DROP_ALL = 1 << 62
 
@@ -59,10 +62,10 @@ class PolicyRules:
         """The quantile rule of a group key (``reason|rule id|per=value``)."""
         return self._by_id[key.split("|")[1]]
 
-    def candidate(self, document: dict, rows: dict, gold: dict) -> dict:
-        """What the quantile rules need of a surviving document (its gold row rides along)."""
+    def ranked(self, document: dict, rows: dict) -> dict:
+        """What the quantile rules need of a surviving document: its groups and ranking scores."""
         return {"doc_id": document["doc_id"], "source": document["source"], "domain": document["domain"],
-                "gold": gold, "scores": self.quantile_values(document, rows)}
+                "scores": self.quantile_values(document, rows)}
 
     def reason(self, document: dict, rows: dict) -> str | None:
         return self.plan.first_reason(document["source"], {**rows, "document": document})
@@ -109,49 +112,23 @@ def _rule_id(rule) -> str:
     return digest_json(rule.model_dump(mode="json"))[:12]
 
 
-def with_quantile_rules(decided, documents, rules: PolicyRules, stage: str, gold_tag: str, decisions_tag: str,
-                        candidates_tag: str = CANDIDATES) -> dict:
-    """Finish select when the policy has quantile rules: rank the candidates, then write gold and decisions."""
-    applied = {"candidates": decided[candidates_tag], "documents": documents} | "QuantileRules" >> \
-        ApplyQuantileRules(rules, stage)
-    kept = applied["kept"] | "EmitKept" >> beam.ParDo(_EmitKeptFn(stage, decisions_tag)).with_outputs(
-        decisions_tag, main=gold_tag)
-    decisions = (decided[decisions_tag], applied["dropped"], kept[decisions_tag]) | "AllDecisions" >> beam.Flatten()
-    return {gold_tag: kept[gold_tag], decisions_tag: decisions}
+class QuantileThresholds(beam.PTransform):
+    """{"candidates": PCollection[ranked], "documents": PCollection[{"source", "domain"}]} ->
+    PCollection[(group key, lowest quantized score kept)] over every quantile rule, in rule order.
 
-
-class _EmitKeptFn(beam.DoFn):
-    def __init__(self, stage: str, decisions_tag: str):
-        self._stage = stage
-        self._decisions_tag = decisions_tag
-
-    def setup(self):
-        self._counters = StageCounters(self._stage)
-
-    def process(self, candidate: dict) -> Iterator:
-        self._counters.passed(candidate["source"])
-        yield beam.pvalue.TaggedOutput(self._decisions_tag, {"doc_id": candidate["doc_id"], "source": candidate["source"],
-                                                     "kept": True, "reason": None})
-        yield candidate["gold"]
-
-
-class ApplyQuantileRules(beam.PTransform):
-    """{"candidates": PCollection[candidate], "documents": PCollection[document]} ->
-    {"kept": PCollection[candidate], "dropped": PCollection[decision]}.
-
-    A candidate is ``{"doc_id", "source", "domain", "gold": gold row, "scores": {reason: value}}``.
+    A ranked candidate is ``{"doc_id", "source", "domain", "scores": {reason: value}}``
+    (:meth:`PolicyRules.ranked`); rule ``j`` ranks the candidates that rules ``0..j-1`` kept.
     """
 
-    def __init__(self, rules: PolicyRules, stage: str):
+    def __init__(self, rules: PolicyRules):
         super().__init__()
         self._rules = rules
-        self._stage = stage
 
     def expand(self, inputs):
         rules = self._rules
         candidates = inputs["candidates"]
         documents = inputs["documents"]
-        dropped = []
+        all_thresholds = []
         for i, reason in enumerate(rules.quantile_reasons):
             label = f"Q{i}_{reason}"
 
@@ -172,14 +149,24 @@ class ApplyQuantileRules(beam.PTransform):
                 | f"{label}_Join" >> beam.CoGroupByKey()
                 | f"{label}_Threshold" >> beam.Map(lambda kv, reason=reason: (kv[0], threshold_for(
                     kv[0], next(iter(kv[1]["histogram"]), None), next(iter(kv[1]["total"]), 0), rules, reason))))
-            applied = candidates | f"{label}_Apply" >> beam.ParDo(
-                _ApplyFn(rules, reason, self._stage), beam.pvalue.AsDict(thresholds)).with_outputs("dropped", main="kept")
-            candidates = applied["kept"]
-            dropped.append(applied["dropped"])
-        if not dropped:
-            empty = candidates.pipeline | "NoQuantileDrops" >> beam.Create([])
-            return {"kept": candidates, "dropped": empty}
-        return {"kept": candidates, "dropped": tuple(dropped) | "FlattenDropped" >> beam.Flatten()}
+            all_thresholds.append(thresholds)
+            candidates = candidates | f"{label}_Survivors" >> beam.Filter(
+                lambda c, t, reason=reason: not dropped_by(rules, reason, c, t), beam.pvalue.AsDict(thresholds))
+        return tuple(all_thresholds) | "AllThresholds" >> beam.Flatten()
+
+
+def dropped_by(rules: PolicyRules, reason: str, ranked: dict, thresholds: dict) -> bool:
+    """Does quantile rule ``reason`` drop the ranked document, given the groups' thresholds?"""
+    key = rules.group(ranked["source"], ranked["domain"], reason)
+    value = ranked["scores"].get(reason)
+    if key is None or value is None:
+        return False
+    return _quantize(value, rules, reason, key) < thresholds.get(key, DROP_ALL)
+
+
+def quantile_reason(rules: PolicyRules, ranked: dict, thresholds: dict) -> str | None:
+    """The first quantile rule that drops the ranked document, or None."""
+    return next((reason for reason in rules.quantile_reasons if dropped_by(rules, reason, ranked, thresholds)), None)
 
 
 def _quantize(value, rules: PolicyRules, reason: str, key: str):
@@ -227,27 +214,3 @@ def threshold_for(key: str, histogram: dict | None, total: int, rules: PolicyRul
         if seen >= target:
             return q
     return min(histogram)
-
-
-class _ApplyFn(beam.DoFn):
-    def __init__(self, rules: PolicyRules, reason: str, stage: str):
-        self._rules = rules
-        self._reason = reason
-        self._stage = stage
-
-    def setup(self):
-        self._counters = StageCounters(self._stage)
-
-    def process(self, candidate: dict, thresholds: dict) -> Iterator:
-        key = self._rules.group(candidate["source"], candidate["domain"], self._reason)
-        value = candidate["scores"].get(self._reason)
-        if key is None or value is None:
-            yield candidate
-            return
-        q = _quantize(value, self._rules, self._reason, key)
-        if q >= thresholds.get(key, DROP_ALL):
-            yield candidate
-            return
-        self._counters.filtered(self._reason, candidate["source"])
-        yield beam.pvalue.TaggedOutput("dropped", {"doc_id": candidate["doc_id"], "source": candidate["source"],
-                                                  "kept": False, "reason": self._reason})
