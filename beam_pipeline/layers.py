@@ -164,11 +164,15 @@ def write_json_atomic(path: str, value: Any) -> None:
 
 # --- Parquet partitions -----------------------------------------------------
 
-def table_bytes(rows: list[dict], schema: pa.Schema) -> bytes:
-    """Deterministic Parquet bytes for ``rows`` (already sorted) under ``schema``."""
+def table_bytes(rows: list[dict], schema: pa.Schema, compression: str = "zstd") -> bytes:
+    """Deterministic Parquet bytes for ``rows`` (already sorted) under ``schema``.
+
+    Layers use zstd (level 3); files read once and deleted (ingest's spill files) use lz4,
+    which costs a fraction of the CPU.
+    """
     table = pa.Table.from_pylist(rows, schema=schema)
     buffer = io.BytesIO()
-    pq.write_table(table, buffer, compression="zstd", compression_level=3,
+    pq.write_table(table, buffer, compression=compression, compression_level=3 if compression == "zstd" else None,
                    row_group_size=65536, write_statistics=False)
     return buffer.getvalue()
 

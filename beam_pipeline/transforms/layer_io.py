@@ -273,7 +273,7 @@ class _SpillFn(beam.DoFn):
     def _spill(self) -> Iterator[tuple[int, str]]:
         buffers, self._buffers, self._buffered = self._buffers, {}, 0
         for index, rows in sorted(buffers.items()):
-            data = table_bytes(sorted(rows, key=row_order), self._schema)
+            data = table_bytes(sorted(rows, key=row_order), self._schema, compression="lz4")
             path = join(self._directory, f"part-{index:05d}-{sha256_bytes(data)[:24]}.parquet")
             write_bytes_atomic(path, data)
             yield index, path
