@@ -30,10 +30,13 @@ KILL_POINTS = {
 
 
 def copy_layers_before(stage: str, reference_root: str, root: str, run_order: list[str]) -> None:
-    """Copy the reference's snapshot and the complete layers of the stages that run before ``stage``."""
+    """Copy the reference's snapshot and the complete layers (with their dead letters) of the stages
+    that run before ``stage``."""
     shutil.copytree(os.path.join(reference_root, "snapshots"), os.path.join(root, "snapshots"))
     for earlier in run_order[:run_order.index(stage)]:
-        shutil.copytree(os.path.join(reference_root, "layers", earlier), os.path.join(root, "layers", earlier))
+        for folder in ("layers", "dead_letter"):
+            if os.path.isdir(os.path.join(reference_root, folder, earlier)):
+                shutil.copytree(os.path.join(reference_root, folder, earlier), os.path.join(root, folder, earlier))
 
 
 def start_and_kill(root: str, log_path: str, due, timeout: float = 300) -> bool:
@@ -81,6 +84,7 @@ def rerun_matches_reference(root: str, built: dict) -> None:
     assert not glob.glob(os.path.join(root, "datasets", "*", "manifest.json"))
     result = run_cli(["run", "--config", SAMPLE_CONFIG, "--output_root", root, *IN_PROCESS])
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "report could not be written" not in result.stderr, result.stderr[-3000:]
     assert dataset_id_from_output(result.stdout) == built["manifest"]["dataset_id"]
     assert layer_digests(root) == layer_digests(built["root"])
     shard_files = sorted(os.path.basename(p) for p in glob.glob(os.path.join(root, "datasets", "*", "shards", "*")))
