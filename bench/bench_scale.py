@@ -321,19 +321,21 @@ def markdown(result: dict) -> str:
                      f"{s['in']:,} | "
                      f"{(s['docs_per_s_per_core'] or 0):.0f} | {(s['corpus_mb_per_s_per_core'] or 0):.2f} | "
                      f"{s['worker_peak_mb']:.0f} | {s['driver_rss_mb']:.0f} |")
-    lines += ["", "## Stage seconds per MB at each size (the run of the job that was kept)", "",
-              "| stage | " + " | ".join(f"{r['text_bytes'] / MB:.0f} MB" for r in runs) + " |",
-              "|---|" + "---:|" * len(runs)]
-    for i, s in enumerate(largest["stages"]):
-        cells = [f"{last_attempt(r['stages'][i]) / (r['text_bytes'] / MB):.3f}" for r in runs]
-        lines.append(f"| {s['stage']} | " + " | ".join(cells) + " |")
-    lines += ["", "## Worker peak MB per stage at each size", "",
-              "| stage | " + " | ".join(f"{r['text_bytes'] / MB:.0f} MB" for r in runs) + " |",
-              "|---|" + "---:|" * len(runs)]
-    for i, s in enumerate(largest["stages"]):
-        cells = [f"{r['stages'][i]['worker_peak_mb']:.0f}" for r in runs]
-        lines.append(f"| {s['stage']} | " + " | ".join(cells) + " |")
+    lines += per_stage_by_size("Stage seconds per MB at each size (the run of the job that was kept)", runs,
+                               lambda r, st: f"{last_attempt(st) / (r['text_bytes'] / MB):.3f}")
+    lines += per_stage_by_size("Worker peak MB per stage at each size", runs,
+                               lambda r, st: f"{st['worker_peak_mb']:.0f}")
     return "\n".join(lines) + "\n"
+
+
+def per_stage_by_size(title: str, runs: list[dict], cell) -> list[str]:
+    """A table with a row per stage and a column per corpus size; ``cell(run, stage entry)``."""
+    lines = ["", f"## {title}", "",
+             "| stage | " + " | ".join(f"{r['text_bytes'] / MB:.0f} MB" for r in runs) + " |",
+             "|---|" + "---:|" * len(runs)]
+    for i, stage in enumerate(runs[-1]["stages"]):
+        lines.append(f"| {stage['stage']} | " + " | ".join(cell(r, r["stages"][i]) for r in runs) + " |")
+    return lines
 
 
 def main() -> int:

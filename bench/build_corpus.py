@@ -153,13 +153,8 @@ ZSTD_LEVEL = 10
 # reference machine (see the module docstring). None: not yet recorded.
 REFERENCE_DIGEST = "7ff76bb80101aa3b76cf42af60df0e66269ea30d9ded09975d4d67ee95559f34"
 
-CONFIG_TEMPLATE = """\
-# Benchmark corpus written by bench/build_corpus.py (do not edit: regenerated).
-# Sources: pages of pinned Debian documentation packages (see bench/README.md).
-name: bench-debian-docs
-output_root: out                  # bench/run_all.py passes a fresh --output_root
-seed: 20261202
-
+# The blocks both corpus configs share (format fields: primary, mirror, tokenizer).
+_SOURCES = """\
 sources:
   - name: {primary}
     uri: corpus/{primary}/*.jsonl.zst
@@ -176,20 +171,31 @@ sources:
 
 ingest:
   max_record_bytes: 8388608
-
-policy:
-  drop_exact_duplicates: true
-  min_chars: 1
-  max_chars: 2000000
-  min_words: 5
-
+"""
+_TOKENIZE = """\
 tokenize:
   tokenizer: {tokenizer}
   eos_token: "<|endoftext|>"
   pad_token: "<|pad|>"
   seq_len: 8192
   shard_tokens: 16777216
+"""
 
+CONFIG_TEMPLATE = """\
+# Benchmark corpus written by bench/build_corpus.py (do not edit: regenerated).
+# Sources: pages of pinned Debian documentation packages (see bench/README.md).
+name: bench-debian-docs
+output_root: out                  # bench/run_all.py passes a fresh --output_root
+seed: 20261202
+
+""" + _SOURCES + """
+policy:
+  drop_exact_duplicates: true
+  min_chars: 1
+  max_chars: 2000000
+  min_words: 5
+
+""" + _TOKENIZE + """
 layout:
   target_partition_bytes: 67108864
   min_partitions: 4
@@ -205,23 +211,7 @@ name: bench-scale
 output_root: out                  # bench/bench_scale.py passes a fresh --output_root
 seed: 20261202
 
-sources:
-  - name: {primary}
-    uri: corpus/{primary}/*.jsonl.zst
-    format: jsonl
-    rank: 1
-    license: see-record
-    domain: docs
-  - name: {mirror}
-    uri: corpus/{mirror}/*.jsonl.zst
-    format: jsonl
-    rank: 5
-    license: see-record
-    domain: web
-
-ingest:
-  max_record_bytes: 8388608
-
+""" + _SOURCES + """
 near_dedup:
   enabled: true
   method: minhash
@@ -259,13 +249,7 @@ decontamination:
     - {{name: passages, path: {sample}/evalsets/passages.jsonl}}
   index: true
 
-tokenize:
-  tokenizer: {tokenizer}
-  eos_token: "<|endoftext|>"
-  pad_token: "<|pad|>"
-  seq_len: 8192
-  shard_tokens: 16777216
-
+""" + _TOKENIZE + """
 layout:
   min_partitions: 4
 """

@@ -65,15 +65,21 @@ def lose_first_record_entering(monkeypatch, stage: str) -> list:
     return lost
 
 
-def lose_first_document_joined(monkeypatch, stage: str) -> list:
-    """The first document ``stage`` reads is missing from its partition (as if an upstream job lost it)."""
+def lose_first_row_joined(monkeypatch, stage: str, side: str) -> list:
+    """The first row ``stage`` reads from ``side`` ("documents" or a layer's name) is missing from its
+    partition, once (as if an upstream job had lost it)."""
     lost = []
     merge_join = layer_io.merge_join
 
     def losing(documents, layers, where, required=()):
         if where.startswith(f"{stage}, ") and not lost:
-            documents = iter(documents)
-            lost.append(next(documents)["doc_id"])
+            if side == "documents":
+                documents = iter(documents)
+                lost.append(next(documents)["doc_id"])
+            else:
+                rows = iter(layers[side])
+                lost.append(next(rows)["doc_id"])
+                layers = {**layers, side: rows}
         return merge_join(documents, layers, where, required)
 
     monkeypatch.setattr(layer_io, "merge_join", losing)
@@ -124,17 +130,22 @@ def test_a_row_lost_before_writing_reruns_the_stage(lose_once_before_writing, cl
     assert f"dataset_id  {clean_dataset_id}" in out
 
 
-def test_a_document_missing_from_a_join_reruns_the_stage(monkeypatch, clean_dataset_id, tmp_path, capsys):
-    """A scorer joins the documents to earlier annotations; a document lost on the way leaves
-    annotations without their document: the scorer raises, and the driver reruns the job."""
-    lost = lose_first_document_joined(monkeypatch, "heuristics")
+@pytest.mark.parametrize("side,message", [
+    ("documents", "annotations for doc_id {} but no document (records were lost on the way)"),
+    ("exact", "document {} has no exact row (records were lost on the way)"),  # exact annotates every document
+])
+def test_a_row_missing_from_a_join_reruns_the_stage(side, message, monkeypatch, clean_dataset_id, tmp_path, capsys):
+    """A scorer joins the documents to earlier annotations. A lost document leaves annotations
+    without their document; a lost row of a layer that annotates every document leaves a document
+    without it (not an absent score). Either way the scorer raises, and the driver reruns the job."""
+    lost = lose_first_row_joined(monkeypatch, "heuristics", side)
     config = write_corpus(tmp_path)
     root = str(tmp_path / "out")
     assert build(config, root) == 0
     assert len(lost) == 1
     out = capsys.readouterr().out
     warning = next(line for line in out.splitlines() if "[heuristics] WARNING: attempt 1 of 3: stage heuristics:" in line)
-    assert f"annotations for doc_id {lost[0]} but no document (records were lost on the way)" in warning
+    assert message.format(lost[0]) in warning
     assert run_metrics(root)["heuristics"]["attempts"] == 2
     assert f"dataset_id  {clean_dataset_id}" in out
 

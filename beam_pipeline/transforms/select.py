@@ -79,9 +79,8 @@ class Judge:
     def judge(self, document: dict, rows: dict) -> tuple[dict, str | None]:
         """(the document as it would be written, the first reason to drop it or None)."""
         near = rows.get("near")
-        if near is not None and (near["boilerplate_lines"] or near["repeated_spans"]):
-            document = stripped_document(document, near, strip_lines=self.policy.strip_boilerplate_lines,
-                                         strip_spans=self.policy.strip_repeated_spans)
+        document = stripped_document(document, near, strip_lines=self.policy.strip_boilerplate_lines,
+                                     strip_spans=self.policy.strip_repeated_spans)
         reason = decide(document, rows.get("exact"), self.policy, near)
         if reason is None:
             reason = self.rules.reason(document, rows)
