@@ -43,7 +43,7 @@ from beam_pipeline.progress import StageProgress
 from beam_pipeline.snapshot import check_sources_match, check_unchanged, load_snapshot, take_snapshot
 from beam_pipeline.transforms import exact_dedup, ingest, near_dedup, select, tokenize_shard
 from beam_pipeline.transforms.layer_io import PartitionInputs, ReadLayerOutput, WriteLayerOutput, \
-    WrittenPartitions
+    WrittenPartitions, remove_spills
 
 DEAD_LETTER = "dead_letter"
 _ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception): ")
@@ -108,7 +108,7 @@ class CorpusBuild:
             outputs={ingest.DOCUMENTS: schemas.DOCUMENT, ingest.REPEATS: schemas.REPEAT},
             partitions=partitions, rows_match={ingest.DOCUMENTS: "passed"},
             build=lambda p, layer: p | "Ingest" >> ingest.IngestSnapshot(self.config, manifest, layer.path, partitions),
-            finalize=lambda layer: ingest.remove_spills(layer.path))
+            finalize=lambda layer: remove_spills(layer.path))
 
         inputs_of_select = {"documents": ingested.layer.key}
         exact = None
@@ -133,7 +133,8 @@ class CorpusBuild:
                 {"documents": ingested.layer.key, **{f"against.{i}": prev.key for i, prev in enumerate(previous)}},
                 outputs=near_dedup.OUTPUTS, partitions=partitions, rows_match={near_dedup.ANNOTATIONS: "passed"},
                 build=lambda p, layer: near_dedup.build_stage(
-                    p, self.config.near_dedup, ingested.layer.part_paths(ingest.DOCUMENTS), previous))
+                    p, self.config.near_dedup, ingested.layer.part_paths(ingest.DOCUMENTS), previous, layer.path),
+                finalize=lambda layer: remove_spills(layer.path))
             inputs_of_select["near"] = near.layer.key
 
         scored = cascade.run_scorers(self, ingested, exact, near, partitions)  # cascade.stages, in order

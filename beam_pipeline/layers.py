@@ -170,7 +170,11 @@ def table_bytes(rows: list[dict], schema: pa.Schema, compression: str = "zstd") 
     Layers use zstd (level 3); files read once and deleted (ingest's spill files) use lz4,
     which costs a fraction of the CPU.
     """
-    table = pa.Table.from_pylist(rows, schema=schema)
+    return arrow_table_bytes(pa.Table.from_pylist(rows, schema=schema), compression)
+
+
+def arrow_table_bytes(table: pa.Table, compression: str = "zstd") -> bytes:
+    """Deterministic Parquet bytes of an Arrow table (see :func:`table_bytes`)."""
     buffer = io.BytesIO()
     pq.write_table(table, buffer, compression=compression, compression_level=3 if compression == "zstd" else None,
                    row_group_size=65536, write_statistics=False)

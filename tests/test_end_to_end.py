@@ -90,12 +90,15 @@ def test_rerun_reuses_every_layer(built, capsys):
 
 
 def test_no_temporary_files_remain(built):
-    """Neither half-written files nor ingest's spill files (transforms/layer_io.SpillByPartition)."""
+    """Neither half-written files nor the spill files of ingest (transforms/layer_io.SpillByPartition)
+    and near dedup (transforms/lsh_files.py)."""
     leftovers = [p for p in glob.glob(os.path.join(built["root"], "**", "*"), recursive=True)
                  if os.path.basename(p).startswith((".tmp-", "_spill"))]
     assert leftovers == []
     (ingest,) = glob.glob(os.path.join(built["root"], "layers", "ingest", "*"))
     assert sorted(os.listdir(ingest)) == ["_LEDGER.json", "documents", "repeats"]
+    (near,) = glob.glob(os.path.join(built["root"], "layers", "near_dedup", "*"))
+    assert sorted(os.listdir(near)) == ["_LEDGER.json", "annotations", "large_clusters", "signatures"]
 
 
 def test_inspect_summarizes_the_manifest(built, capsys):

@@ -3,14 +3,16 @@ import os
 
 import apache_beam as beam
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from beam_pipeline.dedup.repetition import (countable_line_keys, line_key, line_keys, merge_ranges, strip_text,
                                       stripped_document, word_windows)
-from beam_pipeline.transforms.line_dedup import BoilerplateLines, RepeatedSpans
+from beam_pipeline.transforms.line_dedup import BoilerplateLines, RepeatedSpans, partition_line_counts
 
 OPTIONS = PipelineOptions(["--runner=DirectRunner", "--direct_running_mode=in_memory"])
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -62,19 +64,40 @@ def test_stripped_document_judges_the_written_text():
     assert stripped_document(document, None) is document
 
 
-def test_boilerplate_lines_are_counted_per_document_across_the_corpus():
+def partitions_of(tmp_path, documents, count):
+    """The documents as ``count`` Parquet partitions (split by position: any split counts the same)."""
+    paths = []
+    for i in range(count):
+        path = str(tmp_path / f"part-{i:05d}-of-{count:05d}.parquet")
+        pq.write_table(pa.Table.from_pylist(documents[i::count] or [doc("empty", "")]), path)
+        paths.append(path)
+    return tuple(paths)
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_boilerplate_lines_are_counted_per_document_across_the_corpus(tmp_path, count):
     footer = "Subscribe to our newsletter for weekly updates\nAll rights reserved by the example publisher"
     texts = paragraphs()[:30]
     documents = [doc(f"d{i:02d}", f"{t}\n{footer}") for i, t in enumerate(texts)]
     documents.append(doc("twice", "\n".join([texts[0].split("\n")[0]] * 40)))  # one document, one line 40 times
+    paths = partitions_of(tmp_path, documents, count)
     with TestPipeline(options=OPTIONS) as p:
-        keys = p | beam.Create(documents) | BoilerplateLines(min_repeats=25, min_chars=20)
+        keys = p | BoilerplateLines(paths, str(tmp_path / "spill"), min_repeats=25, min_chars=20)
         assert_that(keys, equal_to([tuple(sorted(line_key(line) for line in footer.split("\n")))]))
+    with TestPipeline(options=OPTIONS) as p:  # 30 documents hold the footer: not more than 30
+        keys = p | BoilerplateLines(paths, str(tmp_path / "spill"), min_repeats=30, min_chars=20)
+        assert_that(keys, equal_to([()]))
 
 
-def test_no_boilerplate_gives_an_empty_tuple():
+def test_partition_line_counts_count_documents_not_lines():
+    keys, counts = partition_line_counts(["a long enough line\na long enough line\nshort", "a long enough line"], 10)
+    assert keys.tolist() == [line_key("a long enough line")] and counts.tolist() == [2]
+
+
+def test_no_boilerplate_gives_an_empty_tuple(tmp_path):
+    paths = partitions_of(tmp_path, [doc("a", "x" * 40)], 1)
     with TestPipeline(options=OPTIONS) as p:
-        keys = p | beam.Create([doc("a", "x" * 40)]) | BoilerplateLines(min_repeats=1, min_chars=20)
+        keys = p | BoilerplateLines(paths, str(tmp_path / "spill"), min_repeats=1, min_chars=20)
         assert_that(keys, equal_to([()]))
 
 

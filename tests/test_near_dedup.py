@@ -13,13 +13,14 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipeline import schemas
 from beam_pipeline.config import ConfigError, NearDedupConfig, PolicyConfig, parse_config
-from beam_pipeline.layers import commit_layer, Layer, write_partition
+from beam_pipeline.hashing import bucket_of
+from beam_pipeline.layers import commit_layer, Layer, part_name, write_partition
 from beam_pipeline.dedup.minhash import jaccard
 from beam_pipeline.policy import decide
 from beam_pipeline.dedup.repetition import line_key
 from beam_pipeline.dedup.shingling import shingle_hashes, words
 from beam_pipeline.transforms import near_dedup
-from beam_pipeline.transforms.layer_io import WriteLayerOutput
+from beam_pipeline.transforms.layer_io import WriteLayerOutput, WrittenPartitions
 from beam_pipeline.transforms.near_dedup import (NearDedupParams, build_stage, member_of, representative_order,
                                                  resolve_against, sign_document)
 from conftest import apply_policy
@@ -96,23 +97,31 @@ def planted_corpus(originals: int = 8, singles: int = 25):
 
 # --- running the stage's job ---------------------------------------------------------
 
-def run_stage(tmp_path, documents, config: NearDedupConfig, previous=(), options=IN_PROCESS, name="run"):
-    """Documents -> the stage's outputs, written and read back as the build does."""
+def run_stage(tmp_path, documents, config: NearDedupConfig, previous=(), options=IN_PROCESS, name="run",
+              partitions=1):
+    """Documents -> the stage's outputs, written and read back as the build does.
+
+    The documents are split into ``partitions`` files by ``xxh3(doc_id) % partitions``, as ingest writes them.
+    """
     root = tmp_path / name
     docs_dir = str(root / "documents")
     os.makedirs(docs_dir, exist_ok=True)
     rows = sorted(documents, key=lambda d: d["doc_id"])
-    path = os.path.join(docs_dir, "part.parquet")
-    pq.write_table(pa.Table.from_pylist(rows, schema=DOCS_SCHEMA), path)
+    paths = [os.path.join(docs_dir, part_name(i, partitions)) for i in range(partitions)]
+    for i, path in enumerate(paths):
+        pq.write_table(pa.Table.from_pylist([r for r in rows if bucket_of(r["doc_id"], partitions) == i],
+                                            schema=DOCS_SCHEMA), path)
     p = beam.Pipeline(options=PipelineOptions(options))
-    outputs = build_stage(p, config, [path], list(previous))
+    layer = root / "layer"
+    outputs = build_stage(p, config, paths, list(previous), str(layer))
     for output, schema in near_dedup.OUTPUTS.items():
-        outputs[output] | f"Write{output}" >> WriteLayerOutput(str(root / output), schema, 2)
+        if not isinstance(outputs[output], WrittenPartitions):  # signatures: written by the signing tasks
+            outputs[output] | f"Write{output}" >> WriteLayerOutput(str(layer / output), schema, 2)
     result = p.run()
     result.wait_until_finish()
     read = {}
     for output in near_dedup.OUTPUTS:
-        parts = sorted(glob.glob(str(root / output / "*.parquet")))
+        parts = sorted(glob.glob(str(layer / output / "*.parquet")))
         read[output] = [r for part in parts for r in pq.read_table(part).to_pylist()]
         read[output + "_digests"] = [hashlib.sha256(open(part, "rb").read()).hexdigest() for part in parts]
     read["metrics"] = {c.key.metric.name: c.committed for c in result.metrics().query()["counters"]
@@ -313,6 +322,33 @@ def test_cluster_ids_and_representatives_are_the_same_in_process_and_multi_proce
     for output in near_dedup.OUTPUTS:
         assert one[output + "_digests"] == two[output + "_digests"], output
     assert one["annotations"] and one["signatures"]
+
+
+def test_partitioned_documents_give_the_same_annotations_and_signatures(tmp_path):
+    documents, expected = planted_corpus(originals=3, singles=6)
+    config = NearDedupConfig(enabled=True, method="both", max_cluster_size=3)
+    one = run_stage(tmp_path, documents, config, name="one")
+    three = run_stage(tmp_path, documents, config, name="three", partitions=3)
+    assert clusters_of(one["annotations"]) == expected
+    assert one["annotations_digests"] == three["annotations_digests"]  # same writer: same bytes
+    assert one["large_clusters"] == three["large_clusters"] and one["large_clusters"]
+    assert sorted(one["signatures"], key=lambda r: r["doc_id"]) == sorted(three["signatures"],
+                                                                         key=lambda r: r["doc_id"])
+    assert len(three["signatures_digests"]) == 3  # one partition per signing task
+    assert one["metrics"] == three["metrics"]
+
+
+def test_a_document_in_the_wrong_partition_fails_the_stage(tmp_path):
+    documents, _ = planted_corpus(originals=1, singles=3)
+    docs_dir = tmp_path / "documents"
+    os.makedirs(docs_dir)
+    paths = [str(docs_dir / part_name(i, 2)) for i in range(2)]
+    for path in paths:  # every document in both partitions: half of them are misplaced
+        pq.write_table(pa.Table.from_pylist(sorted(documents, key=lambda d: d["doc_id"]), schema=DOCS_SCHEMA), path)
+    p = beam.Pipeline(options=PipelineOptions(IN_PROCESS))
+    _ = build_stage(p, NearDedupConfig(enabled=True), paths, [], str(tmp_path / "layer"))
+    with pytest.raises(Exception, match=r"its doc_id belongs to partition"):
+        p.run().wait_until_finish()
 
 
 # --- pure pieces: representative, signing, policy, select, config -----------------------------

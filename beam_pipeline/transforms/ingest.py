@@ -44,17 +44,16 @@ from beam_pipeline.config import CorpusConfig, SourceConfig
 from beam_pipeline.hashing import content_hash, doc_id
 from beam_pipeline.normalize import NORMALIZATION_VERSION, normalize_text
 from beam_pipeline.readers import BadRecord, RawRecord, iter_records
-from beam_pipeline.layers import join, remove_matching
+from beam_pipeline.layers import join
 from beam_pipeline.schemas import dead_letter_row
 from beam_pipeline.snapshot import verify_file
-from beam_pipeline.transforms.layer_io import SpillByPartition, WrittenPartitions, read_spilled, \
+from beam_pipeline.transforms.layer_io import SPILL, SpillByPartition, WrittenPartitions, read_spilled, \
     write_layer_partition
 from beam_pipeline.web.transforms import ReadWebArchives
 
 STAGE = "ingest"
 VERSION = f"1+{NORMALIZATION_VERSION}"
 DOCUMENTS, REPEATS, DEAD_LETTER = "documents", "repeats", "dead_letter"
-SPILL = "_spill"  # folder of the layer holding the ingest job's spill files (deleted before commit)
 
 
 def stage_config(config: CorpusConfig) -> dict:
@@ -151,14 +150,6 @@ class _KeepFirstOccurrencesFn(beam.DoFn):
                                     schemas.DOCUMENT)
         yield beam.pvalue.TaggedOutput(REPEATS, write_layer_partition(
             join(self._layer_path, REPEATS), index, self._partitions, repeats, schemas.REPEAT))
-
-
-def remove_spills(layer_path: str) -> None:
-    """Delete the ingest job's spill files (the driver calls it before committing the layer)."""
-    remove_matching(join(layer_path, SPILL, "*"))
-    folder = join(layer_path, SPILL)
-    if FileSystems.exists(folder):  # a local folder (object stores have none)
-        FileSystems.delete([folder])
 
 
 class ReadRecordsFn(beam.DoFn):

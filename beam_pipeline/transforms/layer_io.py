@@ -30,7 +30,10 @@ import pyarrow as pa
 
 from beam_pipeline.accounting import LOST_IN_JOIN
 from beam_pipeline.hashing import bucket_of, sha256_bytes
-from beam_pipeline.layers import join, read_partition_rows, table_bytes, write_bytes_atomic, write_partition
+from apache_beam.io.filesystems import FileSystems
+
+from beam_pipeline.layers import join, read_partition_rows, remove_matching, table_bytes, write_bytes_atomic, \
+    write_partition
 from beam_pipeline.transforms.keys import IntKeyed
 
 
@@ -224,6 +227,9 @@ class _Cursor:
 
 # --- shuffling through files -----------------------------------------------------------
 
+#: The folder of a layer that holds its job's spill files (deleted before the layer is committed).
+SPILL = "_spill"
+
 #: Text a spilling worker buffers before it writes its spill files (bounds its memory).
 SPILL_BYTES = 32 * 1024 * 1024
 
@@ -282,3 +288,11 @@ class _SpillFn(beam.DoFn):
 def read_spilled(paths: Iterable[str]) -> list[dict]:
     """Every row of one partition's spill files (each file once), in :func:`row_order`."""
     return sorted((row for path in sorted(set(paths)) for row in read_partition_rows(path)), key=row_order)
+
+
+def remove_spills(layer_path: str) -> None:
+    """Delete a job's spill files (the driver calls it before committing the layer)."""
+    remove_matching(join(layer_path, SPILL, "*"))
+    folder = join(layer_path, SPILL)
+    if FileSystems.exists(folder):  # a local folder (object stores have none)
+        FileSystems.delete([folder])

@@ -4,13 +4,18 @@ Both composites run inside the near-dedup stage's job
 (:mod:`beam_pipeline.transforms.near_dedup`); the pure functions they call,
 and the stripping that ``select`` applies, are in :mod:`beam_pipeline.dedup.repetition`.
 
-* :class:`BoilerplateLines`: PCollection[document] -> a one-element
+* :class:`BoilerplateLines`: the documents' partitions -> a one-element
   PCollection holding the sorted tuple of ``lines-v1`` keys of lines that
   occur in more than ``min_repeats`` documents (each document counts a line
-  once). Counting is a ``CombinePerKey(sum)`` on int line keys, so the
-  shuffle carries one partial count per line and worker, never document ids.
-  The set travels to the signature step as a side input: its memory is
-  8 bytes per boilerplate line on each worker (10 M lines = 80 MB).
+  once). One task per partition counts its documents' distinct lines and
+  writes the (line key, documents) counts to spill files, one per bucket
+  ``key % n``; one task per bucket sums them and keeps the frequent lines. The
+  runner moves file names and the frequent keys, never a count per line (a
+  ``CombinePerKey`` on line keys held up to a million keys per worker and
+  handed every distinct line of a worker's share to it in one piece, which
+  grew with the corpus). The set travels to the signature step as a side
+  input: its memory is 8 bytes per boilerplate line on each worker (10 M
+  lines = 80 MB).
 * :class:`RepeatedSpans`: PCollection[document] (of the high-risk sources
   only) -> PCollection[(doc_id, (start, end))] of character ranges to cut.
   Every window of ``min_words`` words is one shuffle record, so the cost is
@@ -24,36 +29,92 @@ from typing import Iterable, Iterator
 
 import apache_beam as beam
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.dedup.repetition import countable_line_keys, word_windows
+from beam_pipeline.hashing import sha256_bytes
+from beam_pipeline.layers import arrow_table_bytes, join, read_partition_rows, write_bytes_atomic
 from beam_pipeline.transforms.keys import IntKeyed, StrKeyed
+from beam_pipeline.transforms.layer_io import PartitionIndexes
 
 
 class BoilerplateLines(beam.PTransform):
-    """PCollection[document dict] -> PCollection with exactly one tuple[int, ...] (sorted keys)."""
+    """pbegin -> PCollection with exactly one tuple[int, ...] (sorted keys).
 
-    def __init__(self, min_repeats: int, min_chars: int):
+    ``document_paths`` are the partitions of the documents (any split works: a
+    document is counted where it is); the spill files go under ``spill_directory``.
+    """
+
+    def __init__(self, document_paths: tuple[str, ...], spill_directory: str, min_repeats: int, min_chars: int):
         super().__init__()
+        self._documents = tuple(document_paths)
+        self._spill_directory = spill_directory
         self._min_repeats = min_repeats
         self._min_chars = min_chars
 
-    def expand(self, documents):
-        min_repeats, min_chars = self._min_repeats, self._min_chars
+    def expand(self, pbegin):
         frequent = (
-            documents
-            | "LineKeys" >> beam.FlatMap(lambda d: ((key, 1) for key in countable_line_keys(d["text"], min_chars)))
-            .with_output_types(IntKeyed)
-            | "CountDocumentsPerLine" >> beam.CombinePerKey(sum)
-            | "MoreThanMinRepeats" >> beam.Filter(lambda kv: kv[1] > min_repeats)
-            | "ToOneKey" >> beam.Map(lambda kv: (0, kv[0])).with_output_types(IntKeyed)
+            pbegin
+            | "Partitions" >> PartitionIndexes(len(self._documents))
+            | "CountLinesAndSpill" >> beam.ParDo(_CountLinesFn(self._documents, self._spill_directory,
+                                                               self._min_chars)).with_output_types(IntKeyed)
+            | "GroupSpillsByBucket" >> beam.GroupByKey()
+            | "MoreThanMinRepeats" >> beam.FlatMap(_frequent_lines, self._min_repeats).with_output_types(int)
+            | "ToOneKey" >> beam.Map(lambda key: (0, key)).with_output_types(IntKeyed)
         )
-        nothing = documents.pipeline | "NoLines" >> beam.Create([(0, -1)]).with_output_types(IntKeyed)
+        nothing = pbegin | "NoLines" >> beam.Create([(0, -1)]).with_output_types(IntKeyed)
         return (
             (frequent, nothing)
             | "WithEmpty" >> beam.Flatten()
             | "CollectKeys" >> beam.CombinePerKey(SortedKeysFn())
             | "Keys" >> beam.Values()
         )
+
+
+LINE_COUNT = pa.schema([("key", pa.int64()), ("documents", pa.int64())])
+
+
+def partition_line_counts(texts: Iterable[str], min_chars: int) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct line keys, number of documents holding each) over ``texts``."""
+    per_document = [np.fromiter(countable_line_keys(text, min_chars), dtype=np.int64) for text in texts]
+    if not per_document:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    return np.unique(np.concatenate(per_document), return_counts=True)
+
+
+class _CountLinesFn(beam.DoFn):
+    """partition index -> (bucket, spill file of that bucket's (line key, documents) counts)."""
+
+    def __init__(self, document_paths: tuple[str, ...], spill_directory: str, min_chars: int):
+        self._documents = document_paths
+        self._directory = spill_directory
+        self._min_chars = min_chars
+
+    def process(self, index: int) -> Iterator[tuple[int, str]]:
+        texts = (row["text"] for row in read_partition_rows(self._documents[index], ["text"]))
+        keys, counts = partition_line_counts(texts, self._min_chars)
+        buckets = keys % len(self._documents)
+        for bucket in np.unique(buckets).tolist():
+            chosen = buckets == bucket
+            data = arrow_table_bytes(pa.table({"key": keys[chosen], "documents": counts[chosen]}, schema=LINE_COUNT),
+                                     compression="lz4")
+            path = join(self._directory, f"lines-{index:05d}-{bucket:05d}-{sha256_bytes(data)[:24]}.parquet")
+            write_bytes_atomic(path, data)
+            yield bucket, path
+
+
+def _frequent_lines(keyed: tuple[int, Iterable[str]], min_repeats: int) -> Iterator[int]:
+    """(bucket, spill files) -> the bucket's line keys held by more than ``min_repeats`` documents."""
+    tables = []
+    for path in sorted(set(keyed[1])):
+        with FileSystems.open(path) as f:
+            tables.append(pq.read_table(f))
+    table = pa.concat_tables(tables)
+    keys, inverse = np.unique(table.column("key").to_numpy(), return_inverse=True)
+    documents = np.bincount(inverse, weights=table.column("documents").to_numpy(), minlength=keys.size)
+    yield from keys[documents > min_repeats].tolist()
 
 
 class SortedKeysFn(beam.CombineFn):

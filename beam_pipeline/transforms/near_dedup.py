@@ -17,14 +17,17 @@ Outputs:
 
 The data flow (``docs/near_dedup.md`` has the reasoning and the numbers)::
 
-    documents --SignDocuments--> members (doc_id, order tuple)   signatures (band keys, simhash keys)
-      |    (BoilerplateLines: side input)   |                      |  (+ previous versions' signatures)
-      |                                     |   MinHashEdges: GroupByKey(band key) -> star edges
-      |                                     |                 -> VerifyPairs (2 joins on doc_id)
-      |                                     |   SimHashEdges: GroupByKey(block key) -> pairs <= k bits
-      |                                     |                      |
-      |                                     |   ConnectedComponents (large-star/small-star rounds)
-      |                                     v                      v
+    documents partition i --SignSpillAndWrite (one task per partition)--> members (doc_id, order tuple)
+      |   (BoilerplateLines: side input)  |-- signatures partition i, written by the task
+      |                                   |-- band / block keys -> spill files by bucket key % n
+      |                                   |   (+ previous versions' signature partitions, spilled alike)
+      |                                   v
+      |        MinHashEdges: GroupByKey(bucket) of file names -> a star per band key
+      |                      -> VerifyPairs (pairs through files, signatures read from their partitions)
+      |        SimHashEdges: GroupByKey(bucket) of file names -> pairs <= k bits per block key
+      |                                   v
+      |                 ConnectedComponents (large-star/small-star rounds)
+      |                                   v
       +--RepeatedSpans--> AssignClusters: CoGroupByKey(doc_id) member + label + spans
                                 |  -> documents in no cluster: annotation rows
                      GroupByKey(cluster label) -> representative = min(previous version first,
@@ -33,6 +36,9 @@ The data flow (``docs/near_dedup.md`` has the reasoning and the numbers)::
                                 +-- larger: reported; a member is a duplicate only if it
                                     verifies against the representative itself (VerifyPairs)
 
+Everything per document of the corpus (text, signatures, band keys, candidate
+pairs, line counts) goes through files (:mod:`~beam_pipeline.transforms.lsh_files`);
+the runner groups file names, members and what belongs to clusters.
 Every grouping key is a str (doc_id, cluster label) or a non-negative 63-bit
 int (band, block, line and window keys), typed with ``StrKeyed``/``IntKeyed``.
 Representatives are minima over a total order ending in doc_id, and cluster
@@ -53,20 +59,21 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_pipeline.dedup import minhash
-
-from beam_pipeline.dedup import simhash
-from beam_pipeline.accounting import CountEntering, StageCounters
-from beam_pipeline.dedup.components import labels_from_stars, large_star, small_star
+from beam_pipeline.accounting import StageCounters
 from beam_pipeline.config import ConfigError, NearDedupConfig
-from beam_pipeline.hashing import stable_hash64
-from beam_pipeline.layers import join, read_bytes
+from beam_pipeline.dedup import minhash, simhash
+from beam_pipeline.dedup.components import labels_from_stars, large_star, small_star
 from beam_pipeline.dedup.repetition import LINES_VERSION, SPANS_VERSION, line_keys, merge_ranges
-from beam_pipeline.schemas import LARGE_CLUSTER, NEAR_DEDUP, NEAR_SIGNATURE, dead_letter_row
 from beam_pipeline.dedup.shingling import NORMALIZATION_VERSION, shingle_hashes
+from beam_pipeline.hashing import bucket_of, sha256_bytes, stable_hash64
+from beam_pipeline.layers import join, part_name, read_bytes, read_partition_rows
+from beam_pipeline.schemas import LARGE_CLUSTER, NEAR_DEDUP, NEAR_SIGNATURE, dead_letter_row
 from beam_pipeline.transforms.keys import IntKeyed, StrKeyed
-from beam_pipeline.transforms.layer_io import ReadLayerOutput
+from beam_pipeline.transforms.layer_io import SPILL, PartitionIndexes, ReadLayerOutput, WrittenPartitions, \
+    write_layer_partition
 from beam_pipeline.transforms.line_dedup import BoilerplateLines, RepeatedSpans
+from beam_pipeline.transforms.lsh_files import AttachFirstFn, LshBucketFilesFn, SignatureFiles, SpillPairsFn, \
+    decode_carry, read_pair_spills, spill_lsh_records
 
 STAGE = "near_dedup"
 VERSION = "1"
@@ -75,6 +82,7 @@ OUTPUTS = {ANNOTATIONS: NEAR_DEDUP, SIGNATURES: NEAR_SIGNATURE, LARGE_CLUSTERS: 
 INPUT_COLUMNS = ["doc_id", "source", "source_rank", "date", "text"]
 
 _MEMBERS, _PREVIOUS, _CLUSTERED, _CHECK, _CHANGES, _ROWS = "members", "previous", "clustered", "check", "changes", "rows"
+_BAND_SPILLS, _BLOCK_SPILLS = "band_spills", "block_spills"
 _DATASET_ID = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -193,148 +201,141 @@ def resolve_against(root: str, entry: str, config: NearDedupConfig) -> PreviousL
 
 
 def build_stage(pipeline, config: NearDedupConfig, document_paths: list[str],
-                previous: list[PreviousLayer]) -> dict:
-    """The stage's job: read the layers, annotate, return the outputs by name."""
-    inputs = {"documents": pipeline | "ReadDocuments" >> ReadLayerOutput(document_paths, INPUT_COLUMNS)}
-    if config.lines.enabled:
-        # A second read of the text for the boilerplate count, so that signing stays fused with
-        # its own read: the documents then never wait in the runner between two steps (the local
-        # runner lost chunks of such a hand-over at 0.5-1 GB; docs/decisions.md).
-        inputs["line_documents"] = pipeline | "ReadTextForLines" >> ReadLayerOutput(document_paths, ["text"])
-    if previous:
-        paths = [p for layer in previous for p in layer.signature_paths]
-        inputs["previous"] = pipeline | "ReadPreviousSignatures" >> ReadLayerOutput(paths)
-    return inputs | "NearDedup" >> AnnotateNearDuplicates(NearDedupParams.from_config(config))
+                previous: list[PreviousLayer], layer_path: str) -> dict:
+    """The stage's job: read the layers, annotate, return the outputs by name.
+
+    ``layer_path`` is the layer being built: the signing tasks write its
+    ``signatures`` partitions and the LSH spill files (under ``_spill/``, which
+    the driver deletes before the commit) themselves.
+    """
+    return pipeline | "NearDedup" >> AnnotateNearDuplicates(
+        NearDedupParams.from_config(config), tuple(document_paths), tuple(previous), layer_path)
 
 
 class AnnotateNearDuplicates(beam.PTransform):
-    """{"documents": PCollection[document], "previous": PCollection[signature row] (optional)}
-    -> {"annotations", "signatures", "large_clusters", "dead_letter"}."""
+    """pbegin -> {"annotations", "signatures" (WrittenPartitions), "large_clusters", "dead_letter"}.
 
-    def __init__(self, params: NearDedupParams):
+    ``document_paths`` are the partitions of the ingest layer's documents
+    (partition ``i`` holds the doc_ids with ``xxh3(doc_id) % n == i``);
+    ``previous`` the earlier layers to dedup against.
+    """
+
+    def __init__(self, params: NearDedupParams, document_paths: tuple[str, ...],
+                 previous: tuple[PreviousLayer, ...], layer_path: str):
         super().__init__()
         self._params = params
+        self._documents = document_paths
+        self._previous = previous
+        self._layer_path = layer_path
 
-    def expand(self, inputs):
+    def expand(self, pbegin):
         params = self._params
-        documents = inputs["documents"] | "Count" >> CountEntering(STAGE)
-        signed = documents | "Sign" >> SignDocuments(params, inputs.get("line_documents"))
-        signatures = signed[SIGNATURES]
-        previous = inputs.get("previous")
-        # (doc_id, (minhash bytes, simhash, shingle bytes)): of this corpus, and of this corpus + previous versions
-        payloads_new = signatures | "PayloadsNew" >> beam.Map(_keyed_payload).with_output_types(StrKeyed)
-        payloads_all = payloads_new
-        if previous is not None:
-            payloads_all = (
-                (payloads_new, previous | "PayloadsPrevious" >> beam.Map(_keyed_payload).with_output_types(StrKeyed))
-                | "PayloadsAll" >> beam.Flatten())
-        indexed = {"signatures": signatures, **({"previous": previous} if previous is not None else {})}
+        signatures_directory = join(self._layer_path, SIGNATURES)
+        files = SignatureFiles((tuple(join(signatures_directory, part_name(i, len(self._documents)))
+                                      for i in range(len(self._documents))),
+                                *(layer.signature_paths for layer in self._previous)))
+        spills = SpillDirectory(join(self._layer_path, SPILL), len(self._documents))
+        side = []
+        if params.lines:
+            # The boilerplate count reads the text once more: it must be complete before any document is signed.
+            boilerplate = pbegin | "BoilerplateLines" >> BoilerplateLines(
+                self._documents, spills.directory, params.line_min_repeats, params.line_min_chars)
+            side = [beam.pvalue.AsSingleton(boilerplate)]
+        signed = (
+            pbegin
+            | "Partitions" >> PartitionIndexes(len(self._documents))
+            | "SignSpillAndWrite" >> beam.ParDo(SignPartitionFn(params, self._documents, signatures_directory,
+                                                                spills), *side)
+            .with_output_types(StrKeyed).with_outputs(SIGNATURES, _BAND_SPILLS, _BLOCK_SPILLS, DEAD_LETTER, main=_MEMBERS)
+        )
+        spilled = {kind: [signed[kind]] for kind in (_BAND_SPILLS, _BLOCK_SPILLS)}
+        if self._previous:
+            paths = [path for layer in self._previous for path in layer.signature_paths]
+            previous = (
+                pbegin
+                | "PreviousSignaturePaths" >> beam.Create(paths)
+                | "SpreadPreviousPaths" >> beam.Reshuffle()
+                | "SpillPrevious" >> beam.ParDo(SpillPreviousFn(params, spills)).with_outputs(
+                    _BAND_SPILLS, _BLOCK_SPILLS))
+            for kind in spilled:
+                spilled[kind].append(previous[kind])
 
         found = []  # {"edges": (a, b), "previous": (doc_id, previous-version member)} per method
         if params.use_minhash:
-            found.append(indexed | "MinHashEdges" >> MinHashEdges(params, payloads_all, payloads_new))
+            found.append(spilled[_BAND_SPILLS] | "AllBandSpills" >> beam.Flatten()
+                         | "MinHashEdges" >> MinHashEdges(params, files, spills.directory))
         if params.use_simhash:
-            found.append(indexed | "SimHashEdges" >> SimHashEdges(params))
+            found.append(spilled[_BLOCK_SPILLS] | "AllBlockSpills" >> beam.Flatten()
+                         | "SimHashEdges" >> SimHashEdges(params))
         labels = (
             [f["edges"] for f in found]
             | "AllEdges" >> beam.Flatten()
             | "Components" >> ConnectedComponents(params.max_rounds)
         )
         parts = {"member": signed[_MEMBERS], "label": labels}
-        if previous is not None:
+        if self._previous:
             parts["previous"] = ([f["previous"] for f in found] | "AllPreviousMembers" >> beam.Flatten()
                                  | "KeyPreviousMembers" >> beam.Map(lambda kv: kv).with_output_types(StrKeyed))
         if params.span_sources:
             sources = set(params.span_sources)
             parts["span"] = (
-                documents
+                pbegin
+                | "ReadDocumentsForSpans" >> ReadLayerOutput(list(self._documents), INPUT_COLUMNS)
                 | "HighRiskSources" >> beam.Filter(lambda d: d["source"] in sources)
                 | "RepeatedSpans" >> RepeatedSpans(params.span_min_words, params.seed))
-        clusters = parts | "Clusters" >> AssignClusters(params, payloads_all, payloads_new)
-        return {ANNOTATIONS: clusters[ANNOTATIONS], SIGNATURES: signatures,
+        clusters = parts | "Clusters" >> AssignClusters(params, files, spills.directory)
+        return {ANNOTATIONS: clusters[ANNOTATIONS], SIGNATURES: WrittenPartitions(signed[SIGNATURES]),
                 LARGE_CLUSTERS: clusters[LARGE_CLUSTERS], DEAD_LETTER: signed[DEAD_LETTER]}
 
 
-class SignDocuments(beam.PTransform):
-    """PCollection[document] -> {"members": (doc_id, member), "signatures": rows, "dead_letter": rows}.
-
-    With line dedup on, the corpus-wide boilerplate lines are computed first
-    (from ``line_documents`` when given: the same documents, read separately)
-    and reach the signing step as a side input.
-    """
-
-    def __init__(self, params: NearDedupParams, line_documents=None):
-        super().__init__()
-        self._params = params
-        self._line_documents = line_documents
-
-    def expand(self, documents):
-        params = self._params
-        side = []
-        if params.lines:
-            counted = self._line_documents if self._line_documents is not None else documents
-            boilerplate = counted | "BoilerplateLines" >> BoilerplateLines(params.line_min_repeats,
-                                                                          params.line_min_chars)
-            side = [beam.pvalue.AsSingleton(boilerplate)]
-        return documents | "SignFn" >> beam.ParDo(SignFn(params), *side).with_output_types(StrKeyed).with_outputs(
-            SIGNATURES, DEAD_LETTER, main=_MEMBERS)
-
-
 class MinHashEdges(beam.PTransform):
-    """{"signatures", "previous"?} -> {"edges": verified (a, b), "previous": (doc_id, member)}.
+    """PCollection[(bucket, band spill file)] -> {"edges": verified (a, b), "previous": (doc_id, member)}.
 
-    ``GroupByKey`` on band keys, a star per bucket, then each candidate pair
-    verified (unless ``verify: none``).
+    The spill files of a bucket meet at one task, which groups their records
+    by band key and makes a star per band bucket; then each candidate pair is
+    verified (unless ``verify: none``) against the signatures in ``files``.
     """
 
-    def __init__(self, params: NearDedupParams, payloads_all, payloads_new):
+    def __init__(self, params: NearDedupParams, files: SignatureFiles, spill_directory: str):
         super().__init__()
         self._params = params
-        self._payloads_all = payloads_all
-        self._payloads_new = payloads_new
+        self._files = files
+        self._spill_directory = spill_directory
 
-    def expand(self, indexed):
-        records = [indexed["signatures"] | "BandRecords" >> beam.FlatMap(_band_records, False)
-                   .with_output_types(IntKeyed)]
-        if "previous" in indexed:
-            records.append(indexed["previous"] | "PreviousBandRecords" >> beam.FlatMap(_band_records, True)
-                           .with_output_types(IntKeyed))
+    def expand(self, spills):
         buckets = (
-            records
-            | "AllBandRecords" >> beam.Flatten()
-            | "GroupByBand" >> beam.GroupByKey()
-            | "StarCandidates" >> beam.ParDo(MinHashBucketFn()).with_outputs(_PREVIOUS, main="pairs")
+            spills
+            | "KeyedByBucket" >> beam.Map(lambda kv: kv).with_output_types(IntKeyed)
+            | "GroupSpillsByBucket" >> beam.GroupByKey()
+            | "StarCandidates" >> beam.ParDo(LshBucketFilesFn(MinHashBucketFn(), _band_entry)).with_outputs(
+                _PREVIOUS, main="pairs")
         )
         edges = buckets["pairs"]
         if self._params.verify != "none":
             edges = (
                 edges
                 | "AsCandidatePairs" >> beam.Map(lambda e: (e[0], e[1], None))
-                | "VerifyCandidates" >> VerifyPairs(self._payloads_all, self._payloads_new,
+                | "VerifyCandidates" >> VerifyPairs(self._files, self._spill_directory,
                                                     PairCheck(self._params, "minhash"), "candidate")
                 | "KeepVerified" >> beam.FlatMap(lambda r: [(r[0], r[1])] if r[3] else []))
         return {"edges": edges, "previous": buckets[_PREVIOUS]}
 
 
 class SimHashEdges(beam.PTransform):
-    """{"signatures", "previous"?} -> {"edges": (a, b) within max_hamming bits, "previous": (doc_id, member)}."""
+    """PCollection[(bucket, block spill file)] -> {"edges": (a, b) within max_hamming bits,
+    "previous": (doc_id, member)}: pairs of each block key's documents, as for MinHash."""
 
     def __init__(self, params: NearDedupParams):
         super().__init__()
         self._params = params
 
-    def expand(self, indexed):
-        records = [indexed["signatures"] | "BlockRecords" >> beam.FlatMap(_block_records, False)
-                   .with_output_types(IntKeyed)]
-        if "previous" in indexed:
-            records.append(indexed["previous"] | "PreviousBlockRecords" >> beam.FlatMap(_block_records, True)
-                           .with_output_types(IntKeyed))
+    def expand(self, spills):
         close = (
-            records
-            | "AllBlockRecords" >> beam.Flatten()
-            | "GroupByBlock" >> beam.GroupByKey()
-            | "ClosePairs" >> beam.ParDo(SimHashBucketFn(self._params.max_hamming)).with_outputs(
-                _PREVIOUS, main="pairs")
+            spills
+            | "KeyedByBucket" >> beam.Map(lambda kv: kv).with_output_types(IntKeyed)
+            | "GroupSpillsByBucket" >> beam.GroupByKey()
+            | "ClosePairs" >> beam.ParDo(LshBucketFilesFn(SimHashBucketFn(self._params.max_hamming), _block_entry))
+            .with_outputs(_PREVIOUS, main="pairs")
         )
         return {"edges": close["pairs"], "previous": close[_PREVIOUS]}
 
@@ -347,11 +348,11 @@ class AssignClusters(beam.PTransform):
     is chosen; members of large clusters are verified against it.
     """
 
-    def __init__(self, params: NearDedupParams, payloads_all, payloads_new):
+    def __init__(self, params: NearDedupParams, files: SignatureFiles, spill_directory: str):
         super().__init__()
         self._params = params
-        self._payloads_all = payloads_all
-        self._payloads_new = payloads_new
+        self._files = files
+        self._spill_directory = spill_directory
 
     def expand(self, parts):
         assembled = (
@@ -368,7 +369,7 @@ class AssignClusters(beam.PTransform):
         )
         checked = (
             clusters[_CHECK]  # (representative, member, carry)
-            | "VerifyAgainstRepresentative" >> VerifyPairs(self._payloads_all, self._payloads_new,
+            | "VerifyAgainstRepresentative" >> VerifyPairs(self._files, self._spill_directory,
                                                             PairCheck(self._params, "any"), "large_cluster")
             | "LargeClusterRows" >> beam.ParDo(LargeMemberRowFn())
         )
@@ -379,30 +380,35 @@ class AssignClusters(beam.PTransform):
 class VerifyPairs(beam.PTransform):
     """PCollection[(a, b, carry)] -> PCollection[(a, b, carry, ok)].
 
-    Two joins on doc_id: the first attaches ``a``'s payload (from
-    ``payloads_a``: this corpus and previous versions), the second ``b``'s
-    (from ``payloads_b``: this corpus), then ``check(payload_a, payload_b)``
-    decides. Repeated (a, b, carry) triples are checked once.
+    ``b`` is a document of this corpus; ``a`` of this corpus or of an earlier
+    version. Each pair is written to a spill file of the partition of ``a``'s
+    signature in every layer of ``files`` (this corpus first); the task of
+    that partition drops repeated pairs and attaches ``a``'s payload. Then the
+    pair goes (again through a file) to the partition of ``b``'s signature,
+    whose task takes ``a``'s payload from the first layer that has it and
+    decides with ``check(payload_a, payload_b)``. Repeated (a, b, carry)
+    triples are checked once; only file names go through the runner
+    (:mod:`~beam_pipeline.transforms.lsh_files`).
     """
 
-    def __init__(self, payloads_a, payloads_b, check, label: str):
+    def __init__(self, files: SignatureFiles, spill_directory: str, check, label: str):
         super().__init__()
-        self._payloads_a = payloads_a
-        self._payloads_b = payloads_b
+        self._files = files
+        self._spill_directory = spill_directory
         self._check = check
         self._label = label
 
     def expand(self, pairs):
-        with_a = (
-            {"pairs": pairs | "KeyByFirst" >> beam.Map(lambda t: (t[0], (t[1], t[2]))).with_output_types(StrKeyed),
-             "payload": self._payloads_a}
-            | "JoinFirst" >> beam.CoGroupByKey()
-            | "AttachFirst" >> beam.FlatMap(_attach_first).with_output_types(StrKeyed)
-        )
+        files, directory, prefix = self._files, self._spill_directory, f"pairs_{self._label}"
         return (
-            {"pairs": with_a, "payload": self._payloads_b}
-            | "JoinSecond" >> beam.CoGroupByKey()
-            | "Check" >> beam.ParDo(_CheckFn(self._check, self._label))
+            pairs
+            | "SpillByPartitionOfFirst" >> beam.ParDo(SpillPairsFn(files, directory, prefix))
+            .with_output_types(IntKeyed)
+            | "GroupByPartitionOfFirst" >> beam.GroupByKey()
+            | "AttachFirst" >> beam.ParDo(AttachFirstFn(files, directory, f"{prefix}_attached"))
+            .with_output_types(IntKeyed)
+            | "GroupByPartitionOfSecond" >> beam.GroupByKey()
+            | "Check" >> beam.ParDo(_CheckFn(files, self._check, self._label))
         )
 
 
@@ -472,34 +478,79 @@ class _StarRound(beam.PTransform):
 
 # --- DoFns --------------------------------------------------------------------------
 
-class SignFn(beam.DoFn):
-    """document -> (doc_id, member) and, when it has shingles, a ``signatures`` row."""
+class SignPartitionFn(beam.DoFn):
+    """partition index -> (doc_id, member) per document; tagged: the sidecar of its ``signatures``
+    partition (written here), (bucket, spill file) of its band and block keys, dead letters."""
 
-    def __init__(self, params: NearDedupParams):
+    def __init__(self, params: NearDedupParams, document_paths: tuple[str, ...], signatures_directory: str,
+                 spills: "SpillDirectory"):
         self._params = params
+        self._documents = document_paths
+        self._signatures = signatures_directory
+        self._spills = spills
 
     def setup(self):
         self._counters = StageCounters(STAGE)
         self._boilerplate_source, self._boilerplate = None, None
 
-    def process(self, document: dict, boilerplate: tuple = ()) -> Iterator:
+    def process(self, index: int, boilerplate: tuple = ()) -> Iterator:
         if boilerplate is not self._boilerplate_source:
             self._boilerplate_source = boilerplate
             self._boilerplate = np.array(boilerplate, dtype=np.int64)
-        try:
-            member, row = sign_document(document, self._params, self._boilerplate)
-        except Exception as err:  # noqa: BLE001 - one bad document costs that document only
-            self._counters.dead_letter(document.get("source"))
-            yield beam.pvalue.TaggedOutput(DEAD_LETTER, dead_letter_row(
-                STAGE, source=document.get("source"), doc_id=document.get("doc_id"),
-                error=f"{type(err).__name__}: {err}", raw_prefix=(document.get("text") or "").encode("utf-8")))
-            return
-        self._counters.inc("signed" if row is not None else "unsigned_too_short")
-        if member[_BOILERPLATE]:
-            self._counters.inc("boilerplate_documents")
-        yield member[_DOC_ID], member
-        if row is not None:
-            yield beam.pvalue.TaggedOutput(SIGNATURES, row)
+        count = len(self._documents)
+        rows = []
+        for document in read_partition_rows(self._documents[index], INPUT_COLUMNS):
+            if bucket_of(document["doc_id"], count) != index:
+                raise ValueError(f"{STAGE}: document {document['doc_id']} is in partition {index} of "
+                                 f"{self._documents[index]}, but its doc_id belongs to partition "
+                                 f"{bucket_of(document['doc_id'], count)} of {count}")
+            self._counters.entered(document["source"])
+            try:
+                member, row = sign_document(document, self._params, self._boilerplate)
+            except Exception as err:  # noqa: BLE001 - one bad document costs that document only
+                self._counters.dead_letter(document.get("source"))
+                yield beam.pvalue.TaggedOutput(DEAD_LETTER, dead_letter_row(
+                    STAGE, source=document.get("source"), doc_id=document.get("doc_id"),
+                    error=f"{type(err).__name__}: {err}", raw_prefix=(document.get("text") or "").encode("utf-8")))
+                continue
+            self._counters.inc("signed" if row is not None else "unsigned_too_short")
+            if member[_BOILERPLATE]:
+                self._counters.inc("boilerplate_documents")
+            yield member[_DOC_ID], member
+            if row is not None:
+                rows.append(row)
+        yield beam.pvalue.TaggedOutput(SIGNATURES, write_layer_partition(
+            self._signatures, index, count, rows, NEAR_SIGNATURE))
+        yield from self._spills.write(rows, self._params, previous=False, prefix=f"new{index:05d}")
+
+
+class SpillPreviousFn(beam.DoFn):
+    """A signature partition of an earlier version -> (bucket, spill file) of its band and block keys."""
+
+    def __init__(self, params: NearDedupParams, spills: "SpillDirectory"):
+        self._params = params
+        self._spills = spills
+
+    def process(self, path: str) -> Iterator:
+        rows = list(read_partition_rows(path))
+        yield from self._spills.write(rows, self._params, previous=True, prefix=f"old-{sha256_bytes(path.encode())[:16]}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SpillDirectory:
+    """Where the LSH spill files go, and into how many buckets their keys are split."""
+
+    directory: str
+    buckets: int
+
+    def write(self, rows: list[dict], params: NearDedupParams, previous: bool, prefix: str) -> Iterator:
+        """(bucket, path) of the band spill files (tagged ``band_spills``) and block spill files."""
+        for kind, column, used in ((_BAND_SPILLS, "band_keys", params.use_minhash),
+                                   (_BLOCK_SPILLS, "simhash_keys", params.use_simhash)):
+            if used:
+                for pair in spill_lsh_records(rows, column, previous, self.buckets, self.directory,
+                                              f"{kind}-{prefix}"):
+                    yield beam.pvalue.TaggedOutput(kind, pair)
 
 
 class MinHashBucketFn(beam.DoFn):
@@ -649,25 +700,34 @@ class LargeMemberRowFn(beam.DoFn):
 
 
 class _CheckFn(beam.DoFn):
-    def __init__(self, check, label: str):
+    """(partition of b, spill files of attached pairs) -> (a, b, carry, ok) per distinct pair."""
+
+    def __init__(self, files: SignatureFiles, check, label: str):
+        self._files = files
         self._check = check
         self._label = label
 
     def setup(self):
         self._counters = StageCounters(STAGE)
 
-    def process(self, joined: tuple[str, dict]) -> Iterator[tuple]:
-        b, parts = joined
-        payloads = list(parts["payload"])
-        pairs = list(parts["pairs"])
-        if not pairs:
-            return
-        if not payloads:
-            raise ValueError(f"{STAGE}: no signature for document {b} of a pair to verify")
-        for a, carry, payload_a in pairs:
-            ok = self._check(payload_a, payloads[0])
+    def process(self, keyed: tuple[int, Iterable[str]]) -> Iterator[tuple]:
+        partition, paths = keyed
+        unknown = len(self._files.layers)
+        first: dict[tuple, tuple] = {}  # (a, b, carry) -> (layer, payload): the first layer that has a
+        for row in read_pair_spills(paths):
+            pair = (row["a"], row["b"], row["carry"])
+            layer = unknown if row["layer"] is None else row["layer"]
+            if pair not in first or layer < first[pair][0]:
+                first[pair] = (layer, (row["minhash"], row["simhash"], row["shingles"]))
+        payloads = self._files.payloads(0, partition, {b for _, b, _ in first})
+        for (a, b, carry), (layer, payload_a) in sorted(first.items()):
+            if layer == unknown:
+                raise ValueError(f"{STAGE}: no signature for document {a} of a pair to verify")
+            if b not in payloads:
+                raise ValueError(f"{STAGE}: no signature for document {b} of a pair to verify")
+            ok = self._check(payload_a, payloads[b])
             self._counters.inc(f"{self._label}_{'verified' if ok else 'rejected'}")
-            yield a, b, carry, ok
+            yield a, b, decode_carry(carry), ok
 
 
 class _RouteFn(beam.DoFn):
@@ -823,20 +883,14 @@ def _sorted_jaccard(a: bytes, b: bytes) -> float:
     return common / union if union else 1.0
 
 
-def _keyed_payload(row: dict) -> tuple[str, tuple]:
-    return row["doc_id"], (row["minhash"], row["simhash"], row["shingles"])
+def _band_entry(record: dict) -> tuple[str, tuple | None]:
+    """A spilled band record -> a MinHash bucket entry: (doc_id, previous-version member or None)."""
+    return record["doc_id"], member_of(record, previous=True) if record["previous"] else None
 
 
-def _band_records(row: dict, previous: bool) -> Iterator[tuple[int, tuple]]:
-    value = (row["doc_id"], member_of(row, previous=True) if previous else None)
-    for key in row["band_keys"]:
-        yield key, value
-
-
-def _block_records(row: dict, previous: bool) -> Iterator[tuple[int, tuple]]:
-    value = (row["doc_id"], member_of(row, previous=True) if previous else None, row["simhash"])
-    for key in row["simhash_keys"]:
-        yield key, value
+def _block_entry(record: dict) -> tuple[str, tuple | None, int]:
+    """A spilled block record -> a SimHash bucket entry: (doc_id, member or None, fingerprint)."""
+    return (*_band_entry(record), record["simhash"])
 
 
 def _split_bucket(entries: Iterable[tuple[str, tuple | None]]) -> tuple[set, dict]:
@@ -853,19 +907,3 @@ def _split_bucket(entries: Iterable[tuple[str, tuple | None]]) -> tuple[set, dic
 def _previous_members(old: dict) -> Iterator:
     for doc_id, member in sorted(old.items()):
         yield beam.pvalue.TaggedOutput(_PREVIOUS, (doc_id, member))
-
-
-def _attach_first(joined: tuple[str, dict]) -> Iterator[tuple[str, tuple]]:
-    a, parts = joined
-    payloads = list(parts["payload"])
-    pairs = list(parts["pairs"])
-    if not pairs:
-        return
-    if not payloads:
-        raise ValueError(f"{STAGE}: no signature for document {a} of a pair to verify")
-    seen = set()
-    for b, carry in pairs:
-        if (b, carry) in seen:
-            continue
-        seen.add((b, carry))
-        yield b, (a, carry, payloads[0])
