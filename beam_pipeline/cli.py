@@ -31,7 +31,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from beam_pipeline.scoring import commands as scoring_commands
 from beam_pipeline.accounting import AccountingError
 from beam_pipeline.build import CorpusBuild, StageFailed
-from beam_pipeline.config import ConfigError, CorpusConfig, load_config
+from beam_pipeline.config import ConfigError, CorpusConfig
 from beam_pipeline.manifest import load_manifest, summarize
 from beam_pipeline.options import CorpusOptions, LocalRunnerDefaults
 from beam_pipeline.snapshot import InputChangedError, SnapshotError, snapshot_path, take_snapshot

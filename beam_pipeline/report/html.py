@@ -302,7 +302,7 @@ def _member(m: dict, has_representative: bool = True) -> str:
 
 
 def _mixture(data: dict, plots: dict) -> str:
-    mix, budget, settings = data["mixture"], data["budget"], data["settings"]
+    mix, budget = data["mixture"], data["budget"]
     rows = []
     for r in budget["rows"]:
         b = mix["buckets"][r["bucket"]]

@@ -253,21 +253,37 @@ class SpillByPartition(beam.PTransform):
         return rows | "WriteSpillFiles" >> beam.ParDo(self._fn).with_output_types(IntKeyed)
 
 
-class _SpillFn(beam.DoFn):
-    def __init__(self, directory: str, count: int, schema: pa.Schema, spill_bytes: int):
-        self._directory = directory
-        self._count = count
-        self._schema = schema
-        self._spill_bytes = spill_bytes
+class BufferedSpillFn(beam.DoFn):
+    """Buffers rows per target and writes them as spill files: what is left of the map side of a shuffle.
+
+    Subclasses say where an element's rows go (:meth:`targets`), what it weighs
+    against :meth:`limit` (:meth:`weight`), and how one spill writes its buffers
+    (:meth:`write`: yields (target, path)). Buffers are written whenever they reach
+    the limit and at the end of the bundle, so a worker holds at most one limit's
+    worth; the runner moves (target, path) pairs.
+    """
+
+    def targets(self, element) -> Iterable[tuple[int, dict]]:
+        raise NotImplementedError
+
+    def weight(self, element) -> int:
+        return 1
+
+    def limit(self) -> int:
+        raise NotImplementedError
+
+    def write(self, buffers: dict[int, list[dict]]) -> Iterator[tuple[int, str]]:
+        raise NotImplementedError
 
     def start_bundle(self):
         self._buffers: dict[int, list[dict]] = {}
         self._buffered = 0
 
-    def process(self, row: dict) -> Iterator[tuple[int, str]]:
-        self._buffers.setdefault(bucket_of(row["doc_id"], self._count), []).append(row)
-        self._buffered += len(row.get("text") or "") + 256
-        if self._buffered >= self._spill_bytes:
+    def process(self, element) -> Iterator[tuple[int, str]]:
+        for target, row in self.targets(element):
+            self._buffers.setdefault(target, []).append(row)
+        self._buffered += self.weight(element)
+        if self._buffered >= self.limit():
             yield from self._spill()
 
     def finish_bundle(self):
@@ -278,6 +294,26 @@ class _SpillFn(beam.DoFn):
 
     def _spill(self) -> Iterator[tuple[int, str]]:
         buffers, self._buffers, self._buffered = self._buffers, {}, 0
+        return self.write(buffers)
+
+
+class _SpillFn(BufferedSpillFn):
+    def __init__(self, directory: str, count: int, schema: pa.Schema, spill_bytes: int):
+        self._directory = directory
+        self._count = count
+        self._schema = schema
+        self._spill_bytes = spill_bytes
+
+    def targets(self, row: dict) -> Iterable[tuple[int, dict]]:
+        return [(bucket_of(row["doc_id"], self._count), row)]
+
+    def weight(self, row: dict) -> int:
+        return len(row.get("text") or "") + 256
+
+    def limit(self) -> int:
+        return self._spill_bytes
+
+    def write(self, buffers: dict[int, list[dict]]) -> Iterator[tuple[int, str]]:
         for index, rows in sorted(buffers.items()):
             data = table_bytes(sorted(rows, key=row_order), self._schema, compression="lz4")
             path = join(self._directory, f"part-{index:05d}-{sha256_bytes(data)[:24]}.parquet")

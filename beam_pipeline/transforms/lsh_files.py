@@ -48,6 +48,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.hashing import bucket_of, sha256_bytes
 from beam_pipeline.layers import arrow_table_bytes, join, read_partition_rows, table_bytes, write_bytes_atomic
+from beam_pipeline.transforms.layer_io import BufferedSpillFn
 
 #: One LSH record of a spill file: a band (MinHash) or block (SimHash) key of one document.
 #: ``previous``: the document is of an earlier version; its source, rank and date then
@@ -223,7 +224,7 @@ def read_pair_spills(paths: Iterable[str]) -> Iterator[dict]:
         yield from read_partition_rows(path)
 
 
-class SpillPairsFn(beam.DoFn):
+class SpillPairsFn(BufferedSpillFn):
     """(a, b, carry) -> (lookup key, spill file) per layer of ``files`` that could hold ``a``'s signature.
 
     Buffers up to :data:`SPILL_PAIRS` pairs per bundle, then writes one file per
@@ -235,27 +236,15 @@ class SpillPairsFn(beam.DoFn):
         self._directory = directory
         self._prefix = prefix
 
-    def start_bundle(self):
-        self._buffers: dict[int, list[dict]] = {}
-        self._buffered = 0
-
-    def process(self, pair: tuple) -> Iterator[tuple[int, str]]:
+    def targets(self, pair: tuple) -> Iterable[tuple[int, dict]]:
         a, b, carry = pair
         row = {"a": a, "b": b, "carry": encode_carry(carry)}
-        for at in self._files.partitions_of(a):
-            self._buffers.setdefault(self._files.lookup_key(*at), []).append(row)
-        self._buffered += 1
-        if self._buffered >= SPILL_PAIRS:
-            yield from self._spill()
+        return [(self._files.lookup_key(*at), row) for at in self._files.partitions_of(a)]
 
-    def finish_bundle(self):
-        from apache_beam.transforms.window import GlobalWindows
+    def limit(self) -> int:
+        return SPILL_PAIRS
 
-        for pair in self._spill():
-            yield GlobalWindows.windowed_value(pair)
-
-    def _spill(self) -> Iterator[tuple[int, str]]:
-        buffers, self._buffers, self._buffered = self._buffers, {}, 0
+    def write(self, buffers: dict[int, list[dict]]) -> Iterator[tuple[int, str]]:
         return write_pair_spills(buffers, self._directory, self._prefix)
 
 
