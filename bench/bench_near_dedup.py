@@ -58,8 +58,9 @@ from beam_pipeline.config import NearDedupConfig  # noqa: E402
 from beam_pipeline.dedup.shingling import shingle_hashes  # noqa: E402
 from beam_pipeline.transforms import near_dedup  # noqa: E402
 from beam_pipeline.transforms.layer_io import ReadLayerOutput, WriteLayerOutput  # noqa: E402
-from beam_pipeline.transforms.near_dedup import (ConnectedComponents, NearDedupParams, SignPartitionFn,  # noqa: E402
-                                                 SpillDirectory, build_stage, sign_document)
+from beam_pipeline.transforms.connected_components import ConnectedComponents  # noqa: E402
+from beam_pipeline.transforms.near_dedup import (NearDedupParams, SignPartitionFn, SpillDirectory,  # noqa: E402
+                                                 build_stage, sign_document)
 
 DATA = os.path.join(REPO, "sample", "data")
 IN_PROCESS = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
@@ -350,9 +351,11 @@ def verified_edges(documents: list[dict], params: NearDedupParams) -> list[tuple
 def time_components(edges: list[tuple[str, str]], max_rounds: int) -> tuple[float, int]:
     started = time.monotonic()
     p = beam.Pipeline(options=PipelineOptions(IN_PROCESS))
-    _ = p | beam.Create(edges) | ConnectedComponents(max_rounds) | beam.combiners.Count.Globally()
-    result = p.run()
-    result.wait_until_finish()
+    with tempfile.TemporaryDirectory() as spills:
+        _ = (p | beam.Create(edges) | ConnectedComponents(max_rounds, spills, 4, near_dedup.STAGE)
+             | beam.combiners.Count.Globally())
+        result = p.run()
+        result.wait_until_finish()
     seconds = time.monotonic() - started
     rounds = next(c.committed for c in result.metrics().query()["counters"]
                   if c.key.metric.name == "components_rounds")

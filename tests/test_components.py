@@ -8,7 +8,9 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from beam_pipeline.dedup.components import components, large_star, small_star, star_round, union_find
-from beam_pipeline.transforms.near_dedup import ConnectedComponents
+from beam_pipeline.hashing import bucket_of
+from beam_pipeline.transforms.connected_components import ConnectedComponents
+from beam_pipeline.transforms.lsh_files import read_keyed_groups
 
 OPTIONS = PipelineOptions(["--runner=DirectRunner", "--direct_running_mode=in_memory"])
 
@@ -61,25 +63,52 @@ def test_rounds_grow_slowly_with_path_length():
     assert rounds[4000] <= 14 and rounds[10] <= rounds[100] <= rounds[4000]
 
 
-def test_beam_components_match_union_find():
+def components_job(p, edges, max_rounds: int, directory, buckets: int = 3):
+    return p | beam.Create(edges) | ConnectedComponents(max_rounds, str(directory), buckets, "near_dedup")
+
+
+def labels_of(spills, buckets: int = 3):
+    """(bucket, label spill file) -> (node, label); fails if a node's record is in another bucket."""
+    def read(spill):
+        bucket, path = spill
+        for node_id, parts in read_keyed_groups([path]):
+            assert bucket_of(node_id, buckets) == bucket, (node_id, bucket)
+            yield node_id, min(parts["label"])
+    return (spills | beam.FlatMap(read) | beam.GroupByKey()
+            | beam.MapTuple(lambda n, labels: (n, min(labels)) if len(set(labels)) == 1 else (n, sorted(labels))))
+
+
+@pytest.mark.parametrize("buckets", [1, 3])
+def test_beam_components_match_union_find(tmp_path, buckets):
     rng = random.Random(99)
     edges = random_graph(rng, 300, 260) + [(node(i), node(i + 1)) for i in range(12)]  # a path too
     expected = sorted(union_find([e for e in edges if e[0] != e[1]]).items())
     _, rounds = components(edges)
     with TestPipeline(options=OPTIONS) as p:
-        labels = (p | beam.Create(edges) | ConnectedComponents(max_rounds=rounds + 1)
-                  | beam.GroupByKey() | beam.MapTuple(lambda n, labels: (n, min(labels))))
+        labels = labels_of(components_job(p, edges, rounds + 1, tmp_path, buckets), buckets)
         assert_that(labels, equal_to(expected))
 
 
-def test_beam_components_of_no_edges_is_empty():
+def test_beam_components_run_after_convergence_and_count_the_rounds(tmp_path):
+    edges = [(node(i), node(i + 1)) for i in range(40)]
+    _, rounds = components(edges)
+    p = beam.Pipeline(options=OPTIONS)
+    labels = labels_of(components_job(p, edges, rounds + 3, tmp_path))
+    assert_that(labels, equal_to([(node(i), node(0)) for i in range(41)]))
+    result = p.run()
+    result.wait_until_finish()
+    counters = {c.key.metric.name: c.committed for c in result.metrics().query()["counters"]}
+    assert counters["components_rounds"] == rounds
+    assert not any(counters.get(f"components_changed_r{i:02d}") for i in range(rounds, rounds + 4))
+
+
+def test_beam_components_of_no_edges_is_empty(tmp_path):
     with TestPipeline(options=OPTIONS) as p:
-        labels = p | beam.Create([("a", "a")]) | ConnectedComponents(max_rounds=1)
-        assert_that(labels, equal_to([]))
+        assert_that(components_job(p, [("a", "a")], 1, tmp_path), equal_to([]))
 
 
-def test_not_converging_within_max_rounds_fails_loudly():
+def test_not_converging_within_max_rounds_fails_loudly(tmp_path):
     edges = [(node(i), node(i + 1)) for i in range(64)]
     with pytest.raises(Exception, match=r"did not converge within near_dedup.max_rounds=2"):
         with TestPipeline(options=OPTIONS) as p:
-            _ = p | beam.Create(edges) | ConnectedComponents(max_rounds=2)
+            _ = components_job(p, edges, 2, tmp_path)

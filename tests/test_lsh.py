@@ -217,3 +217,45 @@ def test_pairs_spill_in_bounded_files_and_repeats_are_checked_once(tmp_path, mon
     counts = {c.key.metric.name: c.committed for c in result.metrics().query()["counters"]}
     assert (counts["test_verified"], counts["test_rejected"]) == (2, 1)  # each distinct pair checked once
     assert len(os.listdir(tmp_path / "spill")) >= 4  # >= 2 first-hop files (4 pairs + 3) and the attached ones
+
+
+def test_band_records_carry_source_rank_and_date_only_for_previous_versions(tmp_path):
+    from beam_pipeline.layers import read_partition_rows
+    from beam_pipeline.transforms.lsh_files import spill_lsh_records
+
+    rows = [_signature_row("d1", [4], rank=2, date="2021-05-05")]
+    (_, new), = spill_lsh_records(rows, "band_keys", False, 1, str(tmp_path), "new")
+    (_, old), = spill_lsh_records(rows, "band_keys", True, 1, str(tmp_path), "old")
+    assert [(r["source"], r["source_rank"], r["date"]) for r in read_partition_rows(new)] == [(None, None, None)]
+    assert [(r["source"], r["source_rank"], r["date"]) for r in read_partition_rows(old)] == [("web", 2, "2021-05-05")]
+
+
+def test_keyed_records_come_back_grouped_by_key_and_kind_whatever_the_files(tmp_path):
+    from beam_pipeline.hashing import bucket_of
+    from beam_pipeline.transforms.lsh_files import SpillKeyedFn, keyed_record, read_keyed_groups, write_keyed_spills
+
+    member = member_of({"doc_id": "d1", "source": "web", "source_rank": 2, "date": None}, boilerplate=(3, 9))
+    first = list(write_keyed_spills({0: [keyed_record("d1", "member", member), keyed_record("d2", "label", "d0")]},
+                                    str(tmp_path), "a"))
+    second = list(write_keyed_spills({0: [keyed_record("d1", "label", "d1"), keyed_record("d1", "label", "d0"),
+                                          keyed_record("d1", "span", (4, 9))]}, str(tmp_path), "b"))
+    paths = [p for _, p in first + second]
+    groups = list(read_keyed_groups(paths + paths))  # a file named twice is read once
+    assert groups == [("d1", {"label": ["d0", "d1"], "member": [member], "span": [(4, 9)]}),
+                      ("d2", {"label": ["d0"]})]
+    assert list(read_keyed_groups(list(reversed(paths)))) == groups  # the order of the files does not matter
+    assert list(write_keyed_spills({0: [keyed_record("d2", "label", "d0"), keyed_record("d1", "member", member)]},
+                                   str(tmp_path), "a")) == first  # same records, same file, whatever their order
+
+    fn = SpillKeyedFn(str(tmp_path / "spill"), 4, "label")
+    fn.start_bundle()
+    keyed = [(f"doc{i}", f"label{i % 3}") for i in range(40)]
+    spilled = [pair for element in keyed for pair in fn.process(element)]
+    spilled += [wv.value for wv in fn.finish_bundle()]
+    assert sorted(bucket for bucket, _ in spilled) == sorted({bucket_of(k, 4) for k, _ in keyed})
+    found = {}
+    for bucket, path in spilled:
+        for key, parts in read_keyed_groups([path]):
+            assert bucket_of(key, 4) == bucket
+            found[key] = parts["label"]
+    assert found == {k: [v] for k, v in keyed}

@@ -115,7 +115,7 @@ def run_stage(tmp_path, documents, config: NearDedupConfig, previous=(), options
     layer = root / "layer"
     outputs = build_stage(p, config, paths, list(previous), str(layer))
     for output, schema in near_dedup.OUTPUTS.items():
-        if not isinstance(outputs[output], WrittenPartitions):  # signatures: written by the signing tasks
+        if not isinstance(outputs[output], WrittenPartitions):  # annotations, signatures: written by the stage
             outputs[output] | f"Write{output}" >> WriteLayerOutput(str(layer / output), schema, 2)
     result = p.run()
     result.wait_until_finish()
@@ -330,11 +330,10 @@ def test_partitioned_documents_give_the_same_annotations_and_signatures(tmp_path
     one = run_stage(tmp_path, documents, config, name="one")
     three = run_stage(tmp_path, documents, config, name="three", partitions=3)
     assert clusters_of(one["annotations"]) == expected
-    assert one["annotations_digests"] == three["annotations_digests"]  # same writer: same bytes
     assert one["large_clusters"] == three["large_clusters"] and one["large_clusters"]
-    assert sorted(one["signatures"], key=lambda r: r["doc_id"]) == sorted(three["signatures"],
-                                                                         key=lambda r: r["doc_id"])
-    assert len(three["signatures_digests"]) == 3  # one partition per signing task
+    for output in (near_dedup.ANNOTATIONS, near_dedup.SIGNATURES):
+        assert one[output] == sorted(three[output], key=lambda r: r["doc_id"]), output
+        assert len(three[output + "_digests"]) == 3, output  # partition i of the documents -> partition i
     assert one["metrics"] == three["metrics"]
 
 
@@ -412,3 +411,28 @@ def test_config_validation():
         parse_config({**base, "near_dedup": {"simhash": {"max_hamming": 3, "blocks": 3}}})
     stage = near_dedup.stage_config(config.near_dedup)
     assert stage["signature"]["normalization"].startswith("sh-v1") and "against" not in stage
+
+
+def test_assembly_fails_on_a_record_spilled_to_the_wrong_partition(tmp_path):
+    from beam_pipeline.transforms.lsh_files import keyed_record, write_keyed_spills
+    from beam_pipeline.transforms.near_dedup import AssemblePartitionFn, SpillDirectory
+
+    doc_id = next(f"d{i}" for i in range(100) if bucket_of(f"d{i}", 3) == 1)
+    member = member_of({"doc_id": doc_id, "source": "web", "source_rank": 1, "date": None})
+    (_, path), = write_keyed_spills({1: [keyed_record(doc_id, "member", member)]}, str(tmp_path), "member")
+    fn = AssemblePartitionFn(SpillDirectory(str(tmp_path), 3))
+    fn.setup()
+    assert [o.tag for o in fn.process((1, [path]))] == ["rows"]  # alone: its row, in its own partition
+    with pytest.raises(ValueError, match=f"document {doc_id} was spilled to partition 2"):
+        list(fn.process((2, [path])))
+
+
+def test_a_document_named_by_several_previous_versions_takes_the_first_in_representative_order():
+    from beam_pipeline.transforms.near_dedup import AssembleFn
+
+    old = {"doc_id": "d1", "source": "web", "date": "2020-01-01"}
+    members = [member_of({**old, "source_rank": rank}, previous=True) for rank in (3, 1, 2)]
+    fn = AssembleFn()
+    fn.setup()
+    for order in (members, members[::-1]):
+        assert list(fn.process(("d1", {"previous": order, "label": ["d0", "d1"]}))) == [("d0", (members[1], False, ()))]

@@ -245,9 +245,10 @@ class SpillByPartition(beam.PTransform):
     deletes the folder before the layer is committed.
     """
 
-    def __init__(self, directory: str, count: int, schema: pa.Schema, spill_bytes: int = SPILL_BYTES):
+    def __init__(self, directory: str, count: int, schema: pa.Schema, spill_bytes: int = SPILL_BYTES,
+                 prefix: str = "part"):
         super().__init__()
-        self._fn = _SpillFn(directory, count, schema, spill_bytes)
+        self._fn = _SpillFn(directory, count, schema, spill_bytes, prefix)
 
     def expand(self, rows):
         return rows | "WriteSpillFiles" >> beam.ParDo(self._fn).with_output_types(IntKeyed)
@@ -298,11 +299,12 @@ class BufferedSpillFn(beam.DoFn):
 
 
 class _SpillFn(BufferedSpillFn):
-    def __init__(self, directory: str, count: int, schema: pa.Schema, spill_bytes: int):
+    def __init__(self, directory: str, count: int, schema: pa.Schema, spill_bytes: int, prefix: str):
         self._directory = directory
         self._count = count
         self._schema = schema
         self._spill_bytes = spill_bytes
+        self._prefix = prefix
 
     def targets(self, row: dict) -> Iterable[tuple[int, dict]]:
         return [(bucket_of(row["doc_id"], self._count), row)]
@@ -314,11 +316,18 @@ class _SpillFn(BufferedSpillFn):
         return self._spill_bytes
 
     def write(self, buffers: dict[int, list[dict]]) -> Iterator[tuple[int, str]]:
-        for index, rows in sorted(buffers.items()):
-            data = table_bytes(sorted(rows, key=row_order), self._schema, compression="lz4")
-            path = join(self._directory, f"part-{index:05d}-{sha256_bytes(data)[:24]}.parquet")
-            write_bytes_atomic(path, data)
-            yield index, path
+        return write_partition_spills(buffers, self._directory, self._schema, self._prefix)
+
+
+def write_partition_spills(buffers: dict[int, list[dict]], directory: str, schema: pa.Schema,
+                           prefix: str = "part") -> Iterator[tuple[int, str]]:
+    """(partition, path) of one spill file per partition of ``buffers``: the rows in
+    :func:`row_order`, lz4 Parquet named ``<prefix>-<partition>-<digest of the bytes>``."""
+    for index, rows in sorted(buffers.items()):
+        data = table_bytes(sorted(rows, key=row_order), schema, compression="lz4")
+        path = join(directory, f"{prefix}-{index:05d}-{sha256_bytes(data)[:24]}.parquet")
+        write_bytes_atomic(path, data)
+        yield index, path
 
 
 def read_spilled(paths: Iterable[str]) -> list[dict]:
@@ -332,3 +341,28 @@ def remove_spills(layer_path: str) -> None:
     folder = join(layer_path, SPILL)
     if FileSystems.exists(folder):  # a local folder (object stores have none)
         FileSystems.delete([folder])
+
+
+class WriteSpilledPartitions(beam.PTransform):
+    """PCollection[(partition, spill file)] -> the sidecars of the partitions written under ``directory``.
+
+    One task per partition reads that partition's spill files (each once) and
+    writes it (:func:`write_layer_partition`); the runner groups file names only.
+    """
+
+    def __init__(self, directory: str, count: int, schema: pa.Schema):
+        super().__init__()
+        self._directory = directory
+        self._count = count
+        self._schema = schema
+
+    def expand(self, spills):
+        return (
+            spills
+            | "KeyedByPartition" >> beam.Map(lambda kv: kv).with_output_types(IntKeyed)
+            | "GroupSpillsByPartition" >> beam.GroupByKey()
+            | "WritePartition" >> beam.MapTuple(self._write)
+        )
+
+    def _write(self, index: int, paths: Iterable[str]) -> dict:
+        return write_layer_partition(self._directory, index, self._count, read_spilled(paths), self._schema)

@@ -29,9 +29,16 @@ same groupings go through files, as the scorers' joins do
   of the first document's signature, whose task drops repeats and attaches
   the payload, then to the partition of the second's, whose task decides.
 
-What still goes through the runner: file names, members (a small tuple per
-document), the verified edges while connected components run, and the
-cluster labels with their members.
+* **Cluster assignment** reads keyed records (:data:`KEYED_RECORD`): the
+  members, cluster labels, previous-version members and repeated spans of
+  the documents of a partition are spilled to that partition
+  (:class:`SpillKeyedFn`), whose task assembles them; the clustered entries
+  are spilled to the bucket of their cluster label, whose task chooses the
+  representatives.
+
+What still goes through the runner: file names, and elements that go from
+the task that makes them straight to the one that spills them (verified
+edges, pairs to check against a representative), never grouped.
 """
 from __future__ import annotations
 
@@ -52,7 +59,8 @@ from beam_pipeline.transforms.layer_io import BufferedSpillFn
 
 #: One LSH record of a spill file: a band (MinHash) or block (SimHash) key of one document.
 #: ``previous``: the document is of an earlier version; its source, rank and date then
-#: make its member (the representative order), which the bucket passes on.
+#: make its member (the representative order), which the bucket passes on (null for
+#: this corpus's documents). ``simhash``: the fingerprint, in block records only.
 LSH_RECORD = pa.schema([
     ("key", pa.int64()),
     ("doc_id", pa.string()),
@@ -94,14 +102,19 @@ def spill_lsh_records(rows: list[dict], keys_column: str, previous: bool, count:
     if not sum(lengths):
         return
 
-    def repeated(column: str) -> list:
+    def repeated(column: str, needed: bool = True) -> list:
+        """The column for every key; null where it is not needed (only a previous version's
+        documents need their source, rank and date, to make their member in the bucket)."""
+        if not needed:
+            return [None] * sum(lengths)
         return [row[column] for row, n in zip(rows, lengths) for _ in range(n)]
 
     keys = np.fromiter((key for row in rows for key in row[keys_column]), dtype=np.int64, count=sum(lengths))
     table = pa.table({
         "key": pa.array(keys, pa.int64()), "doc_id": repeated("doc_id"),
-        "previous": pa.array(np.full(keys.size, previous), pa.bool_()), "source": repeated("source"),
-        "source_rank": repeated("source_rank"), "date": repeated("date"), "simhash": repeated("simhash"),
+        "previous": pa.array(np.full(keys.size, previous), pa.bool_()), "source": repeated("source", previous),
+        "source_rank": repeated("source_rank", previous), "date": repeated("date", previous),
+        "simhash": repeated("simhash", keys_column == "simhash_keys"),
     }, schema=LSH_RECORD)
     buckets = keys % count
     for bucket in np.unique(buckets).tolist():
@@ -208,14 +221,24 @@ def _frozen(value):
     return tuple(_frozen(v) for v in value) if isinstance(value, list) else value
 
 
-def write_pair_spills(by_target: dict[int, list[dict]], directory: str, prefix: str) -> Iterator[tuple[int, str]]:
-    """(target, path) of one spill file of :data:`PAIR_RECORD` rows per target, named by its digest."""
+def write_spills(by_target: dict[int, list[dict]], directory: str, prefix: str, schema: pa.Schema,
+                 order) -> Iterator[tuple[int, str]]:
+    """(target, path) of one lz4 spill file of ``schema`` rows per target, rows sorted by ``order``.
+
+    A file is named by the digest of its bytes: a retried task rewrites the same
+    file, and two tasks that spill the same rows write one file.
+    """
     for target, rows in sorted(by_target.items()):
-        rows = sorted(rows, key=lambda r: (r["a"], r["b"], r["carry"] or "", r.get("layer") or 0))
-        data = table_bytes(rows, PAIR_RECORD, compression="lz4")
+        data = table_bytes(sorted(rows, key=order), schema, compression="lz4")
         path = join(directory, f"{prefix}-{target:012d}-{sha256_bytes(data)[:24]}.parquet")
         write_bytes_atomic(path, data)
         yield target, path
+
+
+def write_pair_spills(by_target: dict[int, list[dict]], directory: str, prefix: str) -> Iterator[tuple[int, str]]:
+    """(target, path) of one spill file of :data:`PAIR_RECORD` rows per target, named by its digest."""
+    return write_spills(by_target, directory, prefix, PAIR_RECORD,
+                        lambda r: (r["a"], r["b"], r["carry"] or "", r.get("layer") or 0))
 
 
 def read_pair_spills(paths: Iterable[str]) -> Iterator[dict]:
@@ -269,3 +292,69 @@ class AttachFirstFn(beam.DoFn):
                 "a": a, "b": b, "carry": carry, "layer": layer if found else None,
                 "minhash": minhash, "simhash": simhash, "shingles": shingles})
         yield from write_pair_spills(by_target, self._directory, f"{self._prefix}-{keyed[0]}")
+
+
+# --- cluster assignment through files -------------------------------------------------------
+
+#: A keyed record on its way to the task of its key's bucket: ``kind`` says what it is
+#: (a member, a cluster label, ...), ``value`` is the value as canonical JSON (:func:`encode_carry`).
+KEYED_RECORD = pa.schema([
+    ("key", pa.string()),
+    ("kind", pa.string()),
+    ("value", pa.string()),
+])
+
+#: Keyed records a spilling worker buffers before it writes them.
+SPILL_KEYED = 250_000
+
+
+def keyed_record(key: str, kind: str, value) -> dict:
+    return {"key": key, "kind": kind, "value": encode_carry(value)}
+
+
+def write_keyed_spills(by_target: dict[int, list[dict]], directory: str, prefix: str) -> Iterator[tuple[int, str]]:
+    """(target, path) of one spill file of :data:`KEYED_RECORD` rows per target."""
+    return write_spills(by_target, directory, prefix, KEYED_RECORD, lambda r: (r["key"], r["kind"], r["value"]))
+
+
+def read_keyed_groups(paths: Iterable[str]) -> Iterator[tuple[str, dict[str, list]]]:
+    """(key, {kind: [decoded value, ...]}) for every key of the given spill files (each file
+    read once), by key; the values of a kind come in the order of their JSON text, so the
+    groups are the same whatever the bundles that wrote the files."""
+    tables = []
+    for path in sorted(set(paths)):
+        with FileSystems.open(path) as f:
+            tables.append(pq.read_table(f, schema=KEYED_RECORD))
+    if not tables:
+        return
+    table = pa.concat_tables(tables).sort_by([("key", "ascending"), ("kind", "ascending"), ("value", "ascending")])
+    keys, kinds, values = (table.column(name).to_pylist() for name in KEYED_RECORD.names)
+    del table
+    start = 0
+    while start < len(keys):
+        key, parts, end = keys[start], {}, start
+        while end < len(keys) and keys[end] == key:
+            parts.setdefault(kinds[end], []).append(decode_carry(values[end]))
+            end += 1
+        yield key, parts
+        start = end
+
+
+class SpillKeyedFn(BufferedSpillFn):
+    """(key, value) -> (bucket, spill file): the record goes to bucket ``xxh3(key) % count``
+    (for a doc_id key, the partition that holds the document), tagged ``kind``."""
+
+    def __init__(self, directory: str, count: int, kind: str):
+        self._directory = directory
+        self._count = count
+        self._kind = kind
+
+    def targets(self, keyed: tuple) -> Iterable[tuple[int, dict]]:
+        key, value = keyed
+        return [(bucket_of(key, self._count), keyed_record(key, self._kind, value))]
+
+    def limit(self) -> int:
+        return SPILL_KEYED
+
+    def write(self, buffers: dict[int, list[dict]]) -> Iterator[tuple[int, str]]:
+        return write_keyed_spills(buffers, self._directory, self._kind)

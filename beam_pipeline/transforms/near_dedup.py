@@ -17,7 +17,7 @@ Outputs:
 
 The data flow (``docs/near_dedup.md`` has the reasoning and the numbers)::
 
-    documents partition i --SignSpillAndWrite (one task per partition)--> members (doc_id, order tuple)
+    documents partition i --SignSpillAndWrite (one task per partition)--> members spill file of partition i
       |   (BoilerplateLines: side input)  |-- signatures partition i, written by the task
       |                                   |-- band / block keys -> spill files by bucket key % n
       |                                   |   (+ previous versions' signature partitions, spilled alike)
@@ -26,19 +26,23 @@ The data flow (``docs/near_dedup.md`` has the reasoning and the numbers)::
       |                      -> VerifyPairs (pairs through files, signatures read from their partitions)
       |        SimHashEdges: GroupByKey(bucket) of file names -> pairs <= k bits per block key
       |                                   v
-      |                 ConnectedComponents (large-star/small-star rounds)
-      |                                   v
-      +--RepeatedSpans--> AssignClusters: CoGroupByKey(doc_id) member + label + spans
+      |                 ConnectedComponents (large-star/small-star rounds through edge spill files)
+      |                                   v  labels spilled by the partition of their doc_id
+      +--RepeatedSpans--> AssignClusters: one task per partition: member + label + spans
                                 |  -> documents in no cluster: annotation rows
-                     GroupByKey(cluster label) -> representative = min(previous version first,
+                     one task per bucket of cluster labels -> representative = min(previous version first,
                                 |     source rank, -quality, date (missing last), doc_id)
                                 +-- size <= max_cluster_size: every other member is a duplicate
                                 +-- larger: reported; a member is a duplicate only if it
                                     verifies against the representative itself (VerifyPairs)
+                     annotation rows -> spill files by partition -> one task writes each partition
 
 Everything per document of the corpus (text, signatures, band keys, candidate
-pairs, line counts) goes through files (:mod:`~beam_pipeline.transforms.lsh_files`);
-the runner groups file names, members and what belongs to clusters.
+pairs, line counts, edges, labels, members, annotation rows) goes through
+files (:mod:`~beam_pipeline.transforms.lsh_files`,
+:mod:`~beam_pipeline.transforms.connected_components`); the runner groups
+file names, and carries the verified edges and the pairs to check against a
+representative from the task that finds them to the one that spills them.
 Every grouping key is a str (doc_id, cluster label) or a non-negative 63-bit
 int (band, block, line and window keys), typed with ``StrKeyed``/``IntKeyed``.
 Representatives are minima over a total order ending in doc_id, and cluster
@@ -55,25 +59,23 @@ from typing import Iterable, Iterator
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
-from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_pipeline.accounting import StageCounters
 from beam_pipeline.config import ConfigError, NearDedupConfig
 from beam_pipeline.dedup import minhash, simhash
-from beam_pipeline.dedup.components import labels_from_stars, large_star, small_star
 from beam_pipeline.dedup.repetition import LINES_VERSION, SPANS_VERSION, line_keys, merge_ranges
 from beam_pipeline.dedup.shingling import NORMALIZATION_VERSION, shingle_hashes
 from beam_pipeline.hashing import bucket_of, sha256_bytes, stable_hash64
 from beam_pipeline.layers import join, part_name, read_bytes, read_partition_rows
 from beam_pipeline.schemas import LARGE_CLUSTER, NEAR_DEDUP, NEAR_SIGNATURE, dead_letter_row
-from beam_pipeline.transforms.keys import IntKeyed, StrKeyed
-from beam_pipeline.transforms.layer_io import SPILL, PartitionIndexes, ReadLayerOutput, WrittenPartitions, \
-    write_layer_partition
+from beam_pipeline.transforms.connected_components import ConnectedComponents
+from beam_pipeline.transforms.keys import IntKeyed
+from beam_pipeline.transforms.layer_io import SPILL, PartitionIndexes, ReadLayerOutput, SpillByPartition, \
+    WriteSpilledPartitions, WrittenPartitions, write_layer_partition, write_partition_spills
 from beam_pipeline.transforms.line_dedup import BoilerplateLines, RepeatedSpans
-from beam_pipeline.transforms.lsh_files import AttachFirstFn, LshBucketFilesFn, SignatureFiles, SpillPairsFn, \
-    decode_carry, read_pair_spills, spill_lsh_records
+from beam_pipeline.transforms.lsh_files import AttachFirstFn, LshBucketFilesFn, SignatureFiles, SpillKeyedFn, \
+    SpillPairsFn, decode_carry, keyed_record, read_keyed_groups, read_pair_spills, spill_lsh_records, \
+    write_keyed_spills
 
 STAGE = "near_dedup"
 VERSION = "1"
@@ -81,7 +83,7 @@ ANNOTATIONS, SIGNATURES, LARGE_CLUSTERS, DEAD_LETTER = "annotations", "signature
 OUTPUTS = {ANNOTATIONS: NEAR_DEDUP, SIGNATURES: NEAR_SIGNATURE, LARGE_CLUSTERS: LARGE_CLUSTER}
 INPUT_COLUMNS = ["doc_id", "source", "source_rank", "date", "text"]
 
-_MEMBERS, _PREVIOUS, _CLUSTERED, _CHECK, _CHANGES, _ROWS = "members", "previous", "clustered", "check", "changes", "rows"
+_MEMBERS, _PREVIOUS, _CLUSTERED, _CHECK, _ROWS = "members", "previous", "clustered", "check", "rows"
 _BAND_SPILLS, _BLOCK_SPILLS = "band_spills", "block_spills"
 _DATASET_ID = re.compile(r"^[0-9a-f]{64}$")
 
@@ -246,7 +248,7 @@ class AnnotateNearDuplicates(beam.PTransform):
             | "Partitions" >> PartitionIndexes(len(self._documents))
             | "SignSpillAndWrite" >> beam.ParDo(SignPartitionFn(params, self._documents, signatures_directory,
                                                                 spills), *side)
-            .with_output_types(StrKeyed).with_outputs(SIGNATURES, _BAND_SPILLS, _BLOCK_SPILLS, DEAD_LETTER, main=_MEMBERS)
+            .with_output_types(IntKeyed).with_outputs(SIGNATURES, _BAND_SPILLS, _BLOCK_SPILLS, DEAD_LETTER, main=_MEMBERS)
         )
         spilled = {kind: [signed[kind]] for kind in (_BAND_SPILLS, _BLOCK_SPILLS)}
         if self._previous:
@@ -270,21 +272,26 @@ class AnnotateNearDuplicates(beam.PTransform):
         labels = (
             [f["edges"] for f in found]
             | "AllEdges" >> beam.Flatten()
-            | "Components" >> ConnectedComponents(params.max_rounds)
+            | "Components" >> ConnectedComponents(params.max_rounds, spills.directory, spills.buckets, STAGE)
         )
-        parts = {"member": signed[_MEMBERS], "label": labels}
+        # What the partition of a doc_id needs to annotate it, as (partition, spill file)
+        document_spills = [signed[_MEMBERS], labels]
         if self._previous:
-            parts["previous"] = ([f["previous"] for f in found] | "AllPreviousMembers" >> beam.Flatten()
-                                 | "KeyPreviousMembers" >> beam.Map(lambda kv: kv).with_output_types(StrKeyed))
+            document_spills.append(
+                [f["previous"] for f in found]
+                | "AllPreviousMembers" >> beam.Flatten()
+                | "SpillPreviousMembers" >> beam.ParDo(SpillKeyedFn(spills.directory, spills.buckets, "previous")))
         if params.span_sources:
             sources = set(params.span_sources)
-            parts["span"] = (
+            document_spills.append(
                 pbegin
                 | "ReadDocumentsForSpans" >> ReadLayerOutput(list(self._documents), INPUT_COLUMNS)
                 | "HighRiskSources" >> beam.Filter(lambda d: d["source"] in sources)
-                | "RepeatedSpans" >> RepeatedSpans(params.span_min_words, params.seed))
-        clusters = parts | "Clusters" >> AssignClusters(params, files, spills.directory)
-        return {ANNOTATIONS: clusters[ANNOTATIONS], SIGNATURES: WrittenPartitions(signed[SIGNATURES]),
+                | "RepeatedSpans" >> RepeatedSpans(params.span_min_words, params.seed)
+                | "SpillSpans" >> beam.ParDo(SpillKeyedFn(spills.directory, spills.buckets, "span")))
+        clusters = (document_spills | "AllDocumentSpills" >> beam.Flatten()
+                    | "Clusters" >> AssignClusters(params, files, spills, join(self._layer_path, ANNOTATIONS)))
+        return {ANNOTATIONS: WrittenPartitions(clusters[ANNOTATIONS]), SIGNATURES: WrittenPartitions(signed[SIGNATURES]),
                 LARGE_CLUSTERS: clusters[LARGE_CLUSTERS], DEAD_LETTER: signed[DEAD_LETTER]}
 
 
@@ -341,40 +348,57 @@ class SimHashEdges(beam.PTransform):
 
 
 class AssignClusters(beam.PTransform):
-    """{"member", "label", "previous"?, "span"?} keyed by doc_id -> {"annotations", "large_clusters"}.
+    """PCollection[(partition, spill file of keyed records)]
+    -> {"annotations": sidecars of the partitions written, "large_clusters": rows}.
 
-    Documents without a label are annotated at the join; the others meet
-    their cluster at one ``GroupByKey`` on the label, where the representative
-    is chosen; members of large clusters are verified against it.
+    The spill files (:data:`~beam_pipeline.transforms.lsh_files.KEYED_RECORD`)
+    hold, by the partition of their doc_id, what annotating a document needs:
+    its ``member`` (written by the signing task), its cluster ``label``,
+    ``previous``-version members and repeated ``span`` ranges. The runner
+    groups file names only. One task per partition assembles its documents:
+    those in no cluster get their annotation row, the others go to the bucket
+    of their cluster label. One task per bucket chooses each cluster's
+    representative; members of large clusters are verified against it
+    (:class:`VerifyPairs`). The annotation rows go to the partition of their
+    doc_id, and one task per partition writes it.
     """
 
-    def __init__(self, params: NearDedupParams, files: SignatureFiles, spill_directory: str):
+    def __init__(self, params: NearDedupParams, files: SignatureFiles, spills: "SpillDirectory",
+                 annotations_directory: str):
         super().__init__()
         self._params = params
         self._files = files
-        self._spill_directory = spill_directory
+        self._spills = spills
+        self._annotations = annotations_directory
 
-    def expand(self, parts):
+    def expand(self, document_spills):
+        spills, directory = self._spills, self._spills.directory
         assembled = (
-            parts
-            | "JoinOnDocId" >> beam.CoGroupByKey()
-            | "Assemble" >> beam.ParDo(AssembleFn()).with_output_types(StrKeyed).with_outputs(
-                _ROWS, main=_CLUSTERED)
+            document_spills
+            | "KeyedByPartition" >> beam.Map(lambda kv: kv).with_output_types(IntKeyed)
+            | "GroupSpillsByPartition" >> beam.GroupByKey()
+            | "Assemble" >> beam.ParDo(AssemblePartitionFn(spills)).with_outputs(_ROWS, main=_CLUSTERED)
         )
         clusters = (
-            assembled[_CLUSTERED]  # (cluster label, (member, in this corpus, spans))
-            | "GroupByCluster" >> beam.GroupByKey()
-            | "Representatives" >> beam.ParDo(ClusterFn(self._params)).with_outputs(
+            assembled[_CLUSTERED]  # (bucket of the cluster label, spill file of (label, entry) records)
+            | "KeyedByClusterBucket" >> beam.Map(lambda kv: kv).with_output_types(IntKeyed)
+            | "GroupSpillsByClusterBucket" >> beam.GroupByKey()
+            | "Representatives" >> beam.ParDo(ClusterBucketFn(self._params, spills)).with_outputs(
                 LARGE_CLUSTERS, _CHECK, main=_ROWS)
         )
         checked = (
             clusters[_CHECK]  # (representative, member, carry)
-            | "VerifyAgainstRepresentative" >> VerifyPairs(self._files, self._spill_directory,
+            | "VerifyAgainstRepresentative" >> VerifyPairs(self._files, directory,
                                                             PairCheck(self._params, "any"), "large_cluster")
             | "LargeClusterRows" >> beam.ParDo(LargeMemberRowFn())
+            | "SpillLargeClusterRows" >> SpillByPartition(directory, spills.buckets, NEAR_DEDUP, prefix="rows-large")
         )
-        annotations = (assembled[_ROWS], clusters[_ROWS], checked) | "AllAnnotations" >> beam.Flatten()
-        return {ANNOTATIONS: annotations, LARGE_CLUSTERS: clusters[LARGE_CLUSTERS]}
+        written = (
+            (assembled[_ROWS], clusters[_ROWS], checked)
+            | "AllAnnotationSpills" >> beam.Flatten()
+            | "WriteAnnotations" >> WriteSpilledPartitions(self._annotations, spills.buckets, NEAR_DEDUP)
+        )
+        return {ANNOTATIONS: written, LARGE_CLUSTERS: clusters[LARGE_CLUSTERS]}
 
 
 class VerifyPairs(beam.PTransform):
@@ -412,75 +436,11 @@ class VerifyPairs(beam.PTransform):
         )
 
 
-class ConnectedComponents(beam.PTransform):
-    """PCollection[(a, b)] edges -> PCollection[(node, label)], label = smallest node of the component.
-
-    ``max_rounds`` large-star + small-star rounds (:mod:`beam_pipeline.dedup.components`)
-    are unrolled in the job graph (``docs/near_dedup.md`` says why not one job
-    per round). Each round also yields its changed-edge count as a few partial
-    sums (one per bundle); the next round reads them as a side input and, once
-    they sum to 0 (converged), passes the edges through without grouping them,
-    so rounds after convergence cost one pass over the final stars. If the last
-    round still changed edges, the job fails with a message naming
-    ``near_dedup.max_rounds``. Counters: ``components_rounds`` (rounds that
-    ran) and ``components_changed_rNN`` (edges changed in round NN).
-    """
-
-    def __init__(self, max_rounds: int):
-        super().__init__()
-        self._max_rounds = max_rounds
-
-    def expand(self, edges):
-        current = edges | "Canonical" >> beam.FlatMap(lambda e: [(min(e), max(e))] if e[0] != e[1] else [])
-        changes = []
-        for index in range(1, self._max_rounds + 1):
-            result = current | f"Round{index:02d}" >> _StarRound(index, changes[-1] if changes else None)
-            current = result["edges"]
-            changes.append(result["changes"])
-        _ = (edges.pipeline
-             | "Once" >> beam.Create([None])
-             | "CheckConverged" >> beam.ParDo(_ConvergedFn(self._max_rounds),
-                                              *[beam.pvalue.AsList(c) for c in changes]))
-        return current | "Labels" >> beam.FlatMap(lambda edge: labels_from_stars([edge])).with_output_types(StrKeyed)
-
-
-class _StarRound(beam.PTransform):
-    """Edges (small, large) -> {"edges": after large-star + small-star, "changes": partial counts}."""
-
-    def __init__(self, index: int, previous_changes):
-        super().__init__()
-        self._index = index
-        self._previous = previous_changes
-
-    def expand(self, edges):
-        if self._previous is None:
-            work, done = edges, None
-        else:
-            routed = edges | "SkipIfConverged" >> beam.ParDo(
-                _RouteFn(), beam.pvalue.AsList(self._previous)).with_outputs("done", main="work")
-            work, done = routed["work"], routed["done"]
-        large = (
-            work
-            | "BothDirections" >> beam.FlatMap(lambda e: [(e[0], e[1]), (e[1], e[0])]).with_output_types(StrKeyed)
-            | "GroupNeighbours" >> beam.GroupByKey()
-            | "LargeStar" >> beam.ParDo(_StarFn(large_star, self._index)).with_output_types(StrKeyed)
-            .with_outputs(_CHANGES, main="edges")
-        )
-        small = (
-            large["edges"]  # (larger, smaller): keyed by the larger end
-            | "GroupSmallerNeighbours" >> beam.GroupByKey()
-            | "SmallStar" >> beam.ParDo(_StarFn(small_star, self._index)).with_outputs(_CHANGES, main="edges")
-        )
-        changes = (large[_CHANGES], small[_CHANGES]) | "AllChanges" >> beam.Flatten()
-        out = small["edges"] if done is None else (small["edges"], done) | "WithSkipped" >> beam.Flatten()
-        return {"edges": out, "changes": changes}
-
-
 # --- DoFns --------------------------------------------------------------------------
 
 class SignPartitionFn(beam.DoFn):
-    """partition index -> (doc_id, member) per document; tagged: the sidecar of its ``signatures``
-    partition (written here), (bucket, spill file) of its band and block keys, dead letters."""
+    """partition index -> (index, spill file of its documents' members); tagged: the sidecar of its
+    ``signatures`` partition (written here), (bucket, spill file) of its band and block keys, dead letters."""
 
     def __init__(self, params: NearDedupParams, document_paths: tuple[str, ...], signatures_directory: str,
                  spills: "SpillDirectory"):
@@ -498,7 +458,7 @@ class SignPartitionFn(beam.DoFn):
             self._boilerplate_source = boilerplate
             self._boilerplate = np.array(boilerplate, dtype=np.int64)
         count = len(self._documents)
-        rows = []
+        rows, members = [], []
         for document in read_partition_rows(self._documents[index], INPUT_COLUMNS):
             if bucket_of(document["doc_id"], count) != index:
                 raise ValueError(f"{STAGE}: document {document['doc_id']} is in partition {index} of "
@@ -516,12 +476,14 @@ class SignPartitionFn(beam.DoFn):
             self._counters.inc("signed" if row is not None else "unsigned_too_short")
             if member[_BOILERPLATE]:
                 self._counters.inc("boilerplate_documents")
-            yield member[_DOC_ID], member
+            members.append(keyed_record(member[_DOC_ID], "member", member))
             if row is not None:
                 rows.append(row)
         yield beam.pvalue.TaggedOutput(SIGNATURES, write_layer_partition(
             self._signatures, index, count, rows, NEAR_SIGNATURE))
         yield from self._spills.write(rows, self._params, previous=False, prefix=f"new{index:05d}")
+        if members:
+            yield from write_keyed_spills({index: members}, self._spills.directory, "member")
 
 
 class SpillPreviousFn(beam.DoFn):
@@ -620,21 +582,21 @@ class AssembleFn(beam.DoFn):
 
     def process(self, joined: tuple[str, dict]) -> Iterator:
         doc_id, parts = joined
-        members = list(parts["member"])
+        members = list(parts.get("member", ()))
         previous = list(parts.get("previous", ()))
         if members:
             member = members[0]
             if previous:  # the same document is in a previous version
                 member = (0,) + member[1:]
-        elif previous:
-            member = previous[0]
+        elif previous:  # (several buckets, or several earlier versions, may name it)
+            member = min(previous, key=representative_order)
         else:  # spans of a document that was dead-lettered
             return
         new = bool(members)
         spans = tuple(merge_ranges(parts.get("span", ())))
         if spans:
             self._counters.inc("span_documents")
-        labels = list(parts["label"])
+        labels = list(parts.get("label", ()))
         if labels:
             yield min(labels), (member, new, spans)
         elif new:
@@ -699,6 +661,61 @@ class LargeMemberRowFn(beam.DoFn):
         yield annotation_row(member, label, size, representative, verified, True, spans)
 
 
+class AssemblePartitionFn(beam.DoFn):
+    """(partition, spill files of its documents' members, labels, previous members and spans)
+    -> (bucket of a cluster label, spill file of its clustered entries); tagged ``rows``:
+    (partition, spill file of the annotation rows of its documents in no cluster)."""
+
+    def __init__(self, spills: "SpillDirectory"):
+        self._spills = spills
+
+    def setup(self):
+        self._assemble = AssembleFn()
+        self._assemble.setup()
+
+    def process(self, keyed: tuple[int, Iterable[str]]) -> Iterator:
+        index, paths = keyed
+        count, directory = self._spills.buckets, self._spills.directory
+        rows, entries = [], {}
+        for doc_id, parts in read_keyed_groups(paths):
+            if bucket_of(doc_id, count) != index:
+                raise ValueError(f"{STAGE}: a record of document {doc_id} was spilled to partition {index}, "
+                                 f"but its doc_id belongs to partition {bucket_of(doc_id, count)} of {count}")
+            for out in self._assemble.process((doc_id, parts)):
+                if isinstance(out, beam.pvalue.TaggedOutput):
+                    rows.append(out.value)
+                else:
+                    label, entry = out
+                    entries.setdefault(bucket_of(label, count), []).append(keyed_record(label, "entry", entry))
+        for pair in write_partition_spills({index: rows} if rows else {}, directory, NEAR_DEDUP, "rows-single"):
+            yield beam.pvalue.TaggedOutput(_ROWS, pair)
+        yield from write_keyed_spills(entries, directory, f"entries-{index:05d}")
+
+
+class ClusterBucketFn(beam.DoFn):
+    """(bucket, spill files of clustered entries) -> (partition, spill file of annotation rows);
+    tagged: large-cluster reports and pairs to verify against the representative (:class:`ClusterFn`)."""
+
+    def __init__(self, params: NearDedupParams, spills: "SpillDirectory"):
+        self._params = params
+        self._spills = spills
+
+    def setup(self):
+        self._cluster = ClusterFn(self._params)
+        self._cluster.setup()
+
+    def process(self, keyed: tuple[int, Iterable[str]]) -> Iterator:
+        bucket, paths = keyed
+        rows: dict[int, list[dict]] = {}
+        for label, parts in read_keyed_groups(paths):
+            for out in self._cluster.process((label, parts["entry"])):
+                if isinstance(out, beam.pvalue.TaggedOutput):
+                    yield out
+                else:
+                    rows.setdefault(bucket_of(out["doc_id"], self._spills.buckets), []).append(out)
+        yield from write_partition_spills(rows, self._spills.directory, NEAR_DEDUP, f"rows-clustered-{bucket:05d}")
+
+
 class _CheckFn(beam.DoFn):
     """(partition of b, spill files of attached pairs) -> (a, b, carry, ok) per distinct pair."""
 
@@ -728,58 +745,6 @@ class _CheckFn(beam.DoFn):
             ok = self._check(payload_a, payloads[b])
             self._counters.inc(f"{self._label}_{'verified' if ok else 'rejected'}")
             yield a, b, decode_carry(carry), ok
-
-
-class _RouteFn(beam.DoFn):
-    def process(self, edge, previous_changes: list[int]):
-        if sum(previous_changes) == 0:
-            yield beam.pvalue.TaggedOutput("done", edge)
-        else:
-            yield edge
-
-
-class _StarFn(beam.DoFn):
-    """One large-star or small-star step per node; changed-edge counts leave once per bundle."""
-
-    def __init__(self, step, index: int):
-        self._step = step
-        self._index = index
-
-    def setup(self):
-        self._counters = StageCounters(STAGE)
-
-    def start_bundle(self):
-        self._changed = 0
-
-    def process(self, keyed: tuple[str, Iterable[str]]):
-        edges, changed = self._step(keyed[0], keyed[1])
-        self._changed += changed
-        yield from edges
-
-    def finish_bundle(self):
-        if self._changed:
-            self._counters.inc(f"components_changed_r{self._index:02d}", n=self._changed)
-            yield beam.pvalue.TaggedOutput(_CHANGES, WindowedValue(self._changed, MIN_TIMESTAMP, [GlobalWindow()]))
-
-
-class _ConvergedFn(beam.DoFn):
-    """Counts the rounds that ran; fails the job if the last round still changed edges."""
-
-    def __init__(self, max_rounds: int):
-        self._max_rounds = max_rounds
-
-    def setup(self):
-        self._counters = StageCounters(STAGE)
-
-    def process(self, _unused, *changes_per_round: list[int]):
-        totals = [sum(c) for c in changes_per_round]
-        self._counters.inc("components_rounds", n=1 + sum(1 for t in totals[:-1] if t))
-        if totals[-1]:
-            raise RuntimeError(
-                f"{STAGE}: connected components did not converge within near_dedup.max_rounds="
-                f"{self._max_rounds} rounds ({totals[-1]} edges still changed in the last round); "
-                f"raise near_dedup.max_rounds")
-        yield from ()
 
 
 # --- pure functions -------------------------------------------------------------------
