@@ -42,7 +42,7 @@ from beam_pipeline.manifest import MANIFEST, MANIFEST_FORMAT, dataset_id_of, dat
 from beam_pipeline.progress import StageProgress
 from beam_pipeline.snapshot import check_sources_match, check_unchanged, load_snapshot, take_snapshot
 from beam_pipeline.transforms import exact_dedup, ingest, near_dedup, select, tokenize_shard
-from beam_pipeline.transforms.layer_io import PartitionInputs, ReadLayerOutput, WriteLayerOutput, \
+from beam_pipeline.transforms.layer_io import SPILL, PartitionInputs, ReadLayerOutput, WriteLayerOutput, \
     WrittenPartitions, remove_spills
 
 DEAD_LETTER = "dead_letter"
@@ -165,11 +165,9 @@ class CorpusBuild:
         tokenized = self._stage(
             tokenize_shard.STAGE, tokenize_shard.VERSION, tokenize_config, {"gold": selected.layer.key},
             outputs={}, partitions=partitions,
-            build=lambda p, layer: (
-                p | "ReadGold" >> ReadLayerOutput(selected.layer.part_paths(select.GOLD),
-                                                  ["doc_id", "source", "domain", "text"])
-                | "TokenizePackShard" >> tokenize_shard.TokenizePackShard(
-                    self.config.tokenize, tokenizer, self.config.seed, layer.output_path("shards"))),
+            build=lambda p, layer: p | "TokenizePackShard" >> tokenize_shard.TokenizePackShard(
+                self.config.tokenize, tokenizer, self.config.seed, layer.output_path("shards"),
+                tuple(selected.layer.part_paths(select.GOLD)), join(layer.path, SPILL)),
             finalize=self._collect_shards)
 
         stages = [s for s in (ingested, exact, near, *scored, selected, indexed, tokenized) if s is not None]
@@ -298,6 +296,7 @@ class CorpusBuild:
         return pipeline, produced
 
     def _collect_shards(self, layer: Layer) -> dict:
+        remove_spills(layer.path)
         directory = layer.output_path("shards")
         metas = [json.loads(read_bytes(m.path))
                  for m in FileSystems.match([join(directory, "*.meta.json")])[0].metadata_list]

@@ -20,7 +20,7 @@ from pathlib import Path
 CATEGORIES = [
     # encode_batch is native code: its leaf Python frame is the DoFn line calling it. Its rayon
     # threads have no Python thread state and are invisible to py-spy (see the header).
-    ("tokenizer DoFn (encode_batch, ids -> numpy)", ("encode_batch", "TokenizeBatchFn.process")),
+    ("tokenizer DoFn (encode_batch, ids -> numpy)", ("encode_batch", "TokenizePartitionFn.process")),
     ("normalize_text", ("beam_pipeline/normalize.py",)),
     ("doc_id / content_hash", ("beam_pipeline/hashing.py",)),
     ("json.loads (reader)", ("json/decoder.py", "json/__init__.py", "_record_from_json")),

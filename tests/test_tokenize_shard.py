@@ -1,7 +1,6 @@
 import json
 import os
 
-import apache_beam as beam
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -9,6 +8,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline
 
 from beam_pipeline.config import TokenizeConfig
+from beam_pipeline.hashing import bucket_of
+from beam_pipeline.layers import part_name, write_partition
+from beam_pipeline.schemas import GOLD
 from beam_pipeline.transforms.tokenize_shard import (
     TokenizePackShard, assign_shard, inspect_tokenizer, pack_documents, shard_count, shuffle_order)
 
@@ -67,6 +69,25 @@ def test_inspect_tokenizer_rejects_unknown_tokens(tokenizer_path):
         inspect_tokenizer(TokenizeConfig(tokenizer=tokenizer_path, pad_token="<pad>"))
 
 
+def run_tokenize(root, gold, config, info, partitions: int, options=OPTIONS) -> str:
+    """Gold rows -> partitions by xxh3(doc_id) % partitions (as select writes them) -> the stage's shards."""
+    paths = []
+    for i in range(partitions):
+        rows = sorted((r for r in gold if bucket_of(r["doc_id"], partitions) == i), key=lambda r: r["doc_id"])
+        write_partition(str(root / "gold"), i, partitions, rows, GOLD)
+        paths.append(str(root / "gold" / part_name(i, partitions)))
+    directory = str(root / "shards")
+    with TestPipeline(options=options) as p:
+        _ = p | TokenizePackShard(config, info, seed=0, directory=directory, gold_paths=tuple(paths),
+                                  spill_directory=str(root / "_spill"))
+    return directory
+
+
+def read_shards(directory: str) -> dict:
+    """{file name: bytes} of the shards (tokens, index, sidecar)."""
+    return {f: open(os.path.join(directory, f), "rb").read() for f in sorted(os.listdir(directory))}
+
+
 def test_transform_writes_shards_that_decode_back(tokenizer_path, tmp_path):
     from tokenizers import Tokenizer
     config = TokenizeConfig(tokenizer=tokenizer_path, seq_len=16, shard_tokens=64)
@@ -74,9 +95,9 @@ def test_transform_writes_shards_that_decode_back(tokenizer_path, tmp_path):
     texts = {f"d{i}": f"The lazy dog number {i} jumps over the quick brown fox." for i in range(12)}
     gold = [{"doc_id": k, "source": "s", "domain": "web" if i % 2 else "code", "text": v}
             for i, (k, v) in enumerate(texts.items())]
-    directory = str(tmp_path / "shards")
-    with TestPipeline(options=OPTIONS) as p:
-        _ = p | beam.Create(gold) | TokenizePackShard(config, info, seed=0, directory=directory)
+    directory = run_tokenize(tmp_path / "one", gold, config, info, partitions=1)
+    assert read_shards(directory) == read_shards(run_tokenize(tmp_path / "three", gold, config, info, partitions=3))
+    assert {f.split("-")[0] for f in os.listdir(tmp_path / "three" / "_spill")} == {"tokenized", "shard"}
     metas = [json.load(open(os.path.join(directory, f))) for f in sorted(os.listdir(directory))
              if f.endswith(".meta.json")]
     assert sum(m["documents"] for m in metas) == 12
