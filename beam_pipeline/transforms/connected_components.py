@@ -20,8 +20,6 @@ from typing import Iterable, Iterator
 
 import apache_beam as beam
 import pyarrow as pa
-import pyarrow.parquet as pq
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
@@ -31,7 +29,8 @@ from beam_pipeline.dedup.components import large_star, small_star
 from beam_pipeline.hashing import bucket_of
 from beam_pipeline.transforms.keys import IntKeyed
 from beam_pipeline.transforms.layer_io import BufferedSpillFn
-from beam_pipeline.transforms.lsh_files import SPILL_KEYED, keyed_record, write_keyed_spills, write_spills
+from beam_pipeline.transforms.lsh_files import SPILL_KEYED, key_runs, keyed_record, read_spill_table, \
+    write_keyed_spills, write_spills
 
 #: One edge of a spill file: grouped by ``node``, it names one neighbour.
 EDGE_RECORD = pa.schema([("node", pa.string()), ("other", pa.string())])
@@ -124,22 +123,13 @@ class _StarRound(beam.PTransform):
 
 def read_edges(paths: Iterable[str]) -> Iterator[tuple[str, list[str]]]:
     """(node, [neighbour, ...]) of the given edge spill files (each read once), by node."""
-    tables = []
-    for path in sorted(set(paths)):
-        with FileSystems.open(path) as f:
-            tables.append(pq.read_table(f, schema=EDGE_RECORD))
-    if not tables:
+    table = read_spill_table(paths, EDGE_RECORD, ["node", "other"])
+    if table is None:
         return
-    table = pa.concat_tables(tables).sort_by([("node", "ascending"), ("other", "ascending")])
     nodes, others = table.column("node").to_pylist(), table.column("other").to_pylist()
     del table
-    start = 0
-    while start < len(nodes):
-        end = start
-        while end < len(nodes) and nodes[end] == nodes[start]:
-            end += 1
+    for start, end in key_runs(nodes):
         yield nodes[start], others[start:end]
-        start = end
 
 
 def _edge_targets(a: str, b: str, buckets: int, both: bool) -> list[tuple[int, dict]]:

@@ -125,20 +125,36 @@ def spill_lsh_records(rows: list[dict], keys_column: str, previous: bool, count:
         yield bucket, path
 
 
+def read_spill_table(paths: Iterable[str], schema: pa.Schema, order: list[str]) -> pa.Table | None:
+    """The rows of the given spill files (each file read once) as one table sorted by the
+    ``order`` columns (ascending), or None when there are no files."""
+    tables = []
+    for path in sorted(set(paths)):
+        with FileSystems.open(path) as f:
+            tables.append(pq.read_table(f, schema=schema))
+    if not tables:
+        return None
+    return pa.concat_tables(tables).sort_by([(column, "ascending") for column in order])
+
+
+def key_runs(keys: list) -> Iterator[tuple[int, int]]:
+    """(start, end) of every run of equal consecutive values of ``keys``."""
+    start = 0
+    for end in range(1, len(keys) + 1):
+        if end == len(keys) or keys[end] != keys[start]:
+            yield start, end
+            start = end
+
+
 def read_lsh_buckets(paths: Iterable[str]) -> Iterator[tuple[int, list[dict]]]:
     """(key, [record]) for every key of one bucket's spill files (each file read once), by key.
 
     Records of one key come sorted by (doc_id, previous): the order is the same
     whatever the bundles that wrote the files.
     """
-    tables = []
-    for path in sorted(set(paths)):
-        with FileSystems.open(path) as f:
-            tables.append(pq.read_table(f, schema=LSH_RECORD))
-    if not tables:
+    table = read_spill_table(paths, LSH_RECORD, ["key", "doc_id", "previous"])
+    if table is None:
         return
-    table = pa.concat_tables(tables).sort_by([("key", "ascending"), ("doc_id", "ascending"),
-                                              ("previous", "ascending")])
     keys = table.column("key").to_numpy()
     starts = np.concatenate([[0], np.flatnonzero(np.diff(keys)) + 1, [keys.size]]).tolist()
     # column lists, not one dict per record: a bucket holds ~16 records per document of a partition
@@ -321,23 +337,16 @@ def read_keyed_groups(paths: Iterable[str]) -> Iterator[tuple[str, dict[str, lis
     """(key, {kind: [decoded value, ...]}) for every key of the given spill files (each file
     read once), by key; the values of a kind come in the order of their JSON text, so the
     groups are the same whatever the bundles that wrote the files."""
-    tables = []
-    for path in sorted(set(paths)):
-        with FileSystems.open(path) as f:
-            tables.append(pq.read_table(f, schema=KEYED_RECORD))
-    if not tables:
+    table = read_spill_table(paths, KEYED_RECORD, KEYED_RECORD.names)
+    if table is None:
         return
-    table = pa.concat_tables(tables).sort_by([("key", "ascending"), ("kind", "ascending"), ("value", "ascending")])
     keys, kinds, values = (table.column(name).to_pylist() for name in KEYED_RECORD.names)
     del table
-    start = 0
-    while start < len(keys):
-        key, parts, end = keys[start], {}, start
-        while end < len(keys) and keys[end] == key:
-            parts.setdefault(kinds[end], []).append(decode_carry(values[end]))
-            end += 1
-        yield key, parts
-        start = end
+    for start, end in key_runs(keys):
+        parts: dict[str, list] = {}
+        for i in range(start, end):
+            parts.setdefault(kinds[i], []).append(decode_carry(values[i]))
+        yield keys[start], parts
 
 
 class SpillKeyedFn(BufferedSpillFn):
