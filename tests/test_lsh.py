@@ -259,3 +259,16 @@ def test_keyed_records_come_back_grouped_by_key_and_kind_whatever_the_files(tmp_
             assert bucket_of(key, 4) == bucket
             found[key] = parts["label"]
     assert found == {k: [v] for k, v in keyed}
+
+
+def test_a_spill_fn_without_its_hooks_fails_at_construction():
+    import pytest
+
+    from beam_pipeline.transforms.layer_io import BufferedSpillFn
+
+    class Incomplete(BufferedSpillFn):
+        def targets(self, element):
+            return []
+
+    with pytest.raises(TypeError, match="abstract"):
+        Incomplete()

@@ -22,6 +22,7 @@ that shuffle no text").
 """
 from __future__ import annotations
 
+import abc
 import dataclasses
 from typing import Callable, Iterable, Iterator
 
@@ -254,7 +255,7 @@ class SpillByPartition(beam.PTransform):
         return rows | "WriteSpillFiles" >> beam.ParDo(self._fn).with_output_types(IntKeyed)
 
 
-class BufferedSpillFn(beam.DoFn):
+class BufferedSpillFn(beam.DoFn, metaclass=abc.ABCMeta):
     """Buffers rows per target and writes them as spill files: what is left of the map side of a shuffle.
 
     Subclasses say where an element's rows go (:meth:`targets`), what it weighs
@@ -264,17 +265,20 @@ class BufferedSpillFn(beam.DoFn):
     worth; the runner moves (target, path) pairs.
     """
 
+    @abc.abstractmethod
     def targets(self, element) -> Iterable[tuple[int, dict]]:
-        raise NotImplementedError
+        """See the class docstring (a subclass must define it)."""
 
     def weight(self, element) -> int:
         return 1
 
+    @abc.abstractmethod
     def limit(self) -> int:
-        raise NotImplementedError
+        """See the class docstring (a subclass must define it)."""
 
+    @abc.abstractmethod
     def write(self, buffers: dict[int, list[dict]]) -> Iterator[tuple[int, str]]:
-        raise NotImplementedError
+        """See the class docstring (a subclass must define it)."""
 
     def start_bundle(self):
         self._buffers: dict[int, list[dict]] = {}
