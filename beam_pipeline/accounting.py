@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 
@@ -147,28 +146,3 @@ def check_outputs(stage: str, counts: dict, rows: dict[str, int], expected: dict
         if output in rows and rows[output] != counts[count]:
             raise RecordsLost(f"stage {stage}: {count}={counts[count]} but its {output} output holds "
                               f"{rows[output]} rows; records were lost or written twice")
-
-
-class CountEntering(beam.PTransform):
-    """Pass-through that counts ``in`` per source at a stage's entrance."""
-
-    def __init__(self, stage: str, source_of=lambda row: row["source"]):
-        super().__init__()
-        self._stage = stage
-        self._source_of = source_of
-
-    def expand(self, rows):
-        return rows | "CountIn" >> beam.ParDo(_CountInFn(self._stage, self._source_of))
-
-
-class _CountInFn(beam.DoFn):
-    def __init__(self, stage: str, source_of):
-        self._stage = stage
-        self._source_of = source_of
-
-    def setup(self):
-        self._counters = StageCounters(self._stage)
-
-    def process(self, row):
-        self._counters.entered(self._source_of(row))
-        yield row

@@ -42,7 +42,7 @@ from beam_pipeline.manifest import MANIFEST, MANIFEST_FORMAT, dataset_id_of, dat
 from beam_pipeline.progress import StageProgress
 from beam_pipeline.snapshot import check_sources_match, check_unchanged, load_snapshot, take_snapshot
 from beam_pipeline.transforms import exact_dedup, ingest, near_dedup, select, tokenize_shard
-from beam_pipeline.transforms.layer_io import SPILL, PartitionInputs, ReadLayerOutput, WriteLayerOutput, \
+from beam_pipeline.transforms.layer_io import SPILL, PartitionInputs, WriteLayerOutput, \
     WrittenPartitions, remove_spills
 
 DEAD_LETTER = "dead_letter"
@@ -118,10 +118,11 @@ class CorpusBuild:
                 {"documents": ingested.layer.key},
                 outputs={exact_dedup.ANNOTATIONS: schemas.EXACT_DEDUP}, partitions=partitions,
                 rows_match={exact_dedup.ANNOTATIONS: "passed"},
-                build=lambda p, layer: {exact_dedup.ANNOTATIONS: (
-                    p | "ReadDocuments" >> ReadLayerOutput(ingested.layer.part_paths(ingest.DOCUMENTS),
-                                                           exact_dedup.INPUT_COLUMNS)
-                    | "ExactDedup" >> exact_dedup.AnnotateExactDuplicates())})
+                build=lambda p, layer: {exact_dedup.ANNOTATIONS: WrittenPartitions(
+                    p | "ExactDedup" >> exact_dedup.AnnotateExactDuplicates(
+                        ingested.layer.part_paths(ingest.DOCUMENTS), layer.output_path(exact_dedup.ANNOTATIONS),
+                        join(layer.path, SPILL)))},
+                finalize=lambda layer: remove_spills(layer.path))
             inputs_of_select["exact"] = exact.layer.key
 
         near = None

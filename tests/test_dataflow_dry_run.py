@@ -102,8 +102,10 @@ def test_translated_pipelines_are_complete_and_run_only_in_the_sdk_container(tra
                 if t.spec.urn == common_urns.primitives.GROUP_BY_KEY.urn]
         assert gbks, f"{stage}: no GroupByKey (every layer is partitioned by one)"
         # every Parquet output of the layer has its writer in the job: a Write_<output> step, or the
-        # stage's partition tasks write their partitions themselves (layer_io.WrittenPartitions)
-        partition_tasks = [name for name in labels if name.rsplit("/", 1)[-1].endswith("AndWrite")]
+        # stage's partition tasks write their partitions themselves (layer_io.WrittenPartitions: a
+        # task that reads and writes its partition, or WriteSpilledPartitions' WritePartition)
+        partition_tasks = [name for name in labels
+                           if name.rsplit("/", 1)[-1].endswith("AndWrite") or name.endswith("/WritePartition")]
         for output in ledger["outputs"]:
             assert any(name.startswith(f"Write_{output}") for name in labels) or partition_tasks, \
                 f"{stage}: no writer of {output}"

@@ -1,8 +1,19 @@
-import apache_beam as beam
-from apache_beam.testing.test_pipeline import TestPipeline
-from apache_beam.testing.util import assert_that, equal_to
+import glob
+import hashlib
 
-from beam_pipeline.transforms.exact_dedup import AnnotateExactDuplicates, annotate_group, member_of
+import apache_beam as beam
+import pyarrow as pa
+import pyarrow.parquet as pq
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from beam_pipeline.hashing import bucket_of
+from beam_pipeline.layers import write_partition
+from beam_pipeline.transforms.exact_dedup import STAGE, AnnotateExactDuplicates, annotate_group, member_of, \
+    representative_order
+from beam_pipeline.transforms.layer_io import partition_index_of
+
+DOCUMENTS = pa.schema([("doc_id", pa.string()), ("content_hash", pa.string()), ("source", pa.string()),
+                       ("source_rank", pa.int32()), ("date", pa.string())])
 
 OPTIONS = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
 
@@ -30,15 +41,57 @@ def test_tie_break_by_doc_id_and_order_independence():
     assert annotate_group("h", members[::-1])[0]["representative"] == "a"
 
 
-def test_transform_annotates_every_document():
+def run_stage(tmp_path, documents, partitions: int, options=OPTIONS, name="run") -> dict:
+    """Documents, split into partitions by xxh3(doc_id) as ingest writes them -> annotation files and counters."""
+    root = tmp_path / name
+    paths = []
+    for i in range(partitions):
+        rows = sorted((d for d in documents if bucket_of(d["doc_id"], partitions) == i), key=lambda d: d["doc_id"])
+        meta = write_partition(str(root / "documents"), i, partitions, rows, DOCUMENTS)
+        paths.append(str(root / "documents" / meta["name"]))
+    with beam.Pipeline(options=PipelineOptions(options)) as p:
+        _ = p | AnnotateExactDuplicates(paths, str(root / "annotations"), str(root / "_spill"))
+    files = sorted(glob.glob(str(root / "annotations" / "*.parquet")))
+    metrics = {c.key.metric.name: c.committed for c in p.result.metrics().query()["counters"]
+               if c.key.metric.namespace == STAGE}
+    return {"files": files, "rows": [r for f in files for r in pq.read_table(f).to_pylist()],
+            "digests": [hashlib.sha256(open(f, "rb").read()).hexdigest() for f in files], "metrics": metrics}
+
+
+def test_stage_annotates_every_document(tmp_path):
     documents = [doc("a1", "x", "curated", 0), doc("b1", "x", "web", 1), doc("b2", "y", "web", 1),
                  doc("b3", "x", "web", 1)]
     expected = [
         {"doc_id": "a1", "content_hash": "x", "duplicate_count": 3, "representative": "a1", "is_duplicate": False},
         {"doc_id": "b1", "content_hash": "x", "duplicate_count": 3, "representative": "a1", "is_duplicate": True},
-        {"doc_id": "b3", "content_hash": "x", "duplicate_count": 3, "representative": "a1", "is_duplicate": True},
         {"doc_id": "b2", "content_hash": "y", "duplicate_count": 1, "representative": "b2", "is_duplicate": False},
+        {"doc_id": "b3", "content_hash": "x", "duplicate_count": 3, "representative": "a1", "is_duplicate": True},
     ]
-    with TestPipeline(options=beam.options.pipeline_options.PipelineOptions(OPTIONS)) as p:
-        out = p | beam.Create(documents) | AnnotateExactDuplicates()
-        assert_that(out, equal_to(expected))
+    out = run_stage(tmp_path, documents, partitions=1)
+    assert out["rows"] == expected
+    assert out["metrics"] == {"in": 4, "passed": 4}
+
+
+def test_partition_i_of_the_annotations_holds_partition_i_of_the_documents(tmp_path):
+    documents = [doc(f"d{i:03d}", f"h{i % 17}", "web" if i % 3 else "curated", i % 3, f"2020-01-{1 + i % 28:02d}")
+                 for i in range(120)]
+    one = run_stage(tmp_path, documents, partitions=1, name="one")
+    three = run_stage(tmp_path, documents, partitions=3, name="three")
+    assert sorted(three["rows"], key=lambda r: r["doc_id"]) == one["rows"]
+    assert len(three["files"]) == 3
+    for path in three["files"]:
+        index, count = partition_index_of(path)
+        assert {bucket_of(r["doc_id"], count) for r in pq.read_table(path).to_pylist()} == {index}
+    assert one["metrics"] == three["metrics"] == {"in": 120, "passed": 120}
+    for row in one["rows"]:  # the representative of each hash is the minimum of its members
+        group = [member_of(d) for d in documents if d["content_hash"] == row["content_hash"]]
+        assert row["representative"] == min(group, key=representative_order)[3]
+        assert row["duplicate_count"] == len(group)
+
+
+def test_multi_process_runner_writes_the_same_bytes(tmp_path):
+    documents = [doc(f"d{i:03d}", f"h{i % 7}", date=None if i % 5 else "2021-06-01") for i in range(60)]
+    local = run_stage(tmp_path, documents, partitions=2, name="local")
+    multi = run_stage(tmp_path, documents, partitions=2, name="multi", options=[
+        "--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=2"])
+    assert local["digests"] == multi["digests"] and len(local["digests"]) == 2

@@ -19,8 +19,8 @@ import os
 
 import pytest
 
-from beam_pipeline import accounting, cli
-from beam_pipeline.transforms import layer_io
+from beam_pipeline import cli
+from beam_pipeline.transforms import exact_dedup, layer_io
 from conftest import IN_PROCESS, stages_by_name, tiny_corpus
 
 TEXTS = [f"Document {i} describes the rivers, hills and weather of valley number {i} in some detail. " * 2
@@ -49,19 +49,20 @@ def clean_dataset_id(tmp_path_factory):
                                        "metrics.json")))["dataset_id"]
 
 
-def lose_first_record_entering(monkeypatch, stage: str) -> list:
-    """The first record that enters ``stage`` is 'lost' by the runner right after it is counted."""
+def lose_first_member_spilled(monkeypatch) -> list:
+    """The first member exact_dedup spills (counted ``in`` by the partition's task) never reaches the
+    bucket's task, once: as if the runner had lost a record between two steps."""
     lost = []
-    process = accounting._CountInFn.process
+    read_spill_table = exact_dedup.read_spill_table
 
-    def losing(self, row):
-        for out in process(self, row):
-            if self._stage == stage and not lost:
-                lost.append(row["doc_id"])
-                continue
-            yield out
+    def losing(paths, schema, order):
+        table = read_spill_table(paths, schema, order)
+        if table is not None and table.num_rows and not lost:
+            lost.append(table.column("doc_id")[0].as_py())
+            table = table.slice(1)
+        return table
 
-    monkeypatch.setattr(accounting._CountInFn, "process", losing)
+    monkeypatch.setattr(exact_dedup, "read_spill_table", losing)
     return lost
 
 
@@ -88,7 +89,7 @@ def lose_first_row_joined(monkeypatch, stage: str, side: str) -> list:
 
 @pytest.fixture
 def lose_once_after_counting(monkeypatch):
-    return lose_first_record_entering(monkeypatch, "exact_dedup")
+    return lose_first_member_spilled(monkeypatch)
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from beam_pipeline.accounting import StageCounters
 from beam_pipeline.dedup.components import large_star, small_star
 from beam_pipeline.hashing import bucket_of
 from beam_pipeline.transforms.keys import IntKeyed
-from beam_pipeline.transforms.layer_io import BufferedSpillFn
+from beam_pipeline.transforms.layer_io import BufferedSpillFn, GroupSpillFiles
 from beam_pipeline.transforms.lsh_files import SPILL_KEYED, key_runs, keyed_record, read_spill_table, \
     write_keyed_spills, write_spills
 
@@ -103,8 +103,7 @@ class _StarRound(beam.PTransform):
         prefix = f"components-r{self._index:02d}"
         large = (
             work
-            | "KeyedByBucket" >> beam.Map(lambda kv: kv).with_output_types(IntKeyed)
-            | "GroupNeighbours" >> beam.GroupByKey()
+            | "GroupNeighbours" >> GroupSpillFiles()
             | "LargeStar" >> beam.ParDo(_StarFilesFn(
                 large_star, self._index, self._directory, self._buckets, f"{prefix}-large", False, self._stage))
             .with_output_types(IntKeyed).with_outputs(_CHANGES, main="edges")

@@ -347,6 +347,20 @@ def remove_spills(layer_path: str) -> None:
         FileSystems.delete([folder])
 
 
+class GroupSpillFiles(beam.PTransform):
+    """PCollection[(int target, spill file)] -> PCollection[(target, [spill file, ...])].
+
+    The only grouping a stage that shuffles through files needs: the runner moves
+    file names, keyed by an int (VarIntCoder: a deterministic key coder, which a
+    Flatten of typed inputs would otherwise lose).
+    """
+
+    def expand(self, spills):
+        return (spills
+                | "KeyedByTarget" >> beam.Map(lambda kv: kv).with_output_types(IntKeyed)
+                | "GroupByTarget" >> beam.GroupByKey())
+
+
 class WriteSpilledPartitions(beam.PTransform):
     """PCollection[(partition, spill file)] -> the sidecars of the partitions written under ``directory``.
 
@@ -363,8 +377,7 @@ class WriteSpilledPartitions(beam.PTransform):
     def expand(self, spills):
         return (
             spills
-            | "KeyedByPartition" >> beam.Map(lambda kv: kv).with_output_types(IntKeyed)
-            | "GroupSpillsByPartition" >> beam.GroupByKey()
+            | "GroupSpillsByPartition" >> GroupSpillFiles()
             | "WritePartition" >> beam.MapTuple(self._write)
         )
 
