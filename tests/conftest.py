@@ -4,6 +4,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -83,8 +84,8 @@ def stages_by_name(metrics: dict) -> dict:
     return {stage["name"]: stage for stage in metrics["stages"]}
 
 
-def grouping_key_coders(pipeline) -> dict:
-    """{GroupByKey transform name: the key coder Beam chose} of a pipeline's portable graph."""
+def grouping_coders(pipeline) -> dict:
+    """{GroupByKey transform name: its input's KV coder, as Beam chose it} of a pipeline's portable graph."""
     from apache_beam.portability import common_urns
     from apache_beam.runners import pipeline_context
 
@@ -94,9 +95,32 @@ def grouping_key_coders(pipeline) -> dict:
     for transform in proto.components.transforms.values():
         if transform.spec.urn == common_urns.primitives.GROUP_BY_KEY.urn:
             (pcoll_id,) = transform.inputs.values()
-            found[transform.unique_name] = context.coders.get_by_id(
-                proto.components.pcollections[pcoll_id].coder_id).key_coder()
+            found[transform.unique_name] = context.coders.get_by_id(proto.components.pcollections[pcoll_id].coder_id)
     return found
+
+
+#: What each kind of grouping in a stage's job moves; none moves one record per document
+#: (docs/decisions.md, "Stages that shuffle no text"). A new grouping must fit one of them.
+GROUPINGS = {
+    "spill file names": re.compile(r"/(GroupByTarget|GroupSpills\w*|GroupByPartitionOf(First|Second)"
+                                   r"|GroupSmallerNeighbours|GroupShardSpills)(/|$)"),
+    "one element per input file, split or partition index": re.compile(r"/ReshufflePerKey/GroupByKey$"),
+    "dead letters (bounded by accounting.max_dead_letter_fraction)": re.compile(r"^Write_dead_letter/"),
+    "one report row per large cluster": re.compile(r"^Write_large_clusters/"),
+    "a histogram per quantile rule and bundle": re.compile(r"/QuantileThresholds/"),
+    "a token sum per domain and bundle": re.compile(r"/SumPerDomain/"),
+    "the keys of the boilerplate lines": re.compile(r"/BoilerplateLines/CollectKeys/"),
+}
+
+
+def unexplained_groupings(names) -> list[str]:
+    """The GroupByKey names that fit no kind of :data:`GROUPINGS`."""
+    return sorted(name for name in names if not any(p.search(name) for p in GROUPINGS.values()))
+
+
+def grouping_key_coders(pipeline) -> dict:
+    """{GroupByKey transform name: the key coder Beam chose} of a pipeline's portable graph."""
+    return {name: coder.key_coder() for name, coder in grouping_coders(pipeline).items()}
 
 
 # --- partition-wise stages on hand-made layers ------------------------------------------

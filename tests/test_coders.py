@@ -1,4 +1,5 @@
-"""Every grouping key in every stage's job has a deterministic, non-pickling coder.
+"""Every grouping key in every stage's job has a deterministic, non-pickling coder, and no
+grouping moves one record per document (they move spill file names or a few small records).
 
 The graphs are those the driver assembles for each stage: over a copy of the
 reference build every layer is complete, and ``assemble_reused=True`` hands
@@ -11,7 +12,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipeline.build import CorpusBuild
 from beam_pipeline.config import load_config
-from conftest import IN_PROCESS, SAMPLE_CONFIG, grouping_key_coders
+from conftest import IN_PROCESS, SAMPLE_CONFIG, grouping_key_coders, unexplained_groupings
 
 ALLOWED_KEY_CODERS = (coders.StrUtf8Coder, coders.VarIntCoder, coders.BytesCoder)
 
@@ -35,3 +36,5 @@ def test_grouping_keys_use_deterministic_coders(built, tmp_path):
            if not (isinstance(coder, ALLOWED_KEY_CODERS) and coder.is_deterministic())}
     assert bad == {}
     assert len(ours) >= 6
+    # stage: transform name -> the transform name (the kinds in conftest.GROUPINGS match on it)
+    assert unexplained_groupings(name.split(": ", 1)[1] for name in ours) == []

@@ -1,7 +1,6 @@
 """Boilerplate lines and repeated spans: keys, stripping, and the Beam composites on real text."""
 import os
 
-import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -12,7 +11,9 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from beam_pipeline.dedup.repetition import (countable_line_keys, line_key, line_keys, merge_ranges, strip_text,
                                       stripped_document, word_windows)
-from beam_pipeline.transforms.line_dedup import BoilerplateLines, RepeatedSpans, partition_line_counts
+from beam_pipeline.hashing import bucket_of
+from beam_pipeline.transforms.line_dedup import SPAN, BoilerplateLines, RepeatedSpans, partition_line_counts
+from beam_pipeline.transforms.lsh_files import read_keyed_groups
 
 OPTIONS = PipelineOptions(["--runner=DirectRunner", "--direct_running_mode=in_memory"])
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -115,7 +116,8 @@ def test_word_windows_hash_equal_spans_equally_and_locate_them():
     assert np.all(hashes < 2**63)
 
 
-def test_repeated_spans_are_kept_in_the_first_document_and_cut_elsewhere():
+@pytest.mark.parametrize("count", [1, 3])
+def test_repeated_spans_are_kept_in_the_first_document_and_cut_elsewhere(tmp_path, count):
     texts = paragraphs(60)
     shared = " ".join(GPL_NOTICE.split()[:80])  # an 80-word span from a real license notice
     documents = [
@@ -123,15 +125,24 @@ def test_repeated_spans_are_kept_in_the_first_document_and_cut_elsewhere():
         doc("web1", f"{texts[1]}\n{shared}\n{texts[2]}", rank=5),
         doc("web2", f"{shared} {texts[3]}", rank=5),
         doc("alone", texts[4], rank=5),
+        doc("other", f"{shared} {texts[5]}", rank=0, source="books"),  # not a listed source: no effect
     ]
+    spill = tmp_path / "spill"
+    spill.mkdir()
     with TestPipeline(options=OPTIONS) as p:
-        cuts = (p | beam.Create(documents) | RepeatedSpans(min_words=50, seed=0)
-                | beam.GroupByKey() | beam.MapTuple(lambda d, spans: (d, merge_ranges(spans))))
-        expected = []
-        for d in documents[1:3]:
-            start = d["text"].index(shared)
-            expected.append((d["doc_id"], [(start, start + len(shared))]))
-        assert_that(cuts, equal_to(expected))
+        _ = p | RepeatedSpans(partitions_of(tmp_path, documents, count), ["web"], min_words=50, seed=0,
+                              spill_directory=str(spill))
+    cuts = {}
+    for path in spill.glob(f"{SPAN}-*.parquet"):  # span-<bucket>-<partition>-<digest>.parquet
+        partition = int(path.name.split("-")[2])
+        for doc_id, parts in read_keyed_groups([str(path)]):
+            assert bucket_of(doc_id, count) == partition  # spilled to the partition that holds the document
+            cuts.setdefault(doc_id, []).extend(parts[SPAN])
+    expected = {}
+    for d in documents[1:3]:
+        start = d["text"].index(shared)
+        expected[d["doc_id"]] = [(start, start + len(shared))]
+    assert {doc_id: merge_ranges(spans) for doc_id, spans in cuts.items()} == expected
     web1 = documents[1]
     start = web1["text"].index(shared)
     assert strip_text(web1["text"], [], [(start, start + len(shared))]) == f"{texts[1]}\n\n{texts[2]}"

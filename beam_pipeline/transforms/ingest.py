@@ -21,6 +21,10 @@ The text is shuffled through files, not through the runner::
     files ─ read + normalize ─ spill by partition xxh3(doc_id) % n ─(paths)─ GroupByKey(partition)
           ─ per partition: read its spill files, keep first occurrences ─> documents, repeats partition
 
+Web archives (``format: warc``) add the older captures of each URL, chosen
+through files too (:class:`~beam_pipeline.web.transforms.NewestCapturePerUrl`),
+which the task of their partition leaves out before it collapses repeats.
+
 A worker holds at most ``SPILL_BYTES`` of text while reading and one
 partition while collapsing, whatever the corpus size (docs/decisions.md,
 "Joins without a shuffle").
@@ -28,7 +32,9 @@ partition while collapsing, whatever the corpus size (docs/decisions.md,
 Accounting per source: ``in`` = raw records (good or bad), ``passed`` =
 documents, ``filtered:empty_text`` = records whose text is empty after
 normalization, ``filtered:repeated_record`` = verbatim repeats within the
-source, ``dead_letter`` = records the reader could not decode.
+source, ``filtered:older_capture`` = web captures of a URL but its newest,
+``dead_letter`` = records the reader could not decode (and the web filters
+of :mod:`beam_pipeline.web.transforms`).
 """
 from __future__ import annotations
 
@@ -49,11 +55,12 @@ from beam_pipeline.schemas import dead_letter_row
 from beam_pipeline.snapshot import verify_file
 from beam_pipeline.transforms.layer_io import SPILL, SpillByPartition, WrittenPartitions, read_spilled, \
     write_layer_partition
-from beam_pipeline.web.transforms import ReadWebArchives
+from beam_pipeline.web.transforms import OLDER_CAPTURES, ReadWebArchives, read_older_captures
 
 STAGE = "ingest"
 VERSION = f"1+{NORMALIZATION_VERSION}"
 DOCUMENTS, REPEATS, DEAD_LETTER = "documents", "repeats", "dead_letter"
+_RECORDS = "records"
 
 
 def stage_config(config: CorpusConfig) -> dict:
@@ -95,30 +102,42 @@ class IngestSnapshot(beam.PTransform):
                 ReadRecordsFn(self._sources, self._max_record_bytes)).with_outputs(DEAD_LETTER, main=DOCUMENTS)
         )
         read, dead_letter = records[DOCUMENTS], records[DEAD_LETTER]
+        older = None
         if self._web_files:
             web = pbegin | "ReadWebArchives" >> ReadWebArchives(
-                self._web_files, self._sources, max_record_bytes=self._max_record_bytes, stage=STAGE)
+                self._web_files, self._sources, max_record_bytes=self._max_record_bytes,
+                spill_directory=join(self._layer_path, SPILL), partitions=self._partitions, stage=STAGE)
             read = (read, web[DOCUMENTS]) | "WithWebDocuments" >> beam.Flatten()
             dead_letter = (dead_letter, web[DEAD_LETTER]) | "WithWebDeadLetters" >> beam.Flatten()
-        written = read | "CollapseRepeatedRecords" >> CollapseRepeatedRecords(self._layer_path, self._partitions)
+            older = web[OLDER_CAPTURES]
+        written = read | "CollapseRepeatedRecords" >> CollapseRepeatedRecords(self._layer_path, self._partitions,
+                                                                              older_captures=older)
         return {DOCUMENTS: written[DOCUMENTS], REPEATS: written[REPEATS], DEAD_LETTER: dead_letter}
 
 
 class CollapseRepeatedRecords(beam.PTransform):
     """Records -> {"documents", "repeats"}: partitions written under ``layer_path``, one document per
-    doc_id (its first occurrence), every other occurrence a ``repeats`` row."""
+    doc_id (its first occurrence), every other occurrence a ``repeats`` row.
 
-    def __init__(self, layer_path: str, partitions: int):
+    ``older_captures``: (partition, spill file) of web captures that are not the
+    newest of their URL (:class:`~beam_pipeline.web.transforms.NewestCapturePerUrl`);
+    the task of the partition leaves those records out before it collapses.
+    """
+
+    def __init__(self, layer_path: str, partitions: int, older_captures=None):
         super().__init__()
         self._layer_path = layer_path
         self._partitions = partitions
+        self._older_captures = older_captures
 
     def expand(self, records):
         n, path = self._partitions, self._layer_path
+        spills = {_RECORDS: records | "SpillByPartition" >> SpillByPartition(join(path, SPILL), n, schemas.DOCUMENT)}
+        if self._older_captures is not None:
+            spills[OLDER_CAPTURES] = self._older_captures
         written = (
-            records
-            | "SpillByPartition" >> SpillByPartition(join(path, SPILL), n, schemas.DOCUMENT)
-            | "GroupSpillsByPartition" >> beam.GroupByKey()
+            spills
+            | "GroupSpillsByPartition" >> beam.CoGroupByKey()
             | "KeepFirstOccurrencesAndWrite" >> beam.ParDo(_KeepFirstOccurrencesFn(path, n)).with_outputs(
                 REPEATS, main=DOCUMENTS)
         )
@@ -126,7 +145,8 @@ class CollapseRepeatedRecords(beam.PTransform):
 
 
 class _KeepFirstOccurrencesFn(beam.DoFn):
-    """(partition, spill paths) -> sidecars of its documents and repeats partitions."""
+    """(partition, {records: spill paths, older_captures: spill paths}) -> sidecars of its documents
+    and repeats partitions."""
 
     def __init__(self, layer_path: str, partitions: int):
         self._layer_path = layer_path
@@ -135,10 +155,14 @@ class _KeepFirstOccurrencesFn(beam.DoFn):
     def setup(self):
         self._counters = StageCounters(STAGE)
 
-    def process(self, keyed: tuple[int, list[str]]) -> Iterator:
-        index, paths = keyed
+    def process(self, keyed: tuple[int, dict]) -> Iterator:
+        index, spills = keyed
+        older = read_older_captures(spills.get(OLDER_CAPTURES, ()))
         documents, repeats = [], []
-        for row in read_spilled(paths):  # by doc_id, then (file, position): a document's first occurrence first
+        for row in read_spilled(spills[_RECORDS]):  # by doc_id, then (file, position): first occurrence first
+            if (row["doc_id"], row["file"], row["position"]) in older:
+                self._counters.filtered("older_capture", row["source"])
+                continue
             if documents and documents[-1]["doc_id"] == row["doc_id"]:
                 self._counters.filtered("repeated_record", row["source"])
                 repeats.append({"doc_id": row["doc_id"], "source": row["source"], "file": row["file"],

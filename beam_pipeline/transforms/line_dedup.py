@@ -16,10 +16,14 @@ and the stripping that ``select`` applies, are in :mod:`beam_pipeline.dedup.repe
   grew with the corpus). The set travels to the signature step as a side
   input: its memory is 8 bytes per boilerplate line on each worker (10 M
   lines = 80 MB).
-* :class:`RepeatedSpans`: PCollection[document] (of the high-risk sources
-  only) -> PCollection[(doc_id, (start, end))] of character ranges to cut.
-  Every window of ``min_words`` words is one shuffle record, so the cost is
-  about one record per word of those sources (~10-20x their text): use it
+* :class:`RepeatedSpans`: the documents' partitions (of the high-risk
+  sources only) -> (partition, spill file) of the character ranges to cut,
+  as ``span`` keyed records by doc_id. One task per partition spills every
+  window of ``min_words`` words of its documents (hash, document order,
+  offsets) to the bucket ``hash % n``; one task per bucket finds the windows
+  of several documents and spills the ranges to cut to the partition of
+  their doc_id. The runner moves file names. The cost is about one spilled
+  record per word of those sources (~10-20x their text, on disk): use it
   for small, high-risk sources (forums, templated pages, code), not for a
   whole web crawl.
 """
@@ -34,10 +38,15 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.dedup.repetition import countable_line_keys, word_windows
-from beam_pipeline.hashing import sha256_bytes
+from beam_pipeline.hashing import bucket_of, sha256_bytes
 from beam_pipeline.layers import arrow_table_bytes, join, read_partition_rows, write_bytes_atomic
-from beam_pipeline.transforms.keys import IntKeyed, StrKeyed
-from beam_pipeline.transforms.layer_io import PartitionIndexes
+from beam_pipeline.transforms.keys import IntKeyed
+from beam_pipeline.transforms.layer_io import GroupSpillFiles, PartitionIndexes
+from beam_pipeline.transforms.lsh_files import keyed_record, read_spill_table, write_keyed_spills, \
+    write_table_spills
+
+#: The kind of the keyed records of the spans to cut (read by near dedup's assembly).
+SPAN = "span"
 
 
 class BoilerplateLines(beam.PTransform):
@@ -139,44 +148,113 @@ class SortedKeysFn(beam.CombineFn):
 
 
 class RepeatedSpans(beam.PTransform):
-    """PCollection[document dict] -> PCollection[(doc_id, (start, end))]: spans to cut.
+    """pbegin -> PCollection[(partition, spill file of ``span`` keyed records)]: the spans to cut.
 
-    A window found in several documents is kept in the first of them by
-    (source rank, missing date last, date, doc_id) and cut from the others;
-    repeats inside one document are not counted (only across documents).
+    A window found in several documents of ``sources`` is kept in the first of
+    them by (source rank, missing date last, date, doc_id) and cut from the
+    others; repeats inside one document are not counted (only across
+    documents). The records (:data:`~beam_pipeline.transforms.lsh_files.KEYED_RECORD`,
+    key doc_id, value (start, end)) go to the partition of their doc_id.
     """
 
-    def __init__(self, min_words: int, seed: int):
+    def __init__(self, document_paths: tuple[str, ...], sources: Iterable[str], min_words: int, seed: int,
+                 spill_directory: str):
         super().__init__()
+        self._documents = tuple(document_paths)
+        self._sources = tuple(sorted(sources))
         self._min_words = min_words
         self._seed = seed
+        self._spill_directory = spill_directory
 
-    def expand(self, documents):
+    def expand(self, pbegin):
+        count = len(self._documents)
         return (
-            documents
-            | "Windows" >> beam.FlatMap(_windows, self._min_words, self._seed).with_output_types(IntKeyed)
-            | "GroupByWindow" >> beam.GroupByKey()
-            | "NonFirstOccurrences" >> beam.FlatMap(_non_first_occurrences).with_output_types(StrKeyed)
+            pbegin
+            | "Partitions" >> PartitionIndexes(count)
+            | "SpillWindows" >> beam.ParDo(_SpillWindowsFn(
+                self._documents, self._sources, self._min_words, self._seed, self._spill_directory))
+            .with_output_types(IntKeyed)
+            | "GroupSpillsByWindowBucket" >> GroupSpillFiles()
+            | "SpillNonFirstOccurrences" >> beam.ParDo(_NonFirstOccurrencesFn(self._spill_directory, count))
+            .with_output_types(IntKeyed)
         )
 
 
-def _windows(document: dict, size: int, seed: int) -> Iterator[tuple[int, tuple]]:
+#: One window of ``min_words`` words of one document, on its way to the bucket of its hash:
+#: the document's order (rank, no date, date, doc_id) and the window's character range.
+WINDOW_RECORD = pa.schema([
+    ("hash", pa.int64()),
+    ("source_rank", pa.int32()),
+    ("no_date", pa.bool_()),
+    ("date", pa.string()),
+    ("doc_id", pa.string()),
+    ("start", pa.int64()),
+    ("end", pa.int64()),
+])
+_WINDOW_ORDER = ["hash", "source_rank", "no_date", "date", "doc_id", "start"]
+
+
+def document_windows(document: dict, size: int, seed: int) -> dict[str, np.ndarray]:
+    """The first occurrence in ``document`` of each distinct window of ``size`` words, as columns."""
     hashes, starts, ends = word_windows(document["text"], size, seed)
-    if not hashes.size:
-        return
     _, first = np.unique(hashes, return_index=True)  # one occurrence per document
     first.sort()
-    order = (document["source_rank"], document["date"] is None, document["date"] or "", document["doc_id"])
-    for h, s, e in zip(hashes[first].tolist(), starts[first].tolist(), ends[first].tolist()):
-        yield h, (order, s, e)
+    return {"hash": hashes[first].astype(np.int64), "start": starts[first], "end": ends[first]}
 
 
-def _non_first_occurrences(keyed: tuple[int, Iterable[tuple]]) -> Iterator[tuple[str, tuple[int, int]]]:
-    _, occurrences = keyed
-    occurrences = list(occurrences)
-    if len(occurrences) < 2:
-        return
-    first = min(o[0] for o in occurrences)
-    for order, start, end in occurrences:
-        if order != first:
-            yield order[3], (start, end)
+class _SpillWindowsFn(beam.DoFn):
+    """partition index -> (bucket, spill file) of the windows of its documents of ``sources``."""
+
+    def __init__(self, document_paths: tuple[str, ...], sources: tuple[str, ...], min_words: int, seed: int,
+                 spill_directory: str):
+        self._documents = document_paths
+        self._sources = frozenset(sources)
+        self._min_words = min_words
+        self._seed = seed
+        self._spill_directory = spill_directory
+
+    def process(self, index: int) -> Iterator[tuple[int, str]]:
+        columns = ["doc_id", "source", "source_rank", "date", "text"]
+        tables = []
+        for document in read_partition_rows(self._documents[index], columns):
+            if document["source"] not in self._sources:
+                continue
+            windows = document_windows(document, self._min_words, self._seed)
+            n = windows["hash"].size
+            if n:
+                tables.append(pa.table({
+                    "hash": windows["hash"], "source_rank": pa.array([document["source_rank"]] * n, pa.int32()),
+                    "no_date": pa.array([document["date"] is None] * n, pa.bool_()),
+                    "date": pa.array([document["date"] or ""] * n, pa.string()),
+                    "doc_id": pa.array([document["doc_id"]] * n, pa.string()),
+                    "start": windows["start"], "end": windows["end"]}, schema=WINDOW_RECORD))
+        if not tables:
+            return
+        table = pa.concat_tables(tables)
+        yield from write_table_spills(table, table.column("hash").to_numpy() % len(self._documents), _WINDOW_ORDER,
+                                      self._spill_directory, f"windows-{index:05d}")
+
+
+class _NonFirstOccurrencesFn(beam.DoFn):
+    """(bucket, window spill files) -> (partition, spill file) of the ranges to cut: every occurrence
+    of a window but the first (in document order) of the windows found in several documents."""
+
+    def __init__(self, spill_directory: str, partitions: int):
+        self._spill_directory = spill_directory
+        self._partitions = partitions
+
+    def process(self, keyed: tuple[int, Iterable[str]]) -> Iterator[tuple[int, str]]:
+        bucket, paths = keyed
+        table = read_spill_table(paths, WINDOW_RECORD, _WINDOW_ORDER)
+        if table is None:
+            return
+        hashes = table.column("hash").to_numpy()
+        # Rows are sorted by (hash, document order): the first row of a run of equal hashes is the
+        # first occurrence; every other row of a run of two or more is a range to cut.
+        first_of_run = np.concatenate(([True], hashes[1:] != hashes[:-1]))
+        cut = table.filter(pa.array(~first_of_run))
+        by_partition: dict[int, list[dict]] = {}
+        for doc_id, start, end in zip(*(cut.column(c).to_pylist() for c in ("doc_id", "start", "end"))):
+            by_partition.setdefault(bucket_of(doc_id, self._partitions), []).append(
+                keyed_record(doc_id, SPAN, (start, end)))
+        yield from write_keyed_spills(by_partition, self._spill_directory, f"{SPAN}-{bucket:05d}")

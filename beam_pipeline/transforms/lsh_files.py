@@ -116,13 +116,19 @@ def spill_lsh_records(rows: list[dict], keys_column: str, previous: bool, count:
         "source_rank": repeated("source_rank", previous), "date": repeated("date", previous),
         "simhash": repeated("simhash", keys_column == "simhash_keys"),
     }, schema=LSH_RECORD)
-    buckets = keys % count
-    for bucket in np.unique(buckets).tolist():
-        part = table.take(np.flatnonzero(buckets == bucket)).sort_by([("key", "ascending"), ("doc_id", "ascending")])
+    yield from write_table_spills(table, keys % count, ["key", "doc_id"], directory, prefix)
+
+
+def write_table_spills(table: pa.Table, targets: np.ndarray, order: list[str], directory: str,
+                       prefix: str) -> Iterator[tuple[int, str]]:
+    """(target, path) of one lz4 spill file per distinct value of ``targets`` (an int per row of
+    ``table``): that target's rows sorted by the ``order`` columns, named ``<prefix>-<target>-<digest>``."""
+    for target in np.unique(targets).tolist():
+        part = table.take(np.flatnonzero(targets == target)).sort_by([(column, "ascending") for column in order])
         data = arrow_table_bytes(part, compression="lz4")
-        path = join(directory, f"{prefix}-{bucket:05d}-{sha256_bytes(data)[:24]}.parquet")
+        path = join(directory, f"{prefix}-{target:05d}-{sha256_bytes(data)[:24]}.parquet")
         write_bytes_atomic(path, data)
-        yield bucket, path
+        yield target, path
 
 
 def read_spill_table(paths: Iterable[str], schema: pa.Schema, order: list[str]) -> pa.Table | None:

@@ -38,7 +38,8 @@ The data flow (``docs/near_dedup.md`` has the reasoning and the numbers)::
                      annotation rows -> spill files by partition -> one task writes each partition
 
 Everything per document of the corpus (text, signatures, band keys, candidate
-pairs, line counts, edges, labels, members, annotation rows) goes through
+pairs, line counts, windows of repeated spans, edges, labels, members, annotation
+rows) goes through
 files (:mod:`~beam_pipeline.transforms.lsh_files`,
 :mod:`~beam_pipeline.transforms.connected_components`); the runner groups
 file names, and carries the verified edges and the pairs to check against a
@@ -70,9 +71,9 @@ from beam_pipeline.layers import join, part_name, read_bytes, read_partition_row
 from beam_pipeline.schemas import LARGE_CLUSTER, NEAR_DEDUP, NEAR_SIGNATURE, dead_letter_row
 from beam_pipeline.transforms.connected_components import ConnectedComponents
 from beam_pipeline.transforms.keys import IntKeyed
-from beam_pipeline.transforms.layer_io import SPILL, PartitionIndexes, ReadLayerOutput, SpillByPartition, \
-    WriteSpilledPartitions, WrittenPartitions, write_layer_partition, write_partition_spills
-from beam_pipeline.transforms.line_dedup import BoilerplateLines, RepeatedSpans
+from beam_pipeline.transforms.layer_io import SPILL, GroupSpillFiles, PartitionIndexes, \
+    SpillByPartition, WriteSpilledPartitions, WrittenPartitions, write_layer_partition, write_partition_spills
+from beam_pipeline.transforms.line_dedup import SPAN, BoilerplateLines, RepeatedSpans
 from beam_pipeline.transforms.lsh_files import AttachFirstFn, LshBucketFilesFn, SignatureFiles, SpillKeyedFn, \
     SpillPairsFn, decode_carry, keyed_record, read_keyed_groups, read_pair_spills, spill_lsh_records, \
     write_keyed_spills
@@ -282,13 +283,8 @@ class AnnotateNearDuplicates(beam.PTransform):
                 | "AllPreviousMembers" >> beam.Flatten()
                 | "SpillPreviousMembers" >> beam.ParDo(SpillKeyedFn(spills.directory, spills.buckets, "previous")))
         if params.span_sources:
-            sources = set(params.span_sources)
-            document_spills.append(
-                pbegin
-                | "ReadDocumentsForSpans" >> ReadLayerOutput(list(self._documents), INPUT_COLUMNS)
-                | "HighRiskSources" >> beam.Filter(lambda d: d["source"] in sources)
-                | "RepeatedSpans" >> RepeatedSpans(params.span_min_words, params.seed)
-                | "SpillSpans" >> beam.ParDo(SpillKeyedFn(spills.directory, spills.buckets, "span")))
+            document_spills.append(pbegin | "RepeatedSpans" >> RepeatedSpans(
+                self._documents, params.span_sources, params.span_min_words, params.seed, spills.directory))
         clusters = (document_spills | "AllDocumentSpills" >> beam.Flatten()
                     | "Clusters" >> AssignClusters(params, files, spills, join(self._layer_path, ANNOTATIONS)))
         return {ANNOTATIONS: WrittenPartitions(clusters[ANNOTATIONS]), SIGNATURES: WrittenPartitions(signed[SIGNATURES]),
@@ -312,8 +308,7 @@ class MinHashEdges(beam.PTransform):
     def expand(self, spills):
         buckets = (
             spills
-            | "KeyedByBucket" >> beam.Map(lambda kv: kv).with_output_types(IntKeyed)
-            | "GroupSpillsByBucket" >> beam.GroupByKey()
+            | "GroupSpillsByBucket" >> GroupSpillFiles()
             | "StarCandidates" >> beam.ParDo(LshBucketFilesFn(MinHashBucketFn(), _band_entry)).with_outputs(
                 _PREVIOUS, main="pairs")
         )
@@ -339,8 +334,7 @@ class SimHashEdges(beam.PTransform):
     def expand(self, spills):
         close = (
             spills
-            | "KeyedByBucket" >> beam.Map(lambda kv: kv).with_output_types(IntKeyed)
-            | "GroupSpillsByBucket" >> beam.GroupByKey()
+            | "GroupSpillsByBucket" >> GroupSpillFiles()
             | "ClosePairs" >> beam.ParDo(LshBucketFilesFn(SimHashBucketFn(self._params.max_hamming), _block_entry))
             .with_outputs(_PREVIOUS, main="pairs")
         )
@@ -375,14 +369,12 @@ class AssignClusters(beam.PTransform):
         spills, directory = self._spills, self._spills.directory
         assembled = (
             document_spills
-            | "KeyedByPartition" >> beam.Map(lambda kv: kv).with_output_types(IntKeyed)
-            | "GroupSpillsByPartition" >> beam.GroupByKey()
+            | "GroupSpillsByPartition" >> GroupSpillFiles()
             | "Assemble" >> beam.ParDo(AssemblePartitionFn(spills)).with_outputs(_ROWS, main=_CLUSTERED)
         )
         clusters = (
             assembled[_CLUSTERED]  # (bucket of the cluster label, spill file of (label, entry) records)
-            | "KeyedByClusterBucket" >> beam.Map(lambda kv: kv).with_output_types(IntKeyed)
-            | "GroupSpillsByClusterBucket" >> beam.GroupByKey()
+            | "GroupSpillsByClusterBucket" >> GroupSpillFiles()
             | "Representatives" >> beam.ParDo(ClusterBucketFn(self._params, spills)).with_outputs(
                 LARGE_CLUSTERS, _CHECK, main=_ROWS)
         )
@@ -593,7 +585,7 @@ class AssembleFn(beam.DoFn):
         else:  # spans of a document that was dead-lettered
             return
         new = bool(members)
-        spans = tuple(merge_ranges(parts.get("span", ())))
+        spans = tuple(merge_ranges(parts.get(SPAN, ())))
         if spans:
             self._counters.inc("span_documents")
         labels = list(parts.get("label", ()))
