@@ -58,6 +58,7 @@ CORES = os.cpu_count() or 1
 SIZES_MB = (250, 500, 1000)
 MB = 1e6
 SAMPLE_SECONDS = 0.5
+REPORT_PHASE = "_report"  # the sampler's phase after the build, while the run report is written
 
 sys.path.insert(0, str(BENCH))
 from run_all import descendants, machine_busy_seconds  # noqa: E402 - bench/run_all.py, the spine benchmark
@@ -206,6 +207,8 @@ def run_one(size_mb: int, config: Path, text_bytes: int, records: int, workers: 
         match = running.match(line)
         if match:
             sampler.stage = match.group(1)
+        elif line.startswith("dataset_id "):  # the build is done; the run report is written next
+            sampler.stage = REPORT_PHASE
         if line.startswith(("report ", "dataset_id ")) or "done in" in line or "running" in line:
             log(f"{size_mb} MB | {line.rstrip()}")
         tail = (tail + [line])[-60:]
@@ -240,7 +243,8 @@ def run_one(size_mb: int, config: Path, text_bytes: int, records: int, workers: 
         })
     dataset_id = metrics["dataset_id"]
     ingest_ledger = json.loads(next(iter(root.glob("layers/ingest/*/_LEDGER.json"))).read_text())
-    partitions = len(ingest_ledger["outputs"]["documents"]["parts"])
+    parts = ingest_ledger["outputs"]["documents"]["parts"]
+    partitions = len(parts)
     report = {
         "size_mb": size_mb, "text_bytes": text_bytes, "records": records, "wall_seconds": wall,
         "build_seconds": timing["total"], "seconds_per_mb": timing["total"] / (text_bytes / MB),
@@ -249,7 +253,10 @@ def run_one(size_mb: int, config: Path, text_bytes: int, records: int, workers: 
         "worker_peak_mb": max((p["hwm_kb"] for p in workers), default=0) / 1024,
         "worker_processes": len(workers),
         "driver_peak_mb": max((p["hwm_kb"] for p in driver), default=0) / 1024,
+        "report_driver_rss_mb": sampler.per_stage.get(REPORT_PHASE, {}).get("driver_rss_kb", 0) / 1024,
         "partitions": partitions, "text_mb_per_partition": text_bytes / MB / partitions,
+        # what a partition-wise task holds is set by the largest partition, not the mean
+        "largest_partition_parquet_mb": max(part["bytes"] for part in parts) / MB,
         "dataset_id": dataset_id, "stages": stages,
         "slowest_stage": max(stages, key=lambda s: s["seconds"])["stage"],
     }
@@ -276,6 +283,12 @@ def discarded_seconds(run: dict) -> float:
     return sum(stage["seconds"] - last_attempt(stage) for stage in run["stages"])
 
 
+def largest_partition(run: dict) -> str:
+    """The largest documents partition of a run, as the table shows it ("-" for older results)."""
+    mb = run.get("largest_partition_parquet_mb")
+    return "-" if mb is None else f"{mb:.1f}"
+
+
 def markdown(result: dict) -> str:
     runs = result["runs"]
     lines = [
@@ -288,17 +301,17 @@ def markdown(result: dict) -> str:
         "",
         "## Per size",
         "",
-        "| text MB | records | partitions | text MB per partition | build s | s per MB (without reruns) "
-        "| MB/s per core "
+        "| text MB | records | partitions | text MB per partition | largest partition (Parquet MB) | build s "
+        "| s per MB (without reruns) | MB/s per core "
         "| worker peak MB | driver peak MB | slowest stage | others' load |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     for r in runs:
         discarded = discarded_seconds(r)
         build = f"{r['build_seconds']:.0f}" + (f" ({discarded:.0f} of them reruns)" if discarded else "")
         seconds_per_mb = (r["build_seconds"] - discarded) / (r["text_bytes"] / MB)
         lines.append(f"| {r['text_bytes'] / MB:.0f} | {r['records']:,} | {r['partitions']} | "
-                     f"{r['text_mb_per_partition']:.0f} | {build} | "
+                     f"{r['text_mb_per_partition']:.0f} | {largest_partition(r)} | {build} | "
                      f"{seconds_per_mb:.2f} | {r['mb_per_s_per_core']:.3f} | {r['worker_peak_mb']:.0f} | "
                      f"{r['driver_peak_mb']:.0f} | {r['slowest_stage']} | {r['others_share']:.0%} |")
     reruns = [f"{s['stage']} at {r['text_bytes'] / MB:.0f} MB ({s['attempts']} attempts)"
@@ -325,6 +338,12 @@ def markdown(result: dict) -> str:
                                lambda r, st: f"{last_attempt(st) / (r['text_bytes'] / MB):.3f}")
     lines += per_stage_by_size("Worker peak MB per stage at each size", runs,
                                lambda r, st: f"{st['worker_peak_mb']:.0f}")
+    lines += per_stage_by_size("Driver RSS MB per stage at each size (the driver is one process for the "
+                               "whole build: a stage's figure includes what earlier stages left allocated)", runs,
+                               lambda r, st: f"{st['driver_rss_mb']:.0f}")
+    if all("report_driver_rss_mb" in r for r in runs):
+        lines.append("| (run report, after the build) | "
+                     + " | ".join(f"{r['report_driver_rss_mb']:.0f}" for r in runs) + " |")
     return "\n".join(lines) + "\n"
 
 
