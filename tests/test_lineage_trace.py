@@ -7,6 +7,7 @@ import statistics
 import time
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from tokenizers import Tokenizer
@@ -14,8 +15,8 @@ from tokenizers import Tokenizer
 from beam_pipeline import cli
 from beam_pipeline.hashing import bucket_of
 from beam_pipeline.layers import Layer
-from beam_pipeline.dataset.lineage import annotation_outputs, build_lineage_table, read_lineage, trace_token, \
-    write_lineage_table
+from beam_pipeline.dataset import lineage as lineage_module
+from beam_pipeline.dataset.lineage import annotation_outputs, read_lineage, trace_token, write_lineage_table
 from beam_pipeline.normalize import normalize_text
 
 
@@ -60,16 +61,44 @@ def test_every_stage_decision_and_the_placement(built, lineage):
     assert {r["doc_id"]: (r["shard"], r["token_start"], r["token_count"]) for r in kept} == placed
 
 
+def whole_lineage_table(root: str, manifest: dict) -> pa.Table:
+    """The lineage of a dataset as one table, every layer read whole: the reference the
+    partition-by-partition build must equal byte for byte."""
+    def read(paths, columns=None):
+        return pa.concat_tables([pq.read_table(p, columns=columns) for p in paths])
+
+    stages = {s["name"]: s["layer_key"] for s in manifest["stages"]}
+    ingest = Layer(root, "ingest", stages["ingest"])
+    documents = lineage_module.conform(read(ingest.part_paths("documents"), lineage_module._DOCUMENT_COLUMNS), lineage_module.BASE,
+                                fill={"is_repeat": False, "snapshot_id": manifest["snapshot_id"]})
+    for stage, _output, paths in annotation_outputs(root, manifest):
+        annotations = read(paths)
+        columns = [c for c in annotations.column_names if c not in lineage_module.SKIP_COLUMNS]
+        documents = lineage_module.attach(documents, annotations, columns, prefix=f"{stage}{lineage_module.SEP}")
+    placement = lineage_module.shard_placement(os.path.join(root, "datasets", manifest["dataset_id"]), manifest)
+    documents = lineage_module.attach(documents, placement, [f.name for f in lineage_module.PLACEMENT])
+    repeats = read(ingest.part_paths("repeats"), lineage_module._REPEAT_COLUMNS)
+    repeats = lineage_module.conform(repeats.append_column("repeat_of", repeats.column("doc_id")), documents.schema,
+                              fill={"is_repeat": True, "snapshot_id": manifest["snapshot_id"]})
+    return pa.concat_tables([documents, repeats])
+
+
 def test_partitions_by_doc_id_and_bytes_are_reproducible(built, tmp_path):
     directory = os.path.join(built["dataset"], "lineage")
     marker = json.load(open(os.path.join(directory, "_LINEAGE.json")))
     n = len(marker["parts"])
+    ingest = Layer(built["root"], "ingest", built["stages"]["ingest"]["layer_key"])
+    assert n == len(ingest.part_paths("documents"))  # part i of lineage = partition i of the layers
     for index, part in enumerate(marker["parts"]):
         ids = pq.read_table(os.path.join(directory, part["name"]), columns=["doc_id"]).column("doc_id").to_pylist()
         assert ids == sorted(ids) and all(bucket_of(d, n) == index for d in ids)
-    table = build_lineage_table(built["root"], built["manifest"])
+    assert not os.path.exists(os.path.join(directory, "_placement")) or not os.listdir(
+        os.path.join(directory, "_placement"))
+    # built partition by partition (write_lineage) == the whole table split afterwards
+    table = whole_lineage_table(built["root"], built["manifest"])
     again = write_lineage_table(str(tmp_path), table, built["manifest"]["dataset_id"], n, inputs=marker["inputs"])
     assert [p["sha256"] for p in again["parts"]] == [p["sha256"] for p in marker["parts"]]
+    assert again["columns"] == marker["columns"] and again["rows"] == marker["rows"]
 
 
 def sample_offsets(manifest, count, seed=0):

@@ -21,9 +21,12 @@ Rows go to partition ``xxh3_64(doc_id) % n`` (like layers) and are sorted by
 (doc_id, is_repeat, file, position), so a doc_id is looked up by reading one
 partition, and equal inputs give equal bytes.
 
-The join runs in the driver with pyarrow (the sample has ~800 rows; a corpus
-of 10^8 documents needs ~100 GB in the driver and should become a Beam job
-that groups the same outputs by doc_id; see "Lineage" in ``docs/format.md``). :func:`trace_token` answers "where did token T of shard
+The join runs in the driver with pyarrow, one partition at a time: partition
+``i`` of every layer holds the same doc_ids, so part ``i`` of lineage reads
+partition ``i`` of each layer and the placement rows of its documents (split
+by partition beforehand, one shard index at a time). The driver holds one
+partition's rows, whatever the corpus size; the time is one read of every
+layer, on one core. :func:`trace_token` answers "where did token T of shard
 S come from": shard index (binary search) -> lineage row -> the raw record,
 re-read from the source file at its recorded position.
 """
@@ -46,7 +49,8 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline import schemas
 from beam_pipeline.hashing import bucket_of, doc_id as make_doc_id, sha256_bytes
-from beam_pipeline.layers import Layer, join, part_name, read_bytes, write_bytes_atomic, write_json_atomic
+from beam_pipeline.layers import Layer, join, part_name, read_bytes, remove_matching, write_bytes_atomic, \
+    write_json_atomic
 from beam_pipeline.manifest import MANIFEST, load_manifest
 
 LINEAGE_DIR = "lineage"
@@ -127,17 +131,34 @@ def write_lineage(root: str, manifest: dict, *, log: Callable[[str], None] = pri
     """Build and write the lineage of a published dataset; skip if complete from the same layers.
 
     Called by the build after publishing; idempotent (equal inputs, equal bytes).
-    Returns the lineage folder.
+    Returns the lineage folder. Built one partition at a time: every layer of a
+    build puts a doc_id in partition ``xxh3(doc_id) % n`` of the same ``n``, so
+    lineage part ``i`` is partition ``i`` of each layer joined with the
+    placement of its documents, and the driver holds one partition's rows,
+    whatever the corpus size.
     """
     directory = join(root, "datasets", manifest["dataset_id"], LINEAGE_DIR)
     stages = {s["name"]: s["layer_key"] for s in manifest["stages"]}
     marker = join(directory, LINEAGE_MARKER)
     if not force and FileSystems.exists(marker) and json.loads(read_bytes(marker)).get("inputs") == stages:
         return directory  # complete, from the same layers (another stage set may give the same shards)
-    table = build_lineage_table(root, manifest, log=log)
-    partitions = len(Layer(root, "ingest", stages["ingest"]).part_paths("documents"))
-    write_lineage_table(directory, table, manifest["dataset_id"], partitions, inputs=stages)
-    log(f"[lineage] {table.num_rows} rows, {table.num_columns} columns -> {directory}")
+    if "ingest" not in stages:
+        raise LineageError("the manifest lists no ingest stage")
+    ingest = Layer(root, "ingest", stages["ingest"])
+    documents, repeats = ingest.part_paths("documents"), ingest.part_paths("repeats")
+    partitions = len(documents)
+    joined = joined_outputs(root, manifest, partitions, log)
+    staging = join(directory, _PLACEMENT_DIR)
+    placement = spill_placement(join(root, "datasets", manifest["dataset_id"]), manifest, partitions, staging)
+    parts, rows, columns = [], 0, None
+    for index in range(partitions):
+        table = lineage_partition(index, documents[index], repeats[index], joined, placement.get(index, []),
+                                  manifest["snapshot_id"])
+        parts.append(write_lineage_part(directory, index, partitions, table))
+        rows, columns = rows + table.num_rows, table.schema.names
+    remove_matching(join(staging, "*"))
+    write_lineage_marker(directory, manifest["dataset_id"], rows, columns, parts, stages)
+    log(f"[lineage] {rows} rows, {len(columns)} columns in {partitions} parts -> {directory}")
     return directory
 
 
@@ -154,29 +175,69 @@ def annotation_outputs(root: str, manifest: dict) -> list[tuple[str, str, list[s
     return found
 
 
-def build_lineage_table(root: str, manifest: dict, *, log: Callable[[str], None] = print) -> pa.Table:
-    """The lineage table of a dataset (unsorted): layers joined on doc_id, plus placement."""
-    stages = {s["name"]: s["layer_key"] for s in manifest["stages"]}
-    if "ingest" not in stages:
-        raise LineageError("the manifest lists no ingest stage")
-    ingest = Layer(root, "ingest", stages["ingest"])
-    documents = conform(_read_parts(ingest.part_paths("documents"), _DOCUMENT_COLUMNS), BASE,
-                        fill={"is_repeat": False, "snapshot_id": manifest["snapshot_id"]})
+@dataclasses.dataclass(frozen=True)
+class JoinedOutput:
+    """A stage output joined into lineage: its partitions and the columns copied as ``<stage>__<column>``."""
+
+    stage: str
+    paths: list[str]
+    columns: list[str]
+
+
+def joined_outputs(root: str, manifest: dict, partitions: int, log: Callable[[str], None]) -> list[JoinedOutput]:
+    """The per-document outputs lineage joins, decided once for the dataset (every part gets the same
+    columns): an output is left out if its columns are already joined or it has two rows of a doc_id."""
+    found, names = [], set(BASE.names)
     for stage, output, paths in annotation_outputs(root, manifest):
-        annotations = _read_parts(paths, None)
-        columns = [c for c in annotations.column_names if c not in SKIP_COLUMNS]
-        clash = [f"{stage}{SEP}{c}" for c in columns if f"{stage}{SEP}{c}" in documents.column_names]
-        if clash or not _unique(annotations.column("doc_id")):
+        if len(paths) != partitions:
+            raise LineageError(f"{stage}/{output} has {len(paths)} partitions and the documents {partitions}; "
+                               f"the layers of one build share the partition count")
+        with FileSystems.open(paths[0]) as f:
+            columns = [c for c in pq.read_schema(f).names if c not in SKIP_COLUMNS]
+        clash = [f"{stage}{SEP}{c}" for c in columns if f"{stage}{SEP}{c}" in names]
+        if clash or not all(_unique(_read_parts([path], ["doc_id"]).column("doc_id")) for path in paths):
             log(f"[lineage] skipped {stage}/{output}: " + (f"columns {clash} already joined" if clash
                                                             else "more than one row per doc_id"))
             continue
-        documents = attach(documents, annotations, columns, prefix=f"{stage}{SEP}")
-    placement = shard_placement(join(root, "datasets", manifest["dataset_id"]), manifest)
+        names.update(f"{stage}{SEP}{c}" for c in columns)
+        found.append(JoinedOutput(stage, paths, columns))
+    return found
+
+
+def lineage_partition(index: int, documents_path: str, repeats_path: str, joined: list[JoinedOutput],
+                      placement_paths: list[str], snapshot_id: str) -> pa.Table:
+    """The lineage rows of partition ``index`` of the documents, sorted (:func:`sort_lineage`)."""
+    documents = conform(_read_parts([documents_path], _DOCUMENT_COLUMNS), BASE,
+                        fill={"is_repeat": False, "snapshot_id": snapshot_id})
+    for output in joined:
+        documents = attach(documents, _read_parts([output.paths[index]], None), output.columns,
+                           prefix=f"{output.stage}{SEP}")
+    placement = (_read_parts(placement_paths, None) if placement_paths
+                 else pa.table({"doc_id": pa.array([], pa.string()), **{f.name: pa.array([], f.type) for f in PLACEMENT}}))
     documents = attach(documents, placement, [f.name for f in PLACEMENT])
-    repeats = _read_parts(ingest.part_paths("repeats"), _REPEAT_COLUMNS)
+    repeats = _read_parts([repeats_path], _REPEAT_COLUMNS)
     repeats = conform(repeats.append_column("repeat_of", repeats.column("doc_id")), documents.schema,
-                      fill={"is_repeat": True, "snapshot_id": manifest["snapshot_id"]})
-    return pa.concat_tables([documents, repeats])
+                      fill={"is_repeat": True, "snapshot_id": snapshot_id})
+    return sort_lineage(pa.concat_tables([documents, repeats]))
+
+
+#: Where the placement rows wait, split by partition, while lineage is written (deleted before the marker).
+_PLACEMENT_DIR = "_placement"
+
+
+def spill_placement(dataset_dir: str, manifest: dict, partitions: int, directory: str) -> dict[int, list[str]]:
+    """{partition: files} of the placement rows (doc_id, shard, token_start, token_count) of the
+    dataset's documents, split by ``xxh3(doc_id) % partitions``; one shard index is read at a time."""
+    files: dict[int, list[str]] = {}
+    for shard in manifest["shards"]:
+        index = shard_placement(dataset_dir, {"shards": [shard]})
+        buckets = np.fromiter((bucket_of(d, partitions) for d in index.column("doc_id").to_pylist()),
+                              dtype=np.int64, count=index.num_rows)
+        for bucket in np.unique(buckets).tolist():
+            path = join(directory, f"{shard['name']}-{bucket:05d}.parquet")
+            write_bytes_atomic(path, parquet_bytes(index.filter(pa.array(buckets == bucket))))
+            files.setdefault(bucket, []).append(path)
+    return files
 
 
 def attach(left: pa.Table, right: pa.Table, columns: list[str], prefix: str = "") -> pa.Table:
@@ -246,20 +307,29 @@ def parquet_bytes(table: pa.Table) -> bytes:
 
 def write_lineage_table(directory: str, table: pa.Table, dataset_id: str, partitions: int, *,
                         inputs: dict) -> dict:
-    """Partition by doc_id, sort, write every part atomically, then the marker."""
+    """A whole lineage table: partition by doc_id, sort, write every part atomically, then the marker."""
     partitions = max(1, partitions)
     table = sort_lineage(table)
     buckets = np.fromiter((bucket_of(d, partitions) for d in table.column("doc_id").to_pylist()),
                           dtype=np.int64, count=table.num_rows)
-    parts = []
-    for index in range(partitions):
-        part = table.filter(pa.array(buckets == index)).combine_chunks()
-        data = parquet_bytes(part)
-        name = part_name(index, partitions)
-        write_bytes_atomic(join(directory, name), data)
-        parts.append({"name": name, "rows": part.num_rows, "bytes": len(data), "sha256": sha256_bytes(data)})
-    marker = {"format": LINEAGE_FORMAT, "dataset_id": dataset_id, "rows": table.num_rows,
-              "partition": "xxh3_64(doc_id) % parts", "columns": table.schema.names,
+    parts = [write_lineage_part(directory, index, partitions, table.filter(pa.array(buckets == index)))
+             for index in range(partitions)]
+    return write_lineage_marker(directory, dataset_id, table.num_rows, table.schema.names, parts, inputs)
+
+
+def write_lineage_part(directory: str, index: int, partitions: int, part: pa.Table) -> dict:
+    """Write part ``index`` (its rows already sorted) atomically; return its entry of the marker."""
+    data = parquet_bytes(part.combine_chunks())
+    name = part_name(index, partitions)
+    write_bytes_atomic(join(directory, name), data)
+    return {"name": name, "rows": part.num_rows, "bytes": len(data), "sha256": sha256_bytes(data)}
+
+
+def write_lineage_marker(directory: str, dataset_id: str, rows: int, columns: list[str], parts: list[dict],
+                         inputs: dict) -> dict:
+    """The marker, written last: lineage is complete exactly when it exists."""
+    marker = {"format": LINEAGE_FORMAT, "dataset_id": dataset_id, "rows": rows,
+              "partition": "xxh3_64(doc_id) % parts", "columns": columns,
               "inputs": inputs, "parts": parts}
     write_json_atomic(join(directory, LINEAGE_MARKER), marker)
     return marker
