@@ -101,13 +101,15 @@ class IngestSnapshot(beam.PTransform):
             | "ReadAndNormalize" >> beam.ParDo(
                 ReadRecordsFn(self._sources, self._max_record_bytes)).with_outputs(DEAD_LETTER, main=DOCUMENTS)
         )
-        read, dead_letter = records[DOCUMENTS], records[DEAD_LETTER]
+        read, dead_letter = (records[DOCUMENTS],), records[DEAD_LETTER]
         older = None
         if self._web_files:
             web = pbegin | "ReadWebArchives" >> ReadWebArchives(
                 self._web_files, self._sources, max_record_bytes=self._max_record_bytes,
                 spill_directory=join(self._layer_path, SPILL), partitions=self._partitions, stage=STAGE)
-            read = (read, web[DOCUMENTS]) | "WithWebDocuments" >> beam.Flatten()
+            # Not flattened with the other records: on the local runner a Flatten of two steps' outputs
+            # is a buffer in the driver, text included. Each branch spills its own records.
+            read += (web[DOCUMENTS],)
             dead_letter = (dead_letter, web[DEAD_LETTER]) | "WithWebDeadLetters" >> beam.Flatten()
             older = web[OLDER_CAPTURES]
         written = read | "CollapseRepeatedRecords" >> CollapseRepeatedRecords(self._layer_path, self._partitions,
@@ -130,9 +132,12 @@ class CollapseRepeatedRecords(beam.PTransform):
         self._partitions = partitions
         self._older_captures = older_captures
 
-    def expand(self, records):
+    def expand(self, record_sets):
+        """``record_sets``: a tuple of record PCollections (ingest's readers), each spilled where it is read."""
         n, path = self._partitions, self._layer_path
-        spills = {_RECORDS: records | "SpillByPartition" >> SpillByPartition(join(path, SPILL), n, schemas.DOCUMENT)}
+        spilled = [records | f"SpillByPartition{'' if i == 0 else i + 1}" >> SpillByPartition(
+            join(path, SPILL), n, schemas.DOCUMENT) for i, records in enumerate(record_sets)]
+        spills = {_RECORDS: spilled[0] if len(spilled) == 1 else tuple(spilled) | "AllRecordSpills" >> beam.Flatten()}
         if self._older_captures is not None:
             spills[OLDER_CAPTURES] = self._older_captures
         written = (
