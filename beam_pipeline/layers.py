@@ -133,6 +133,14 @@ def remove_matching(*patterns: str) -> list[str]:
     return found
 
 
+def remove_folder(folder: str) -> None:
+    """Delete a folder of files (not nested) and, on a filesystem that has folders, the folder itself
+    (an object store has none: deleting its files is enough)."""
+    remove_matching(join(folder, "*"))
+    if FileSystems.exists(folder):
+        FileSystems.delete([folder])
+
+
 def clear_layer(layer: "Layer") -> None:
     """Delete every file of an uncommitted layer (and its dead letter), before its job runs again."""
     if layer.is_complete():

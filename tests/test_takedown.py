@@ -5,11 +5,14 @@ import os
 import shutil
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from beam_pipeline import cli
-from beam_pipeline.dataset.lineage import read_lineage
+from beam_pipeline.dataset.lineage import conform, parquet_bytes, read_lineage, shard_placement, sort_lineage
+from beam_pipeline.dataset.takedown import TAKEDOWN_COLUMNS
+from beam_pipeline.hashing import bucket_of, sha256_bytes
 from beam_pipeline.loader import SupersededDatasetError, TokenLoader
 from beam_pipeline.dataset.verify import verify_dataset
 
@@ -108,3 +111,54 @@ def test_doc_ids_and_errors(copy, built, tmp_path, capsys):
     assert legal["name"] not in {s["name"] for s in new["shards"]}  # an emptied shard is dropped
     assert new["takedown"]["dropped_shards"] == [legal["name"]]
     assert verify_dataset(new_dir).ok
+
+
+def whole_table_lineage(old_dir: str, new_dir: str, removed: set, reason: str) -> pa.Table:
+    """The new lineage computed on the whole table at once, row by row: the reference the
+    part-by-part takedown must equal."""
+    old = read_lineage(old_dir)
+    schema = old.schema
+    for field in TAKEDOWN_COLUMNS:
+        if field.name not in schema.names:
+            schema = schema.append(field)
+    manifest = json.load(open(os.path.join(new_dir, "manifest.json")))
+    placement = {r["doc_id"]: r for r in shard_placement(new_dir, manifest).to_pylist()}
+    rows = conform(old, schema).to_pylist()
+    for row in rows:
+        if row["doc_id"] in removed:
+            row["takedown__removed"], row["takedown__reason"] = True, reason
+        elif row["takedown__removed"] is None:
+            row["takedown__removed"] = False
+        if not row["is_repeat"]:
+            where = placement.get(row["doc_id"], {})
+            row["shard"], row["token_start"], row["token_count"] = (
+                where.get("shard"), where.get("token_start"), where.get("token_count"))
+    return sort_lineage(pa.Table.from_pylist(rows, schema=schema))
+
+
+def test_two_takedowns_rewrite_the_lineage_part_by_part(copy, built, tmp_path, capsys):
+    rows = [r for r in read_lineage(copy).to_pylist() if not r["is_repeat"] and r["shard"]]
+    first, second = rows[3]["doc_id"], rows[-3]["doc_id"]
+    versions, reasons = [copy], {first: "request 1", second: "request 2"}
+    for doc in (first, second):
+        ids = tmp_path / f"{doc}.txt"
+        ids.write_text(doc + "\n")
+        assert cli.main(["takedown", "--dataset", versions[-1], "--doc-ids", str(ids), "--exact-only",
+                         "--reason", reasons[doc]]) == 0
+        versions.append(new_dataset(capsys.readouterr().out))
+        old_dir, new_dir = versions[-2:]
+        expected = whole_table_lineage(old_dir, new_dir, {doc}, reasons[doc])
+        marker = json.load(open(os.path.join(new_dir, "lineage", "_LINEAGE.json")))
+        assert sort_lineage(read_lineage(new_dir)).equals(expected)
+        n = len(marker["parts"])
+        buckets = np.array([bucket_of(d, n) for d in expected.column("doc_id").to_pylist()])
+        assert [sha256_bytes(parquet_bytes(expected.filter(pa.array(buckets == i)).combine_chunks()))
+                for i in range(n)] == [p["sha256"] for p in marker["parts"]]
+        assert sorted(os.listdir(os.path.join(new_dir, "lineage"))) == sorted(
+            [p["name"] for p in marker["parts"]] + ["_LINEAGE.json"])
+        assert verify_dataset(new_dir).ok  # includes every document's placement in the lineage
+    last = {r["doc_id"]: r for r in read_lineage(versions[-1]).to_pylist() if not r["is_repeat"]}
+    assert (last[first]["takedown__reason"], last[second]["takedown__reason"]) == ("request 1", "request 2")
+    assert last[first]["shard"] is None and last[second]["shard"] is None
+    assert sum(r["takedown__removed"] for r in last.values()) == 2
+    assert not [d for d in os.listdir(os.path.dirname(copy)) if d.startswith(".tmp")]

@@ -38,7 +38,7 @@ import io
 import json
 import os
 import sys
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -49,7 +49,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline import schemas
 from beam_pipeline.hashing import bucket_of, doc_id as make_doc_id, sha256_bytes
-from beam_pipeline.layers import Layer, join, part_name, read_bytes, remove_matching, write_bytes_atomic, \
+from beam_pipeline.layers import Layer, join, part_name, read_bytes, remove_folder, write_bytes_atomic, \
     write_json_atomic
 from beam_pipeline.manifest import MANIFEST, load_manifest
 
@@ -156,7 +156,7 @@ def write_lineage(root: str, manifest: dict, *, log: Callable[[str], None] = pri
                                   manifest["snapshot_id"])
         parts.append(write_lineage_part(directory, index, partitions, table))
         rows, columns = rows + table.num_rows, table.schema.names
-    remove_matching(join(staging, "*"))
+    remove_folder(staging)
     write_lineage_marker(directory, manifest["dataset_id"], rows, columns, parts, stages)
     log(f"[lineage] {rows} rows, {len(columns)} columns in {partitions} parts -> {directory}")
     return directory
@@ -195,7 +195,7 @@ def joined_outputs(root: str, manifest: dict, partitions: int, log: Callable[[st
         with FileSystems.open(paths[0]) as f:
             columns = [c for c in pq.read_schema(f).names if c not in SKIP_COLUMNS]
         clash = [f"{stage}{SEP}{c}" for c in columns if f"{stage}{SEP}{c}" in names]
-        if clash or not all(_unique(_read_parts([path], ["doc_id"]).column("doc_id")) for path in paths):
+        if clash or not all(_unique(read_parts([path], ["doc_id"]).column("doc_id")) for path in paths):
             log(f"[lineage] skipped {stage}/{output}: " + (f"columns {clash} already joined" if clash
                                                             else "more than one row per doc_id"))
             continue
@@ -207,15 +207,14 @@ def joined_outputs(root: str, manifest: dict, partitions: int, log: Callable[[st
 def lineage_partition(index: int, documents_path: str, repeats_path: str, joined: list[JoinedOutput],
                       placement_paths: list[str], snapshot_id: str) -> pa.Table:
     """The lineage rows of partition ``index`` of the documents, sorted (:func:`sort_lineage`)."""
-    documents = conform(_read_parts([documents_path], _DOCUMENT_COLUMNS), BASE,
+    documents = conform(read_parts([documents_path], _DOCUMENT_COLUMNS), BASE,
                         fill={"is_repeat": False, "snapshot_id": snapshot_id})
     for output in joined:
-        documents = attach(documents, _read_parts([output.paths[index]], None), output.columns,
+        documents = attach(documents, read_parts([output.paths[index]], None), output.columns,
                            prefix=f"{output.stage}{SEP}")
-    placement = (_read_parts(placement_paths, None) if placement_paths
-                 else pa.table({"doc_id": pa.array([], pa.string()), **{f.name: pa.array([], f.type) for f in PLACEMENT}}))
+    placement = read_parts(placement_paths, None) if placement_paths else empty_placement()
     documents = attach(documents, placement, [f.name for f in PLACEMENT])
-    repeats = _read_parts([repeats_path], _REPEAT_COLUMNS)
+    repeats = read_parts([repeats_path], _REPEAT_COLUMNS)
     repeats = conform(repeats.append_column("repeat_of", repeats.column("doc_id")), documents.schema,
                       fill={"is_repeat": True, "snapshot_id": snapshot_id})
     return sort_lineage(pa.concat_tables([documents, repeats]))
@@ -265,12 +264,14 @@ def shard_placement(dataset_dir: str, manifest: dict) -> pa.Table:
         index = pq.read_table(io.BytesIO(read_bytes(join(dataset_dir, shard["index_file"]))),
                               columns=["doc_id", "token_start", "token_count"])
         tables.append(index.append_column("shard", pa.array([shard["name"]] * index.num_rows, pa.string())))
-    if not tables:
-        return pa.table({"doc_id": pa.array([], pa.string()), **{f.name: pa.array([], f.type) for f in PLACEMENT}})
-    return pa.concat_tables(tables)
+    return pa.concat_tables(tables) if tables else empty_placement()
 
 
-def _read_parts(paths: list[str], columns: list[str] | None) -> pa.Table:
+def empty_placement() -> pa.Table:
+    return pa.table({"doc_id": pa.array([], pa.string()), **{f.name: pa.array([], f.type) for f in PLACEMENT}})
+
+
+def read_parts(paths: list[str], columns: list[str] | None) -> pa.Table:
     tables = [pq.read_table(io.BytesIO(read_bytes(p)), columns=columns) for p in paths]
     if not tables:
         raise LineageError("a layer output has no partitions")
@@ -305,18 +306,6 @@ def parquet_bytes(table: pa.Table) -> bytes:
     return buffer.getvalue()
 
 
-def write_lineage_table(directory: str, table: pa.Table, dataset_id: str, partitions: int, *,
-                        inputs: dict) -> dict:
-    """A whole lineage table: partition by doc_id, sort, write every part atomically, then the marker."""
-    partitions = max(1, partitions)
-    table = sort_lineage(table)
-    buckets = np.fromiter((bucket_of(d, partitions) for d in table.column("doc_id").to_pylist()),
-                          dtype=np.int64, count=table.num_rows)
-    parts = [write_lineage_part(directory, index, partitions, table.filter(pa.array(buckets == index)))
-             for index in range(partitions)]
-    return write_lineage_marker(directory, dataset_id, table.num_rows, table.schema.names, parts, inputs)
-
-
 def write_lineage_part(directory: str, index: int, partitions: int, part: pa.Table) -> dict:
     """Write part ``index`` (its rows already sorted) atomically; return its entry of the marker."""
     data = parquet_bytes(part.combine_chunks())
@@ -343,6 +332,13 @@ def lineage_marker(dataset_dir: str) -> dict:
         raise LineageError(f"{dataset_dir} has no lineage ({LINEAGE_DIR}/{LINEAGE_MARKER} is missing); "
                            f"write it with: python -m beam_pipeline lineage {dataset_dir}")
     return json.loads(read_bytes(path))
+
+
+def lineage_parts(dataset_dir: str, columns: list[str] | None = None) -> Iterator[pa.Table]:
+    """The lineage table one part at a time (part ``i``: the rows with ``xxh3(doc_id) % parts == i``)."""
+    directory = lineage_dir(dataset_dir)
+    for part in lineage_marker(dataset_dir)["parts"]:
+        yield pq.read_table(io.BytesIO(read_bytes(join(directory, part["name"]))), columns=columns)
 
 
 def read_lineage(dataset_dir: str, doc_ids: Iterable[str] | None = None,

@@ -40,13 +40,14 @@ import uuid
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.layers import join, move, read_bytes, write_json_atomic
 from beam_pipeline.dataset.lineage import (
-    LineageError, conform, dataset_dir_of, has_lineage, lineage_dir, lineage_marker, read_lineage, root_of,
-    write_lineage_table,
+    PLACEMENT, LineageError, conform, dataset_dir_of, empty_placement, has_lineage, lineage_dir, lineage_marker,
+    lineage_parts, read_parts, root_of, sort_lineage, spill_placement, write_lineage_marker, write_lineage_part,
 )
 from beam_pipeline.loader import SUPERSEDED_BY, superseded_by
 from beam_pipeline.manifest import MANIFEST, dataset_id_of, dataset_path, load_manifest, shard_leaf
@@ -96,27 +97,30 @@ def resolve_doc_ids(dataset_dir: str, *, doc_ids=(), urls=(), url_pattern: str |
     wanted = set(doc_ids)
     if not (urls or url_pattern or include_duplicates):
         return sorted(wanted)
-    try:
-        table = read_lineage(dataset_dir, columns=["doc_id", "url", "content_hash"])
-    except LineageError as err:
+    if not has_lineage(dataset_dir):
         if urls or url_pattern:
-            raise TakedownError(f"URLs are resolved through the lineage: {err}") from None
+            raise TakedownError(f"URLs are resolved through the lineage: {dataset_dir} has no lineage; write it "
+                                f"with: python -m beam_pipeline lineage {dataset_dir}")
         return sorted(wanted)  # doc_ids alone need no lineage; duplicates cannot be followed
-    lineage_rows = table.to_pylist()
     if urls or url_pattern:
-        rows = [(r["doc_id"], r["url"]) for r in lineage_rows if r["url"] is not None]
-        if urls:
-            url_set = set(urls)
-            wanted |= {doc for doc, url in rows if url in url_set}
-        if url_pattern:
-            try:
-                pattern = re.compile(url_pattern)
-            except re.error as err:
-                raise TakedownError(f"--url-pattern {url_pattern!r} is not a regular expression: {err}") from None
-            wanted |= {doc for doc, url in rows if pattern.search(url)}
-    if include_duplicates:
-        hashes = {r["content_hash"] for r in lineage_rows if r["doc_id"] in wanted and r["content_hash"]}
-        wanted |= {r["doc_id"] for r in lineage_rows if r["content_hash"] in hashes}
+        try:
+            pattern = re.compile(url_pattern) if url_pattern else None
+        except re.error as err:
+            raise TakedownError(f"--url-pattern {url_pattern!r} is not a regular expression: {err}") from None
+        url_set = set(urls)
+        for part in lineage_parts(dataset_dir, ["doc_id", "url"]):  # one part in memory at a time
+            for doc, url in zip(part.column("doc_id").to_pylist(), part.column("url").to_pylist()):
+                if url is not None and (url in url_set or (pattern is not None and pattern.search(url))):
+                    wanted.add(doc)
+    if include_duplicates and wanted:
+        hashes = set()
+        for part in lineage_parts(dataset_dir, ["doc_id", "content_hash"]):
+            hit = part.filter(pc.is_in(part.column("doc_id"), value_set=pa.array(sorted(wanted), pa.string())))
+            hashes.update(h for h in hit.column("content_hash").to_pylist() if h)
+        if hashes:
+            for part in lineage_parts(dataset_dir, ["doc_id", "content_hash"]):
+                same = part.filter(pc.is_in(part.column("content_hash"), value_set=pa.array(sorted(hashes))))
+                wanted.update(same.column("doc_id").to_pylist())
     return sorted(wanted)
 
 
@@ -166,7 +170,7 @@ def takedown(dataset: str, *, doc_ids=(), urls=(), url_pattern: str | None = Non
         result.dataset_id, result.dataset_path = new_id, target
         if not FileSystems.exists(join(target, MANIFEST)):
             _place_shards(dataset_dir, staging, target, shards, set(result.rebuilt_shards))
-            _write_new_lineage(dataset_dir, target, new_id, shards, affected, reason)
+            _write_new_lineage(dataset_dir, target, new_id, shards, affected, reason, staging)
             write_json_atomic(join(target, MANIFEST), _new_manifest(manifest, new_id, shards, affected, reason, result))
         write_json_atomic(join(dataset_dir, SUPERSEDED_BY), {"dataset_id": new_id, "reason": reason,
                                                              "removed_documents": len(removed)})
@@ -236,29 +240,49 @@ def _link_or_copy(src: str, dst: str) -> None:
 
 
 def _write_new_lineage(old_dir: str, target: str, new_id: str, shards: list[dict], affected: dict,
-                       reason: str) -> None:
+                       reason: str, staging: str) -> None:
+    """The old lineage, part by part, with the removed documents marked and every document's new placement.
+
+    Part ``i`` of the old lineage becomes part ``i`` of the new one (the partition of a doc_id does
+    not change); the new shards' placement is first split by part (as the build does), so one part's
+    rows are in memory at a time.
+    """
     if not has_lineage(old_dir):
         return
-    from beam_pipeline.dataset.lineage import shard_placement
-
-    old = read_lineage(old_dir)
-    schema = _with_takedown_columns(old.schema)
-    rows = conform(old, schema).to_pylist()
-    placement = {r["doc_id"]: r for r in shard_placement(target, {"shards": shards}).to_pylist()}
-    removed = {d for docs in affected.values() for d in docs}
-    for row in rows:
-        if row["doc_id"] in removed:
-            row["takedown__removed"], row["takedown__reason"] = True, reason
-        elif row["takedown__removed"] is None:
-            row["takedown__removed"] = False
-        if row["is_repeat"]:
-            continue
-        where = placement.get(row["doc_id"])
-        row["shard"], row["token_start"], row["token_count"] = (
-            (where["shard"], where["token_start"], where["token_count"]) if where else (None, None, None))
     marker = lineage_marker(old_dir)
-    write_lineage_table(lineage_dir(target), pa.Table.from_pylist(rows, schema=schema), new_id,
-                        len(marker["parts"]), inputs={**marker.get("inputs", {}), "previous_dataset_id": marker["dataset_id"]})
+    count = len(marker["parts"])
+    placement = spill_placement(target, {"shards": shards}, count, join(staging, "_placement"))
+    removed = pa.array(sorted(d for docs in affected.values() for d in docs), pa.string())
+    directory = lineage_dir(target)
+    parts, rows, columns = [], 0, None
+    for index, old in enumerate(lineage_parts(old_dir)):
+        where = read_parts(placement[index], None) if index in placement else empty_placement()
+        part = taken_down_part(old, removed, reason, where)
+        parts.append(write_lineage_part(directory, index, count, part))
+        rows, columns = rows + part.num_rows, part.schema.names
+    write_lineage_marker(directory, new_id, rows, columns, parts,
+                         {**marker.get("inputs", {}), "previous_dataset_id": marker["dataset_id"]})
+
+
+def taken_down_part(old: pa.Table, removed: pa.Array, reason: str, placement: pa.Table) -> pa.Table:
+    """Rows of a lineage part after a takedown: ``removed`` doc_ids marked (``takedown__removed``,
+    ``takedown__reason``; earlier takedowns' marks kept), documents placed as in ``placement``
+    (nothing where it holds no row), repeats unchanged."""
+    table = conform(old, _with_takedown_columns(old.schema))
+    hit = pc.is_in(table.column("doc_id"), value_set=removed)
+    columns = {
+        "takedown__removed": pc.or_(hit, pc.fill_null(table.column("takedown__removed"), False)),
+        "takedown__reason": pc.if_else(hit, pa.scalar(reason, pa.string()), table.column("takedown__reason")),
+    }
+    ids = placement.column("doc_id").combine_chunks() if placement.num_rows else pa.array([], pa.string())
+    positions = pc.index_in(table.column("doc_id"), value_set=ids)
+    for field in PLACEMENT:
+        placed = placement.column(field.name).take(positions).cast(table.schema.field(field.name).type)
+        columns[field.name] = pc.if_else(table.column("is_repeat"), table.column(field.name), placed)
+    for name, values in columns.items():
+        index = table.schema.get_field_index(name)
+        table = table.set_column(index, table.schema.field(index), values)
+    return sort_lineage(table)
 
 
 def _with_takedown_columns(schema: pa.Schema) -> pa.Schema:

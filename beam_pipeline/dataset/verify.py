@@ -26,6 +26,7 @@ import dataclasses
 import io
 import json
 import sys
+import tempfile
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -218,7 +219,8 @@ def _looks_like_id(name: str) -> bool:
 # --- lineage ------------------------------------------------------------------
 
 def _verify_lineage(dataset_dir: str, manifest: dict, report: Report) -> None:
-    from beam_pipeline.dataset.lineage import has_lineage, lineage_dir, lineage_marker, read_lineage, shard_placement
+    from beam_pipeline.dataset.lineage import has_lineage, lineage_dir, lineage_marker, lineage_parts, read_parts, \
+        spill_placement
 
     if not has_lineage(dataset_dir):
         report.notes.append("no lineage (lineage/_LINEAGE.json): skipped")
@@ -234,20 +236,23 @@ def _verify_lineage(dataset_dir: str, manifest: dict, report: Report) -> None:
         if len(data) != part["bytes"] or sha256_bytes(data) != part["sha256"]:
             problem("part", f"{part['name']}: size or sha256 differs from _LINEAGE.json")
             return
-    try:
-        placement = shard_placement(dataset_dir, manifest).to_pylist()
-    except Exception:  # noqa: BLE001 - unreadable indexes are reported per shard already
-        return
-    actual = {r["doc_id"]: (r["shard"], r["token_start"], r["token_count"]) for r in placement}
-    rows = read_lineage(dataset_dir, columns=["doc_id", "is_repeat", "shard", "token_start", "token_count"])
-    recorded = {r["doc_id"]: (r["shard"], r["token_start"], r["token_count"])
-                for r in rows.to_pylist() if not r["is_repeat"] and r["shard"] is not None}
-    for doc in sorted(set(actual) ^ set(recorded)):
-        where = "in a shard but not placed in lineage" if doc in actual else "placed in lineage but in no shard"
-        problem("placement", f"{doc} is {where}")
-    for doc in sorted(set(actual) & set(recorded)):
-        if actual[doc] != recorded[doc]:
-            problem("placement", f"{doc}: lineage says {recorded[doc]}, index says {actual[doc]}")
+    with tempfile.TemporaryDirectory(prefix="verify-placement-") as scratch:
+        try:  # the shards' placement, split by lineage part: one part's rows in memory at a time
+            placement = spill_placement(dataset_dir, manifest, len(marker["parts"]), scratch)
+        except Exception:  # noqa: BLE001 - unreadable indexes are reported per shard already
+            return
+        for index, part in enumerate(lineage_parts(dataset_dir, ["doc_id", "is_repeat", "shard", "token_start",
+                                                                 "token_count"])):
+            actual = {r["doc_id"]: (r["shard"], r["token_start"], r["token_count"])
+                      for r in (read_parts(placement[index], None).to_pylist() if index in placement else [])}
+            recorded = {r["doc_id"]: (r["shard"], r["token_start"], r["token_count"])
+                        for r in part.to_pylist() if not r["is_repeat"] and r["shard"] is not None}
+            for doc in sorted(set(actual) ^ set(recorded)):
+                where = "in a shard but not placed in lineage" if doc in actual else "placed in lineage but in no shard"
+                problem("placement", f"{doc} is {where}")
+            for doc in sorted(set(actual) & set(recorded)):
+                if actual[doc] != recorded[doc]:
+                    problem("placement", f"{doc}: lineage says {recorded[doc]}, index says {actual[doc]}")
 
 
 def _read(path: str) -> bytes:

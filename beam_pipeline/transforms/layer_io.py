@@ -31,9 +31,8 @@ import pyarrow as pa
 
 from beam_pipeline.accounting import LOST_IN_JOIN
 from beam_pipeline.hashing import bucket_of, sha256_bytes
-from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline.layers import join, read_partition_rows, remove_matching, table_bytes, write_bytes_atomic, \
+from beam_pipeline.layers import join, read_partition_rows, remove_folder, table_bytes, write_bytes_atomic, \
     write_partition
 from beam_pipeline.transforms.keys import IntKeyed
 
@@ -341,10 +340,7 @@ def read_spilled(paths: Iterable[str]) -> list[dict]:
 
 def remove_spills(layer_path: str) -> None:
     """Delete a job's spill files (the driver calls it before committing the layer)."""
-    remove_matching(join(layer_path, SPILL, "*"))
-    folder = join(layer_path, SPILL)
-    if FileSystems.exists(folder):  # a local folder (object stores have none)
-        FileSystems.delete([folder])
+    remove_folder(join(layer_path, SPILL))
 
 
 class GroupSpillFiles(beam.PTransform):
