@@ -352,7 +352,7 @@ def time_components(edges: list[tuple[str, str]], max_rounds: int) -> tuple[floa
     started = time.monotonic()
     p = beam.Pipeline(options=PipelineOptions(IN_PROCESS))
     with tempfile.TemporaryDirectory() as spills:
-        _ = (p | beam.Create(edges) | ConnectedComponents(max_rounds, spills, 4, near_dedup.STAGE)
+        _ = ({"edges": p | beam.Create(edges)} | ConnectedComponents(max_rounds, spills, 4, near_dedup.STAGE)
              | beam.combiners.Count.Globally())
         result = p.run()
         result.wait_until_finish()

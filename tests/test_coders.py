@@ -1,5 +1,5 @@
 """Every grouping key in every stage's job has a deterministic, non-pickling coder, and no
-grouping moves one record per document (they move spill file names or a few small records).
+grouping or Flatten moves one record per document (they move spill file names or a few small records).
 
 The graphs are those the driver assembles for each stage: over a copy of the
 reference build every layer is complete, and ``assemble_reused=True`` hands
@@ -12,16 +12,18 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipeline.build import CorpusBuild
 from beam_pipeline.config import load_config
-from conftest import IN_PROCESS, SAMPLE_CONFIG, grouping_key_coders, unexplained_groupings
+from conftest import IN_PROCESS, SAMPLE_CONFIG, grouping_key_coders, unexplained_flattens, \
+    unexplained_groupings
 
 ALLOWED_KEY_CODERS = (coders.StrUtf8Coder, coders.VarIntCoder, coders.BytesCoder)
 
 
 def test_grouping_keys_use_deterministic_coders(built, tmp_path):
-    seen = {}
+    seen, flattens = {}, []
 
     def record(stage, pipeline):
         seen.update({f"{stage}: {name}": coder for name, coder in grouping_key_coders(pipeline).items()})
+        flattens.extend(f"{stage}: {name}" for name in unexplained_flattens(pipeline))
 
     root = str(tmp_path / "out")
     shutil.copytree(built["root"], root)
@@ -38,3 +40,4 @@ def test_grouping_keys_use_deterministic_coders(built, tmp_path):
     assert len(ours) >= 6
     # stage: transform name -> the transform name (the kinds in conftest.GROUPINGS match on it)
     assert unexplained_groupings(name.split(": ", 1)[1] for name in ours) == []
+    assert flattens == []  # no Flatten joins per-document collections of two steps (conftest.FLATTENS)

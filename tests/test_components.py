@@ -64,7 +64,7 @@ def test_rounds_grow_slowly_with_path_length():
 
 
 def components_job(p, edges, max_rounds: int, directory, buckets: int = 3):
-    return p | beam.Create(edges) | ConnectedComponents(max_rounds, str(directory), buckets, "near_dedup")
+    return {"edges": p | beam.Create(edges)} | ConnectedComponents(max_rounds, str(directory), buckets, "near_dedup")
 
 
 def labels_of(spills, buckets: int = 3):
@@ -86,6 +86,18 @@ def test_beam_components_match_union_find(tmp_path, buckets):
     _, rounds = components(edges)
     with TestPipeline(options=OPTIONS) as p:
         labels = labels_of(components_job(p, edges, rounds + 1, tmp_path, buckets), buckets)
+        assert_that(labels, equal_to(expected))
+
+
+def test_edges_of_several_finders_make_one_graph(tmp_path):
+    """MinHash and SimHash edges are spilled apart; a component may need edges of both."""
+    rng = random.Random(7)
+    edges = random_graph(rng, 200, 180) + [(node(i), node(i + 1)) for i in range(20)]
+    expected = sorted(union_find([e for e in edges if e[0] != e[1]]).items())
+    _, rounds = components(edges)
+    with TestPipeline(options=OPTIONS) as p:
+        finders = {"minhash": p | "Odd" >> beam.Create(edges[1::2]), "simhash": p | "Even" >> beam.Create(edges[::2])}
+        labels = labels_of(finders | ConnectedComponents(rounds + 1, str(tmp_path), 3, "near_dedup"))
         assert_that(labels, equal_to(expected))
 
 

@@ -23,7 +23,7 @@ from beam_pipeline.transforms import near_dedup
 from beam_pipeline.transforms.layer_io import WriteLayerOutput, WrittenPartitions
 from beam_pipeline.transforms.near_dedup import (NearDedupParams, build_stage, member_of, representative_order,
                                                  resolve_against, sign_document)
-from conftest import apply_policy
+from conftest import apply_policy, grouping_coders, unexplained_flattens, unexplained_groupings
 
 IN_PROCESS = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -114,6 +114,8 @@ def run_stage(tmp_path, documents, config: NearDedupConfig, previous=(), options
     p = beam.Pipeline(options=PipelineOptions(options))
     layer = root / "layer"
     outputs = build_stage(p, config, paths, list(previous), str(layer))
+    # only file names and a few small records go through the runner (conftest.GROUPINGS, FLATTENS)
+    assert unexplained_flattens(p) == [] and unexplained_groupings(grouping_coders(p)) == []
     for output, schema in near_dedup.OUTPUTS.items():
         if not isinstance(outputs[output], WrittenPartitions):  # annotations, signatures: written by the stage
             outputs[output] | f"Write{output}" >> WriteLayerOutput(str(layer / output), schema, 2)

@@ -14,7 +14,8 @@ from beam_pipeline import cli
 from beam_pipeline.normalize import normalize_text
 from beam_pipeline.web.extract import html_to_text
 from beam_pipeline.web.records import payload_digest
-from conftest import IN_PROCESS, REPO, grouping_key_coders, layer_digests, stages_by_name, unexplained_groupings
+from conftest import IN_PROCESS, REPO, flatten_names, grouping_key_coders, layer_digests, stages_by_name, \
+    unexplained_flattens, unexplained_groupings
 from web_fixtures import handbook_dir, http_response, pywb_dir, reencode_page, warc_record, write_warc  # noqa: F401
 
 TOKENIZER = os.path.join(REPO, "sample", "tokenizer", "tokenizer.json")
@@ -207,15 +208,27 @@ def test_grouping_keys_of_the_web_branch_are_deterministic(crawl, tmp_path):
 
     seen = {}
 
+    ingest_pipeline, flattens = [], []
+
     def record(stage, pipeline):
         if stage == "ingest":
             seen.update(grouping_key_coders(pipeline))
+            ingest_pipeline.append(pipeline)
+            flattens.extend(flatten_names(pipeline))
 
     base, _ = crawl
-    config = load_config(str(base / "corpus.yaml")).model_copy(update={"output_root": str(tmp_path / "out")})
+    # web archives and plain files in one build: each reader branch spills its own records
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.txt").write_text("A plain text file read next to the crawl.\n" * 20)
+    mixed = base / "corpus-mixed.yaml"
+    mixed.write_text((base / "corpus.yaml").read_text().replace("sources:\n", (
+        "sources:\n  - {name: notes, uri: '%s/*.txt', format: text, rank: 4, license: test, domain: notes}\n"
+        % (tmp_path / "notes")), 1))
+    config = load_config(str(mixed)).model_copy(update={"output_root": str(tmp_path / "out")})
     CorpusBuild(config, PipelineOptions(IN_PROCESS), log=lambda m: None, before_run=record).run()
     assert any("GroupSpillsByUrlBucket" in name for name in seen)
     assert unexplained_groupings(seen) == []  # the captures' text never goes through the runner
+    assert "Ingest/CollapseRepeatedRecords/AllRecordSpills" in flattens and unexplained_flattens(ingest_pipeline[0]) == []
     assert all(isinstance(c, (coders.StrUtf8Coder, coders.BytesCoder, coders.VarIntCoder)) and c.is_deterministic()
                for c in seen.values()), seen
 

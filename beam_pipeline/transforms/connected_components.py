@@ -39,7 +39,7 @@ _CHANGES = "changes"
 
 
 class ConnectedComponents(beam.PTransform):
-    """PCollection[(a, b)] edges -> PCollection[(bucket, spill file of (node, "label", label) records)].
+    """{finder: PCollection[(a, b)] edges} -> PCollection[(bucket, spill file of (node, "label", label) records)].
 
     A node's label is the smallest node of its component; its records are in
     bucket ``xxh3(node) % buckets`` (:func:`~beam_pipeline.transforms.lsh_files.read_keyed_groups`
@@ -61,20 +61,24 @@ class ConnectedComponents(beam.PTransform):
         self._buckets = buckets
         self._stage = stage
 
-    def expand(self, edges):
+    def expand(self, edge_sets):
         directory, buckets = self._directory, self._buckets
-        current = (
+        spilled = [
             edges
-            | "SpillBothDirections" >> beam.ParDo(_SpillEdgesFn(directory, buckets, "components-edges"))
+            | f"Spill{name.title()}Edges" >> beam.ParDo(_SpillEdgesFn(directory, buckets, f"components-{name}"))
             .with_output_types(IntKeyed)
-        )
+            for name, edges in sorted(edge_sets.items())
+        ]
+        # Each finder's edges are spilled by the step that finds them: only file names are flattened
+        # (a Flatten of two steps' edges would be buffered by the local runner's driver).
+        current = spilled[0] if len(spilled) == 1 else tuple(spilled) | "AllEdgeSpills" >> beam.Flatten()
         changes = []
         for index in range(1, self._max_rounds + 1):
             result = current | f"Round{index:02d}" >> _StarRound(
                 index, changes[-1] if changes else None, directory, buckets, self._stage)
             current = result["edges"]
             changes.append(result["changes"])
-        _ = (edges.pipeline
+        _ = (current.pipeline
              | "Once" >> beam.Create([None])
              | "CheckConverged" >> beam.ParDo(_ConvergedFn(self._max_rounds, self._stage),
                                               *[beam.pvalue.AsList(c) for c in changes]))

@@ -263,25 +263,25 @@ class AnnotateNearDuplicates(beam.PTransform):
             for kind in spilled:
                 spilled[kind].append(previous[kind])
 
-        found = []  # {"edges": (a, b), "previous": (doc_id, previous-version member)} per method
+        found = {}  # finder -> {"edges": (a, b), "previous": (doc_id, previous-version member)}
         if params.use_minhash:
-            found.append(spilled[_BAND_SPILLS] | "AllBandSpills" >> beam.Flatten()
-                         | "MinHashEdges" >> MinHashEdges(params, files, spills.directory))
+            found["minhash"] = (spilled[_BAND_SPILLS] | "AllBandSpills" >> beam.Flatten()
+                                | "MinHashEdges" >> MinHashEdges(params, files, spills.directory))
         if params.use_simhash:
-            found.append(spilled[_BLOCK_SPILLS] | "AllBlockSpills" >> beam.Flatten()
-                         | "SimHashEdges" >> SimHashEdges(params))
+            found["simhash"] = (spilled[_BLOCK_SPILLS] | "AllBlockSpills" >> beam.Flatten()
+                                | "SimHashEdges" >> SimHashEdges(params))
         labels = (
-            [f["edges"] for f in found]
-            | "AllEdges" >> beam.Flatten()
+            {finder: edges["edges"] for finder, edges in found.items()}
             | "Components" >> ConnectedComponents(params.max_rounds, spills.directory, spills.buckets, STAGE)
         )
-        # What the partition of a doc_id needs to annotate it, as (partition, spill file)
+        # What the partition of a doc_id needs to annotate it, as (partition, spill file). Every per-document
+        # collection is spilled by the step that makes it: a Flatten joins file names only.
         document_spills = [signed[_MEMBERS], labels]
         if self._previous:
-            document_spills.append(
-                [f["previous"] for f in found]
-                | "AllPreviousMembers" >> beam.Flatten()
-                | "SpillPreviousMembers" >> beam.ParDo(SpillKeyedFn(spills.directory, spills.buckets, "previous")))
+            document_spills += [
+                edges["previous"] | f"Spill{finder.title()}PreviousMembers" >> beam.ParDo(
+                    SpillKeyedFn(spills.directory, spills.buckets, "previous"))
+                for finder, edges in found.items()]
         if params.span_sources:
             document_spills.append(pbegin | "RepeatedSpans" >> RepeatedSpans(
                 self._documents, params.span_sources, params.span_min_words, params.seed, spills.directory))
