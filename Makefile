@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_ROOT ?= out/demo
 
-.PHONY: venv demo report test test-flink bench bench-scale clean sample
+.PHONY: venv demo report test test-flink bench bench-scale bench-web-scale clean sample
 
 venv: $(STAMP)
 
@@ -38,14 +38,20 @@ test-flink: $(STAMP)
 	  scripts/flink_cluster.sh stop; exit $$status
 
 ## Reproducible benchmarks; results land in bench/results/. The spine against the bare
-## libraries (~20 min), then the whole build at 250 MB, 500 MB and 1 GB (bench-scale).
+## libraries (~20 min), then the whole build at 250 MB, 500 MB and 1 GB (bench-scale, ~30 min)
+## and on web crawls of 2, 4 and 6 captures per URL (bench-web-scale, ~15 min).
 bench: $(STAMP)
 	$(PY) bench/run_all.py
 	$(PY) bench/bench_scale.py
+	$(PY) bench/bench_web_scale.py
 
 ## Only the end-to-end scale run: every stage on 250 MB, 500 MB and 1 GB of real text.
 bench-scale: $(STAMP)
 	$(PY) bench/bench_scale.py
+
+## Only the web path end to end: re-crawls of the same pages, 2, 4 and 6 captures per URL.
+bench-web-scale: $(STAMP)
+	$(PY) bench/bench_web_scale.py
 
 ## Rebuild the bundled sample from Debian and PyPI packages (needs the registries).
 sample: $(STAMP)

@@ -190,8 +190,10 @@ class MemorySampler:
 
 
 def run_one(size_mb: int, config: Path, text_bytes: int, records: int, workers: int = WORKERS,
-            mode: str = "multi_processing") -> dict:
-    root = BENCH / "work" / "out" / f"scale-{size_mb}"
+            mode: str = "multi_processing", label: str = "scale") -> dict:
+    """Build ``config`` in a child process (a fresh output root ``bench/work/out/<label>-<size_mb>``),
+    sampling memory; the run's numbers, per stage too."""
+    root = BENCH / "work" / "out" / f"{label}-{size_mb}"
     shutil.rmtree(root, ignore_errors=True)
     cmd = [sys.executable, "-m", "beam_pipeline", "run", "--config", str(config), "--output_root", str(root),
            "--runner=DirectRunner", f"--direct_running_mode={mode}", f"--direct_num_workers={workers}"]
@@ -232,6 +234,7 @@ def run_one(size_mb: int, config: Path, text_bytes: int, records: int, workers: 
         mem = sampler.per_stage.get(name, {})
         stages.append({
             "stage": name, "seconds": seconds, "in": stage["counts"]["in"], "passed": stage["counts"]["passed"],
+            "counts": stage["counts"],
             "attempts": stage.get("attempts", 1),
             # each run of the stage's job (all but the last lost records and were discarded)
             "attempt_seconds": stage.get("attempt_seconds") or [seconds],

@@ -79,17 +79,22 @@ def html_pages() -> list[tuple[str, Path]]:
     return pages
 
 
-def build_warc(min_mb: int, limit: int | None = None) -> tuple[Path, dict]:
+def build_warc(min_mb: int, limit: int | None = None, *, work: Path = WORK,
+               rounds: int | None = None) -> tuple[Path, dict]:
+    """``work``/crawl.warc.gz: capture rounds of the pages until it holds ``min_mb`` MB, or exactly
+    ``rounds`` rounds if given; cached with a digest of the recipe."""
     from fastwarc.warc import WarcRecord, WarcRecordType
 
     pages = html_pages()[:limit]
-    digest = hashlib.sha256(json.dumps({"v": RECIPE_VERSION, "min_mb": min_mb,
-                                        "pages": [url for url, _ in pages]}).encode()).hexdigest()[:16]
-    target, info_path = WORK / "crawl.warc.gz", WORK / "crawl.json"
+    recipe = {"v": RECIPE_VERSION, "min_mb": min_mb, "pages": [url for url, _ in pages]}
+    if rounds is not None:
+        recipe = {**recipe, "min_mb": None, "rounds": rounds}
+    digest = hashlib.sha256(json.dumps(recipe).encode()).hexdigest()[:16]
+    target, info_path = work / "crawl.warc.gz", work / "crawl.json"
     if target.exists() and info_path.exists() and json.loads(info_path.read_text()).get("recipe") == digest:
         log(f"cached {target} ({target.stat().st_size / 1e6:.1f} MB)")
         return target, json.loads(info_path.read_text())
-    WORK.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
     bodies = {url: path.read_bytes() for url, path in pages}
     log(f"{len(pages)} pages, {sum(map(len, bodies.values())) / 1e6:.1f} MB of HTML; writing rounds")
 
@@ -105,11 +110,11 @@ def build_warc(min_mb: int, limit: int | None = None) -> tuple[Path, dict]:
         rec.write(out, checksum_data=kind == WarcRecordType.response)
         return gzip.compress(out.getvalue(), compresslevel=6, mtime=0)
 
-    size = responses = html_bytes = rounds = 0
-    with open(WORK / "crawl.warc.gz.tmp", "wb") as out:
-        while size < min_mb * 1_000_000:
-            date = f"{FIRST_DATE[0]}-{FIRST_DATE[1] + rounds:02d}-{FIRST_DATE[2]:02d}T12:00:00Z"
-            order = sorted(bodies, key=lambda url: hashlib.sha256(f"{rounds}|{url}".encode()).digest())
+    size = responses = html_bytes = written = 0
+    with open(work / "crawl.warc.gz.tmp", "wb") as out:
+        while (written < rounds) if rounds is not None else (size < min_mb * 1_000_000):
+            date = f"{FIRST_DATE[0]}-{FIRST_DATE[1] + written:02d}-{FIRST_DATE[2]:02d}T12:00:00Z"
+            order = sorted(bodies, key=lambda url: hashlib.sha256(f"{written}|{url}".encode()).digest())
             for url in order:
                 body = bodies[url]
                 path = url.split("/", 3)[3]
@@ -123,10 +128,10 @@ def build_warc(min_mb: int, limit: int | None = None) -> tuple[Path, dict]:
                     size += len(data)
                 responses += 1
                 html_bytes += len(body)
-            rounds += 1
-            log(f"round {rounds}: {size / 1e6:.1f} MB")
-    os.replace(WORK / "crawl.warc.gz.tmp", target)
-    info = {"recipe": digest, "bytes": size, "rounds": rounds, "pages": len(pages), "responses": responses,
+            written += 1
+            log(f"round {written}: {size / 1e6:.1f} MB")
+    os.replace(work / "crawl.warc.gz.tmp", target)
+    info = {"recipe": digest, "bytes": size, "rounds": written, "pages": len(pages), "responses": responses,
             "records": 2 * responses, "html_bytes": html_bytes}
     info_path.write_text(json.dumps(info, indent=1))
     return target, info
