@@ -202,6 +202,21 @@ def test_build_on_s3_has_the_local_dataset_id(small_local, bucket, moto_endpoint
                         snapshot_id=snapshot_id, log=lines.append).run()
     assert f"[snapshot] using pinned snapshot {snapshot_id}" in lines
     assert all(stage.reused for stage in again.stages) and again.dataset_id == local_id
+    assert not any("/_spill/" in k or "/_placement/" in k for k in written)  # spill and staging files deleted
+
+    # A takedown on the object store: a verified new version, and nothing of its staging left behind
+    # (an object store has no folders: every staged object is deleted by name).
+    from beam_pipeline.dataset.lineage import read_lineage
+    from beam_pipeline.dataset.takedown import takedown
+    from beam_pipeline.dataset.verify import verify_dataset
+
+    dataset = f"s3://{BUCKET}/out/datasets/{local_id}"
+    victim = next(r["doc_id"] for r in read_lineage(dataset, columns=["doc_id", "shard"]).to_pylist() if r["shard"])
+    result = takedown(dataset, doc_ids=[victim], include_duplicates=False, log=lambda m: None)
+    assert result.removed == [victim] and verify_dataset(result.dataset_path).ok
+    left = [k for k in keys(bucket, "out/") if k not in written]
+    assert any(k.startswith(f"out/datasets/{result.dataset_id}/lineage/") for k in left)
+    assert not [k for k in left if ".tmp-" in k or "/_placement/" in k], left
 
 
 def test_filesystem_checksums_on_s3_use_the_etag(bucket, moto_endpoint, tmp_path):

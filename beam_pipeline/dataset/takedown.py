@@ -44,7 +44,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline.layers import join, move, read_bytes, write_json_atomic
+from beam_pipeline.layers import join, move, read_bytes, remove_folder, write_json_atomic
 from beam_pipeline.dataset.lineage import (
     PLACEMENT, LineageError, conform, dataset_dir_of, empty_placement, has_lineage, lineage_dir, lineage_marker,
     lineage_parts, read_parts, root_of, sort_lineage, spill_placement, write_lineage_marker, write_lineage_part,
@@ -251,7 +251,8 @@ def _write_new_lineage(old_dir: str, target: str, new_id: str, shards: list[dict
         return
     marker = lineage_marker(old_dir)
     count = len(marker["parts"])
-    placement = spill_placement(target, {"shards": shards}, count, join(staging, "_placement"))
+    placement_dir = join(staging, "_placement")
+    placement = spill_placement(target, {"shards": shards}, count, placement_dir)
     removed = pa.array(sorted(d for docs in affected.values() for d in docs), pa.string())
     directory = lineage_dir(target)
     parts, rows, columns = [], 0, None
@@ -260,6 +261,7 @@ def _write_new_lineage(old_dir: str, target: str, new_id: str, shards: list[dict
         part = taken_down_part(old, removed, reason, where)
         parts.append(write_lineage_part(directory, index, count, part))
         rows, columns = rows + part.num_rows, part.schema.names
+    remove_folder(placement_dir)  # by file: an object store has no folder to delete with the staging one
     write_lineage_marker(directory, new_id, rows, columns, parts,
                          {**marker.get("inputs", {}), "previous_dataset_id": marker["dataset_id"]})
 
