@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import re
 import uuid
 from typing import Any, Iterable
 
@@ -108,6 +109,47 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
     if FileSystems.exists(path):
         FileSystems.delete([path])
     FileSystems.rename([tmp], [path])
+
+
+# --- spill segments -------------------------------------------------------------
+
+#: A block of a spill file: ``<file>#<offset>+<length>`` (:func:`write_spill_blocks`).
+_SEGMENT = re.compile(r"^(.+)#(\d+)\+(\d+)$")
+
+
+def write_spill_blocks(directory: str, prefix: str, blocks: list[tuple[int, bytes]]) -> list[tuple[int, str]]:
+    """One spill file holding ``blocks`` (target, self-contained bytes) one after the other ->
+    (target, segment) of each, a segment naming its block as ``<file>#<offset>+<length>``.
+
+    A task's flush writes one file whatever the number of targets it has rows
+    for, so a shuffle through files writes as many files as flushes, not flushes
+    x targets (``docs/decisions.md``, "Spill files: one per flush"). The file is
+    named by the digest of its bytes: a retried task rewrites the same file.
+    """
+    if not blocks:
+        return []
+    data = b"".join(block for _, block in blocks)
+    path = join(directory, f"{prefix}-{sha256_bytes(data)[:24]}.spill")
+    write_bytes_atomic(path, data)
+    segments, offset = [], 0
+    for target, block in blocks:
+        segments.append((target, f"{path}#{offset}+{len(block)}"))
+        offset += len(block)
+    return segments
+
+
+def read_segment(segment: str) -> bytes:
+    """The bytes of a spill segment (or of a whole file, for a plain path)."""
+    match = _SEGMENT.match(segment)
+    if match is None:
+        return read_bytes(segment)
+    path, offset, length = match.group(1), int(match.group(2)), int(match.group(3))
+    with FileSystems.open(path, compression_type="uncompressed") as f:
+        f.seek(offset)
+        data = f.read(length)
+    if len(data) != length:
+        raise IOError(f"spill segment {segment}: read {len(data)} of {length} bytes")
+    return data
 
 
 TEMPORARY_PREFIX = ".tmp-"
@@ -218,6 +260,12 @@ def collect_partitions(directory: str, count: int, schema: pa.Schema) -> list[di
 
 
 def read_partition_rows(path: str, columns: list[str] | None = None) -> Iterable[dict]:
+    """The rows of a Parquet file, or of a spill segment (:func:`write_spill_blocks`), in batches."""
+    if _SEGMENT.match(path):
+        parquet = pq.ParquetFile(io.BytesIO(read_segment(path)))
+        for batch in parquet.iter_batches(batch_size=4096, columns=columns):
+            yield from batch.to_pylist()
+        return
     with FileSystems.open(path) as f:
         parquet = pq.ParquetFile(f)
         for batch in parquet.iter_batches(batch_size=4096, columns=columns):

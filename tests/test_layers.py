@@ -1,4 +1,3 @@
-import glob
 import os
 
 import apache_beam as beam
@@ -74,7 +73,6 @@ def test_layer_completion_and_read_back(tmp_path):
     assert layer.ledger()["outputs"]["decisions"]["rows"] == 30
     with TestPipeline(options=OPTIONS) as p:
         back = p | ReadLayerOutput(layer.part_paths("decisions"), columns=["doc_id"])
-        from apache_beam.testing.util import assert_that, equal_to
         assert_that(back, equal_to([{"doc_id": r["doc_id"]} for r in rows(30)]))
 
 
@@ -146,26 +144,32 @@ def test_partition_inputs_need_one_partition_count(tmp_path):
 
 
 def test_spilled_rows_come_back_once_per_partition_in_row_order(tmp_path):
-    """Spill files are named by their bytes: a bundle written twice (a retry) is read once."""
+    """A flush writes one spill file holding a block per partition; a segment named twice (a
+    retried bundle rewrites the same file) is read once."""
     from beam_pipeline.hashing import bucket_of
     from beam_pipeline.transforms.layer_io import SpillByPartition, read_spilled
 
     data = [{"doc_id": f"d{i % 17:02d}", "source": "s", "file": f"f{i % 3}", "position": i} for i in range(60)]
     spill = str(tmp_path / "spill")
+
+    def check(grouped):
+        assert sorted(index for index, _ in grouped) == sorted({bucket_of(r["doc_id"], 4) for r in data})
+        segments = [segment for _, group in grouped for segment in group]
+        files = {segment.split("#")[0] for segment in segments}
+        assert 1 < len(files) < len(segments)  # several flushes, each one file holding several partitions
+        for index, segments in grouped:
+            assert len(segments) > 1  # spill_bytes forced several flushes
+            rows = read_spilled(segments + segments[:1])
+            expected = sorted((r for r in data if bucket_of(r["doc_id"], 4) == index),
+                              key=lambda r: (r["doc_id"], r["file"], r["position"]))
+            assert [(r["doc_id"], r["file"], r["position"]) for r in rows] == \
+                [(r["doc_id"], r["file"], r["position"]) for r in expected]
+
     with beam.Pipeline(options=OPTIONS) as p:
-        pairs = (p | beam.Create(data) | SpillByPartition(spill, 4, schemas.REPEAT, spill_bytes=2000)
-                 | beam.GroupByKey() | beam.MapTuple(lambda index, paths: (index, list(paths))))
-        assert_that(pairs | beam.MapTuple(lambda index, paths: (index, len(paths) >= 1)),
-                    equal_to([(i, True) for i in sorted({bucket_of(r["doc_id"], 4) for r in data})]))
-    files = sorted(glob.glob(os.path.join(spill, "part-*.parquet")))
-    assert len(files) > 4  # spill_bytes forced several files per partition
-    for index in range(4):
-        paths = [f for f in files if os.path.basename(f).startswith(f"part-{index:05d}-")]
-        rows = read_spilled(paths + paths[:1])  # a path named twice is read once
-        expected = sorted((r for r in data if bucket_of(r["doc_id"], 4) == index),
-                          key=lambda r: (r["doc_id"], r["file"], r["position"]))
-        assert [(r["doc_id"], r["file"], r["position"]) for r in rows] == \
-            [(r["doc_id"], r["file"], r["position"]) for r in expected]
+        grouped = (p | beam.Create(data) | SpillByPartition(spill, 4, schemas.REPEAT, spill_bytes=2000)
+                   | beam.GroupByKey() | beam.MapTuple(lambda index, paths: (index, sorted(paths))))
+        assert_that(grouped, check)
+    assert all(name.startswith("part-") and name.endswith(".spill") for name in os.listdir(spill))
 
 
 def test_merge_join_requires_a_row_where_every_document_has_one():

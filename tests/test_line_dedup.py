@@ -127,22 +127,25 @@ def test_repeated_spans_are_kept_in_the_first_document_and_cut_elsewhere(tmp_pat
         doc("alone", texts[4], rank=5),
         doc("other", f"{shared} {texts[5]}", rank=0, source="books"),  # not a listed source: no effect
     ]
-    spill = tmp_path / "spill"
-    spill.mkdir()
-    with TestPipeline(options=OPTIONS) as p:
-        _ = p | RepeatedSpans(partitions_of(tmp_path, documents, count), ["web"], min_words=50, seed=0,
-                              spill_directory=str(spill))
-    cuts = {}
-    for path in spill.glob(f"{SPAN}-*.parquet"):  # span-<bucket>-<partition>-<digest>.parquet
-        partition = int(path.name.split("-")[2])
-        for doc_id, parts in read_keyed_groups([str(path)]):
-            assert bucket_of(doc_id, count) == partition  # spilled to the partition that holds the document
-            cuts.setdefault(doc_id, []).extend(parts[SPAN])
     expected = {}
     for d in documents[1:3]:
         start = d["text"].index(shared)
         expected[d["doc_id"]] = [(start, start + len(shared))]
-    assert {doc_id: merge_ranges(spans) for doc_id, spans in cuts.items()} == expected
+
+    def check(spilled):  # (partition, span spill segment) pairs
+        cuts = {}
+        for partition, segment in spilled:
+            for doc_id, parts in read_keyed_groups([segment]):
+                assert bucket_of(doc_id, count) == partition  # spilled to the partition that holds the document
+                cuts.setdefault(doc_id, []).extend(parts[SPAN])
+        assert {doc_id: merge_ranges(spans) for doc_id, spans in cuts.items()} == expected
+
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    with TestPipeline(options=OPTIONS) as p:
+        spilled = p | RepeatedSpans(partitions_of(tmp_path, documents, count), ["web"], min_words=50, seed=0,
+                                    spill_directory=str(spill))
+        assert_that(spilled, check)
     web1 = documents[1]
     start = web1["text"].index(shared)
     assert strip_text(web1["text"], [], [(start, start + len(shared))]) == f"{texts[1]}\n\n{texts[2]}"

@@ -30,10 +30,9 @@ import apache_beam as beam
 import pyarrow as pa
 
 from beam_pipeline.accounting import LOST_IN_JOIN
-from beam_pipeline.hashing import bucket_of, sha256_bytes
-
-from beam_pipeline.layers import join, read_partition_rows, remove_folder, table_bytes, write_bytes_atomic, \
-    write_partition
+from beam_pipeline.hashing import bucket_of
+from beam_pipeline.layers import join, read_partition_rows, remove_folder, table_bytes, write_partition, \
+    write_spill_blocks
 from beam_pipeline.transforms.keys import IntKeyed
 
 
@@ -324,13 +323,12 @@ class _SpillFn(BufferedSpillFn):
 
 def write_partition_spills(buffers: dict[int, list[dict]], directory: str, schema: pa.Schema,
                            prefix: str = "part") -> Iterator[tuple[int, str]]:
-    """(partition, path) of one spill file per partition of ``buffers``: the rows in
-    :func:`row_order`, lz4 Parquet named ``<prefix>-<partition>-<digest of the bytes>``."""
-    for index, rows in sorted(buffers.items()):
-        data = table_bytes(sorted(rows, key=row_order), schema, compression="lz4")
-        path = join(directory, f"{prefix}-{index:05d}-{sha256_bytes(data)[:24]}.parquet")
-        write_bytes_atomic(path, data)
-        yield index, path
+    """(partition, segment) of one lz4 Parquet block per partition of ``buffers`` (the rows in
+    :func:`row_order`), all in one spill file named ``<prefix>-<digest of the bytes>``
+    (:func:`~beam_pipeline.layers.write_spill_blocks`)."""
+    blocks = [(index, table_bytes(sorted(rows, key=row_order), schema, compression="lz4"))
+              for index, rows in sorted(buffers.items())]
+    yield from write_spill_blocks(directory, prefix, blocks)
 
 
 def read_spilled(paths: Iterable[str]) -> list[dict]:

@@ -29,17 +29,17 @@ and the stripping that ``select`` applies, are in :mod:`beam_pipeline.dedup.repe
 """
 from __future__ import annotations
 
+import io
 from typing import Iterable, Iterator
 
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.dedup.repetition import countable_line_keys, word_windows
-from beam_pipeline.hashing import bucket_of, sha256_bytes
-from beam_pipeline.layers import arrow_table_bytes, join, read_partition_rows, write_bytes_atomic
+from beam_pipeline.hashing import bucket_of
+from beam_pipeline.layers import arrow_table_bytes, read_partition_rows, read_segment, write_spill_blocks
 from beam_pipeline.transforms.keys import IntKeyed
 from beam_pipeline.transforms.layer_io import GroupSpillFiles, PartitionIndexes
 from beam_pipeline.transforms.lsh_files import keyed_record, read_spill_table, write_keyed_spills, \
@@ -105,22 +105,17 @@ class _CountLinesFn(beam.DoFn):
         texts = (row["text"] for row in read_partition_rows(self._documents[index], ["text"]))
         keys, counts = partition_line_counts(texts, self._min_chars)
         buckets = keys % len(self._documents)
+        blocks = []
         for bucket in np.unique(buckets).tolist():
             chosen = buckets == bucket
-            data = arrow_table_bytes(pa.table({"key": keys[chosen], "documents": counts[chosen]}, schema=LINE_COUNT),
-                                     compression="lz4")
-            path = join(self._directory, f"lines-{index:05d}-{bucket:05d}-{sha256_bytes(data)[:24]}.parquet")
-            write_bytes_atomic(path, data)
-            yield bucket, path
+            blocks.append((bucket, arrow_table_bytes(
+                pa.table({"key": keys[chosen], "documents": counts[chosen]}, schema=LINE_COUNT), compression="lz4")))
+        yield from write_spill_blocks(self._directory, f"lines-{index:05d}", blocks)
 
 
 def _frequent_lines(keyed: tuple[int, Iterable[str]], min_repeats: int) -> Iterator[int]:
     """(bucket, spill files) -> the bucket's line keys held by more than ``min_repeats`` documents."""
-    tables = []
-    for path in sorted(set(keyed[1])):
-        with FileSystems.open(path) as f:
-            tables.append(pq.read_table(f))
-    table = pa.concat_tables(tables)
+    table = pa.concat_tables([pq.read_table(io.BytesIO(read_segment(path))) for path in sorted(set(keyed[1]))])
     keys, inverse = np.unique(table.column("key").to_numpy(), return_inverse=True)
     documents = np.bincount(inverse, weights=table.column("documents").to_numpy(), minlength=keys.size)
     yield from keys[documents > min_repeats].tolist()

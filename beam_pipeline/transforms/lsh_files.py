@@ -43,6 +43,7 @@ edges, pairs to check against a representative), never grouped.
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 from typing import Iterable, Iterator
 
@@ -53,8 +54,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline.hashing import bucket_of, sha256_bytes
-from beam_pipeline.layers import arrow_table_bytes, join, read_partition_rows, table_bytes, write_bytes_atomic
+from beam_pipeline.hashing import bucket_of
+from beam_pipeline.layers import arrow_table_bytes, read_partition_rows, read_segment, table_bytes, \
+    write_spill_blocks
 from beam_pipeline.transforms.layer_io import BufferedSpillFn
 
 #: One LSH record of a spill file: a band (MinHash) or block (SimHash) key of one document.
@@ -121,23 +123,20 @@ def spill_lsh_records(rows: list[dict], keys_column: str, previous: bool, count:
 
 def write_table_spills(table: pa.Table, targets: np.ndarray, order: list[str], directory: str,
                        prefix: str) -> Iterator[tuple[int, str]]:
-    """(target, path) of one lz4 spill file per distinct value of ``targets`` (an int per row of
-    ``table``): that target's rows sorted by the ``order`` columns, named ``<prefix>-<target>-<digest>``."""
+    """(target, segment) of one lz4 Parquet block per distinct value of ``targets`` (an int per row of
+    ``table``): that target's rows sorted by the ``order`` columns, all in one spill file
+    (:func:`~beam_pipeline.layers.write_spill_blocks`) named ``<prefix>-<digest>``."""
+    blocks = []
     for target in np.unique(targets).tolist():
         part = table.take(np.flatnonzero(targets == target)).sort_by([(column, "ascending") for column in order])
-        data = arrow_table_bytes(part, compression="lz4")
-        path = join(directory, f"{prefix}-{target:05d}-{sha256_bytes(data)[:24]}.parquet")
-        write_bytes_atomic(path, data)
-        yield target, path
+        blocks.append((target, arrow_table_bytes(part, compression="lz4")))
+    yield from write_spill_blocks(directory, prefix, blocks)
 
 
 def read_spill_table(paths: Iterable[str], schema: pa.Schema, order: list[str]) -> pa.Table | None:
     """The rows of the given spill files (each file read once) as one table sorted by the
     ``order`` columns (ascending), or None when there are no files."""
-    tables = []
-    for path in sorted(set(paths)):
-        with FileSystems.open(path) as f:
-            tables.append(pq.read_table(f, schema=schema))
+    tables = [pq.read_table(io.BytesIO(read_segment(path)), schema=schema) for path in sorted(set(paths))]
     if not tables:
         return None
     return pa.concat_tables(tables).sort_by([(column, "ascending") for column in order])
@@ -245,16 +244,14 @@ def _frozen(value):
 
 def write_spills(by_target: dict[int, list[dict]], directory: str, prefix: str, schema: pa.Schema,
                  order) -> Iterator[tuple[int, str]]:
-    """(target, path) of one lz4 spill file of ``schema`` rows per target, rows sorted by ``order``.
+    """(target, segment) of one lz4 Parquet block of ``schema`` rows per target, rows sorted by
+    ``order``, all in one spill file (:func:`~beam_pipeline.layers.write_spill_blocks`).
 
-    A file is named by the digest of its bytes: a retried task rewrites the same
-    file, and two tasks that spill the same rows write one file.
+    The file is named by the digest of its bytes: a retried task rewrites the same file.
     """
-    for target, rows in sorted(by_target.items()):
-        data = table_bytes(sorted(rows, key=order), schema, compression="lz4")
-        path = join(directory, f"{prefix}-{target:012d}-{sha256_bytes(data)[:24]}.parquet")
-        write_bytes_atomic(path, data)
-        yield target, path
+    blocks = [(target, table_bytes(sorted(rows, key=order), schema, compression="lz4"))
+              for target, rows in sorted(by_target.items())]
+    yield from write_spill_blocks(directory, prefix, blocks)
 
 
 def write_pair_spills(by_target: dict[int, list[dict]], directory: str, prefix: str) -> Iterator[tuple[int, str]]:
@@ -272,8 +269,8 @@ def read_pair_spills(paths: Iterable[str]) -> Iterator[dict]:
 class SpillPairsFn(BufferedSpillFn):
     """(a, b, carry) -> (lookup key, spill file) per layer of ``files`` that could hold ``a``'s signature.
 
-    Buffers up to :data:`SPILL_PAIRS` pairs per bundle, then writes one file per
-    lookup key (:meth:`SignatureFiles.lookup_key`); the runner moves file names.
+    Buffers up to :data:`SPILL_PAIRS` pairs per bundle, then writes one block per
+    lookup key (:meth:`SignatureFiles.lookup_key`) in one spill file; the runner moves block names.
     """
 
     def __init__(self, files: "SignatureFiles", directory: str, prefix: str):

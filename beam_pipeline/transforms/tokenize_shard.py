@@ -14,7 +14,7 @@ The data flow:
 2. the sums per domain fix each bucket's shard count ``ceil(tokens / shard_tokens)``;
 3. the task of each partition's spill file sends each document to shard
    ``xxh3(seed, doc_id) % count`` of its bucket (shards are homogeneous by
-   bucket): one spill file per shard; only (shard name, file name) pairs go
+   bucket): one block per shard in one spill file; only (shard name, block) pairs go
    through a ``GroupByKey``, so the tokens never pass through the runner;
 4. inside a shard, order documents by (xxh3(seed, doc_id), doc_id): a global
    deterministic shuffle that no runner or bundle size can change;
@@ -40,7 +40,8 @@ from apache_beam.utils import shared
 from beam_pipeline.accounting import StageCounters
 from beam_pipeline.config import TokenizeConfig
 from beam_pipeline.hashing import canonical_json, sha256_bytes, stable_hash64
-from beam_pipeline.layers import join, read_bytes, read_partition_rows, table_bytes, write_bytes_atomic
+from beam_pipeline.layers import join, read_bytes, read_partition_rows, table_bytes, write_bytes_atomic, \
+    write_spill_blocks
 from beam_pipeline.schemas import SHARD_INDEX
 from beam_pipeline.transforms.keys import StrKeyed
 from beam_pipeline.transforms.layer_io import PartitionIndexes
@@ -202,8 +203,9 @@ class SpillByShardFn(beam.DoFn):
         for row in read_partition_rows(path):
             name, row = assign_shard(row, shard_counts, self._shard_tokens, self._seed)
             by_shard.setdefault(name, []).append(row)
-        for name, rows in sorted(by_shard.items()):
-            yield name, write_tokenized(self._directory, f"shard-{name}", rows)
+        blocks = [(name, table_bytes(sorted(rows, key=lambda r: r["doc_id"]), TOKENIZED, compression="lz4"))
+                  for name, rows in sorted(by_shard.items())]
+        yield from write_spill_blocks(self._directory, "shard", blocks)  # one file for every shard it feeds
 
 
 def shard_count(domain_tokens: int, shard_tokens: int) -> int:
