@@ -261,14 +261,8 @@ def collect_partitions(directory: str, count: int, schema: pa.Schema) -> list[di
 
 def read_partition_rows(path: str, columns: list[str] | None = None) -> Iterable[dict]:
     """The rows of a Parquet file, or of a spill segment (:func:`write_spill_blocks`), in batches."""
-    if _SEGMENT.match(path):
-        parquet = pq.ParquetFile(io.BytesIO(read_segment(path)))
-        for batch in parquet.iter_batches(batch_size=4096, columns=columns):
-            yield from batch.to_pylist()
-        return
-    with FileSystems.open(path) as f:
-        parquet = pq.ParquetFile(f)
-        for batch in parquet.iter_batches(batch_size=4096, columns=columns):
+    with (io.BytesIO(read_segment(path)) if _SEGMENT.match(path) else FileSystems.open(path)) as f:
+        for batch in pq.ParquetFile(f).iter_batches(batch_size=4096, columns=columns):
             yield from batch.to_pylist()
 
 

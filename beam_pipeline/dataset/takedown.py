@@ -113,13 +113,14 @@ def resolve_doc_ids(dataset_dir: str, *, doc_ids=(), urls=(), url_pattern: str |
                 if url is not None and (url in url_set or (pattern is not None and pattern.search(url))):
                     wanted.add(doc)
     if include_duplicates and wanted:
-        hashes = set()
+        hashes, matched = set(), pa.array(sorted(wanted), pa.string())
         for part in lineage_parts(dataset_dir, ["doc_id", "content_hash"]):
-            hit = part.filter(pc.is_in(part.column("doc_id"), value_set=pa.array(sorted(wanted), pa.string())))
+            hit = part.filter(pc.is_in(part.column("doc_id"), value_set=matched))
             hashes.update(h for h in hit.column("content_hash").to_pylist() if h)
         if hashes:
+            shared = pa.array(sorted(hashes), pa.string())
             for part in lineage_parts(dataset_dir, ["doc_id", "content_hash"]):
-                same = part.filter(pc.is_in(part.column("content_hash"), value_set=pa.array(sorted(hashes))))
+                same = part.filter(pc.is_in(part.column("content_hash"), value_set=shared))
                 wanted.update(same.column("doc_id").to_pylist())
     return sorted(wanted)
 
