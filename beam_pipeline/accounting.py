@@ -1,67 +1,91 @@
 """Per-stage accounting: every record is passed, filtered with a reason, or dead-lettered.
 
-The one place where metric names are made. Each stage counts in the Beam
-metrics namespace named after the stage::
+The one place where count names are made. A stage counts::
 
     in                  records that entered the stage
     passed              records the stage handed on (or annotated)
     filtered:<reason>   records dropped, by reason
     dead_letter         records the stage could not process
 
-and the same names per source in the namespace ``<stage>.source.<name>``.
-After a stage's job finishes, :func:`counts_from_result` reads the committed
-counters and :func:`check_stage` enforces ``in == passed + filtered +
-dead_letter`` (and the dead-letter threshold) before the layer is committed.
-The names follow the counters of the C4 pipeline in tensorflow/datasets.
+in total and per source (the names of the C4 pipeline in tensorflow/datasets).
+
+Counts are **data of the job**, not runner metrics: a DoFn that decides records
+keeps a :class:`Tally` and emits it on the ``counts`` output (per element for a
+task that handles a whole file or partition, per bundle otherwise: see
+:class:`CountingDoFn`). A runner discards the outputs of a failed bundle
+attempt, so a retried bundle is counted once, on every runner, where metrics
+are "attempted" on some and "committed" on others. Each stage's counts are
+summed by :class:`SumCounts` and checked by the step that commits its layer
+(:class:`beam_pipeline.transforms.layer_io.CommitLayer`): ``in == passed +
+filtered + dead_letter`` in total and per source (:func:`check_stage`), and
+each output holds as many rows as the count it mirrors (:func:`check_outputs`).
+
+A :class:`Tally` also increments Beam metrics of the same names (namespace =
+stage, and ``<stage>.source.<name>`` per source): the progress display reads
+them while the job runs; nothing that is written reads them.
 """
 from __future__ import annotations
 
-from typing import Any
+import collections
+from typing import Any, Iterator
 
+import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
 
 IN, PASSED, DEAD_LETTER = "in", "passed", "dead_letter"
 FILTERED_PREFIX = "filtered:"
 SOURCE_NAMESPACE = "{stage}.source.{source}"
+
+#: The tagged output on which counting DoFns emit their tallies.
+COUNTS = "counts"
+
+#: A count as data: (stage, name, source or "") -> n.
+CountKey = tuple[str, str, str]
 
 
 class AccountingError(RuntimeError):
     """A stage lost records, or dead-lettered more than the configured share."""
 
 
-#: In the message of an error a DoFn raises when a join finds one side missing that a
-#: committed, balanced layer must hold: the runner lost records on the way (the driver
-#: then treats the job like an unbalanced one: rerun).
+#: In the message of an error raised when a join finds one side missing that a
+#: committed, balanced layer must hold, or when a stage's counts do not balance:
+#: the runner lost or repeated records on the way. The driver then runs the job
+#: again (the layers committed so far are reused).
 LOST_IN_JOIN = "records were lost on the way"
+RECORDS_LOST = "records were lost or counted twice"
 
 
 class RecordsLost(AccountingError):
     """The counts of a stage do not balance, or its outputs do not hold the rows it counted.
 
     The data cannot cause this (every record is counted once on every path):
-    a runner lost or repeated records, so rerunning the stage's job is the remedy.
+    a runner lost or repeated records, so running the job again is the remedy.
     """
 
 
-class StageCounters:
-    """Counters of one stage, totals and per source; create in ``DoFn.setup``."""
+class Tally:
+    """Counts of one stage, in total and per source, kept by a DoFn and emitted as data.
+
+    Create it in ``DoFn.setup`` (or per bundle); :meth:`take` returns what was
+    counted since the last call and starts again.
+    """
 
     def __init__(self, stage: str):
         self.stage = stage
-        self._cache: dict[tuple[str, str], Any] = {}
-
-    def _counter(self, namespace: str, name: str):
-        key = (namespace, name)
-        counter = self._cache.get(key)
-        if counter is None:
-            counter = self._cache[key] = Metrics.counter(namespace, name)
-        return counter
+        self._counts: collections.Counter = collections.Counter()
+        self._metrics: dict[tuple[str, str], Any] = {}
 
     def inc(self, name: str, source: str | None = None, n: int = 1) -> None:
-        self._counter(self.stage, name).inc(n)
+        if not n:
+            return
+        self._counts[(self.stage, name, source or "")] += n
+        self._metric(self.stage, name).inc(n)
         if source is not None:
-            self._counter(SOURCE_NAMESPACE.format(stage=self.stage, source=source), name).inc(n)
+            self._metric(SOURCE_NAMESPACE.format(stage=self.stage, source=source), name).inc(n)
 
     def entered(self, source: str | None = None, n: int = 1) -> None:
         self.inc(IN, source, n)
@@ -74,6 +98,66 @@ class StageCounters:
 
     def dead_letter(self, source: str | None = None, n: int = 1) -> None:
         self.inc(DEAD_LETTER, source, n)
+
+    def take(self) -> dict[CountKey, int]:
+        """The counts since the last call (and forget them)."""
+        counts, self._counts = dict(self._counts), collections.Counter()
+        return counts
+
+    def tagged(self) -> Iterator[beam.pvalue.TaggedOutput]:
+        """The counts since the last call as a ``counts`` output (nothing if there are none)."""
+        counts = self.take()
+        if counts:
+            yield beam.pvalue.TaggedOutput(COUNTS, counts)
+
+    def _metric(self, namespace: str, name: str):
+        key = (namespace, name)
+        metric = self._metrics.get(key)
+        if metric is None:
+            metric = self._metrics[key] = Metrics.counter(namespace, name)
+        return metric
+
+
+class CountingDoFn(beam.DoFn):
+    """A DoFn that counts into ``self.tally`` (stage ``STAGE``) and emits the tally per bundle.
+
+    Subclasses set ``stage`` (or pass it), count in ``process`` and declare the
+    ``counts`` output (``.with_outputs(COUNTS, ...)``). Use it for DoFns that see
+    many small elements; a task that handles a whole file or partition yields
+    ``self.tally.tagged()`` at the end of its element instead.
+    """
+
+    def __init__(self, stage: str):
+        super().__init__()
+        self.stage = stage
+
+    def setup(self):
+        self.tally = Tally(self.stage)
+
+    def finish_bundle(self):
+        counts = self.tally.take()
+        if counts:
+            yield beam.pvalue.TaggedOutput(COUNTS, WindowedValue(counts, MIN_TIMESTAMP, [GlobalWindow()]))
+
+
+class SumCounts(beam.CombineFn):
+    """Count dicts -> their sum (an empty dict for no input)."""
+
+    def create_accumulator(self):
+        return collections.Counter()
+
+    def add_input(self, accumulator, counts):
+        accumulator.update(counts)
+        return accumulator
+
+    def merge_accumulators(self, accumulators):
+        merged = collections.Counter()
+        for accumulator in accumulators:
+            merged.update(accumulator)
+        return merged
+
+    def extract_output(self, accumulator):
+        return dict(accumulator)
 
 
 def _empty() -> dict:
@@ -90,8 +174,22 @@ def _add(counts: dict, name: str, value: int) -> None:
         counts.setdefault("other", {})[name] = counts.setdefault("other", {}).get(name, 0) + value
 
 
+def stage_counts(stage: str, summed: dict[CountKey, int]) -> dict:
+    """The counts of ``stage`` (total, ``filtered`` by reason, ``other``, ``by_source``) from summed tallies."""
+    counts = _empty()
+    counts["by_source"] = {}
+    for (name_stage, name, source), value in sorted(summed.items()):
+        if name_stage != stage:
+            continue
+        _add(counts, name, value)
+        if source:
+            _add(counts["by_source"].setdefault(source, _empty()), name, value)
+    return _sorted(counts)
+
+
 def counts_from_result(result, stage: str) -> dict:
-    """Committed counters of ``stage`` from a finished pipeline result."""
+    """The counts of ``stage`` from a finished pipeline's Beam metrics (tests and tooling only: the
+    build takes its counts from the data, :func:`stage_counts`)."""
     counts = _empty()
     counts["by_source"] = {}
     prefix = SOURCE_NAMESPACE.format(stage=stage, source="")
@@ -101,13 +199,14 @@ def counts_from_result(result, stage: str) -> dict:
         if namespace == stage:
             _add(counts, name, value)
         elif namespace.startswith(prefix):
-            source = namespace[len(prefix):]
-            _add(counts["by_source"].setdefault(source, _empty()), name, value)
+            _add(counts["by_source"].setdefault(namespace[len(prefix):], _empty()), name, value)
     return _sorted(counts)
 
 
 def _sorted(counts: dict) -> dict:
     counts["filtered"] = dict(sorted(counts["filtered"].items()))
+    if "other" in counts:
+        counts["other"] = dict(sorted(counts["other"].items()))
     if "by_source" in counts:
         counts["by_source"] = {s: _sorted(c) for s, c in sorted(counts["by_source"].items())}
     return counts
@@ -125,8 +224,7 @@ def check_stage(stage: str, counts: dict, max_dead_letter_fraction: float) -> No
         if c[IN] != accounted:
             raise RecordsLost(
                 f"stage {stage} ({label}): in={c[IN]} but passed={c[PASSED]} + "
-                f"filtered={dropped(c)} + dead_letter={c[DEAD_LETTER]} = {accounted}; "
-                f"records were lost or counted twice")
+                f"filtered={dropped(c)} + dead_letter={c[DEAD_LETTER]} = {accounted}; {RECORDS_LOST}")
     if counts[IN] and counts[DEAD_LETTER] / counts[IN] > max_dead_letter_fraction:
         raise AccountingError(
             f"stage {stage}: {counts[DEAD_LETTER]} of {counts[IN]} records "
@@ -136,13 +234,14 @@ def check_stage(stage: str, counts: dict, max_dead_letter_fraction: float) -> No
 
 
 def check_outputs(stage: str, counts: dict, rows: dict[str, int], expected: dict[str, str]) -> None:
-    """Raise :class:`RecordsLost` unless each output holds as many rows as the counter it mirrors.
+    """Raise :class:`RecordsLost` unless each output holds as many rows as the count it mirrors.
 
     ``expected`` maps an output to a count (``passed``, ``in``, ``dead_letter``):
-    the counters are taken where a record is decided, the rows where it is
+    the counts are taken where a record is decided, the rows where it is
     written, so this catches records lost between the two.
     """
     for output, count in sorted(expected.items()):
         if output in rows and rows[output] != counts[count]:
             raise RecordsLost(f"stage {stage}: {count}={counts[count]} but its {output} output holds "
-                              f"{rows[output]} rows; records were lost or written twice")
+                              f"{rows[output]} rows; {RECORDS_LOST}")
+

@@ -1,18 +1,26 @@
-"""Assembling and running a corpus build: the stage graph, layers and resume.
+"""Assembling and running a corpus build: one Beam job, layers committed inside it.
 
-A build is a fixed sequence of stages, each a Beam job over the layers before
-it::
+A build is one pipeline graph (DESIGN.md, principles 9 and 10)::
 
-    snapshot -> ingest -> exact_dedup -> near_dedup -> cascade scorers (scoring/cascade.py) -> select
-             -> ngram_index (optional) -> tokenize -> dataset
+    snapshot (driver) -> ingest -> exact_dedup -> near_dedup -> cascade scorers (one fused pass) -> select
+                      -> ngram_index (optional) -> tokenize -> publish -> lineage -> run metrics and report
 
-For each stage the driver computes the layer key from (stage version, the
-stage's slice of the config, input layer keys). A complete layer (its ledger
-exists) is reused without running anything; otherwise the stage's job runs,
-its counters are checked (``in == passed + filtered + dead_letter``), its
-partitions are collected and the ledger is written last. A build killed at
-any point therefore resumes at the first incomplete layer and produces the
-same bytes. ``docs/decisions.md`` says why stages are separate jobs.
+Before the job is built, the driver computes every layer key from (stage
+version, the stage's slice of the config, input layer keys, partition count):
+keys depend on the config and the snapshot, never on data. A layer that is
+complete (its ledger exists) is *reused*: the graph holds one element naming
+it instead of the stage's transforms. Every other stage is added to the graph;
+its outputs are written as partitions, its counts are computed as data, and a
+commit step (:class:`~beam_pipeline.transforms.layer_io.CommitLayer`) checks
+them and writes the ledger last. Later stages read a layer only once its
+commit step has run (its ``Committed`` element is their side input), so a
+stage reads a layer of this job exactly as it reads one of an earlier run.
+
+A killed job therefore resumes at the first uncommitted layer, and a job whose
+counts did not balance (a runner lost or repeated records; the commit step
+refuses, the job fails) runs again with the layers committed so far reused, up
+to ``--max_stage_attempts`` times. ``docs/decisions.md`` ("One Beam job per
+build") has the reasons and the costs.
 """
 from __future__ import annotations
 
@@ -21,7 +29,7 @@ import json
 import math
 import re
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import apache_beam as beam
 import pyarrow as pa
@@ -30,41 +38,38 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 
 from beam_pipeline import schemas
-
-from beam_pipeline.scoring import cascade
-from beam_pipeline.accounting import LOST_IN_JOIN, RecordsLost, check_outputs, check_stage, counts_from_result
+from beam_pipeline.accounting import COUNTS, DEAD_LETTER, LOST_IN_JOIN, RECORDS_LOST
 from beam_pipeline.config import CorpusConfig
 from beam_pipeline.hashing import digest_json
-from beam_pipeline.layers import Layer, collect_partitions, commit_layer, join, layer_key, move, \
-    clear_layer, read_bytes, remove_temporaries, write_json_atomic
+from beam_pipeline.layers import Layer, clear_layer, join, layer_key, part_name, read_bytes
+from beam_pipeline.manifest import MANIFEST, dataset_path
 from beam_pipeline.options.corpus_options import CorpusOptions
-from beam_pipeline.manifest import MANIFEST, MANIFEST_FORMAT, dataset_id_of, dataset_path, shard_leaf
-from beam_pipeline.progress import StageProgress
+from beam_pipeline.progress import BuildProgress
 from beam_pipeline.snapshot import check_sources_match, check_unchanged, load_snapshot, take_snapshot
 from beam_pipeline.transforms import exact_dedup, ingest, near_dedup, select, tokenize_shard
-from beam_pipeline.transforms.layer_io import SPILL, PartitionInputs, WriteLayerOutput, \
-    WrittenPartitions, remove_spills
+from beam_pipeline.transforms.layer_io import CommitLayer, Committed, LayerSpec, PartitionInputs, WriteLayerOutput, \
+    WrittenPartitions
+from beam_pipeline.transforms import publish
 
-DEAD_LETTER = "dead_letter"
 _ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception): ")
 
 
 class StageFailed(RuntimeError):
-    """A stage's job failed; the message names the stage and the root cause."""
+    """The build's job failed; the message names the stage and the root cause where known."""
 
 
 @dataclasses.dataclass
 class StageOutcome:
+    """What a build did with one stage (read from its ledger once the job is done)."""
+
     stage: str
     layer: Layer
     version: str
     config_digest: str
     reused: bool
     counts: dict
-    seconds: float
     ledger: dict
-    attempts: int = 0  # runs of the stage's job in this build (0: reused)
-    attempt_seconds: tuple = ()  # wall seconds of each run of the job
+    attempts: int = 0  # runs of the build's job in which this stage was computed (0: reused)
 
 
 @dataclasses.dataclass
@@ -74,27 +79,249 @@ class BuildResult:
     dataset_id: str
     dataset_path: str
     metrics_path: str
+    report_path: str | None
     stages: list[StageOutcome]
     manifest: dict
 
 
+# --- the graph ------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class LayerRef:
+    """A stage's layer as the later stages of the job see it: where it is, and when it is committed."""
+
+    stage: str
+    layer: Layer
+    version: str
+    config: Any
+    partitions: int
+    committed: Any          # PCollection of one Committed element, there once the layer is complete
+    reused: bool
+
+    @property
+    def key(self) -> str:
+        return self.layer.key
+
+    @property
+    def config_digest(self) -> str:
+        return digest_json(self.config)
+
+    def part_paths(self, output: str) -> list[str]:
+        """The partitions of an output (their names do not depend on whether the layer is reused)."""
+        return [join(self.layer.output_path(output), part_name(i, self.partitions)) for i in range(self.partitions)]
+
+
+@dataclasses.dataclass(frozen=True)
+class StagePlan:
+    """One layer of the build, before it is added to the graph."""
+
+    stage: str
+    version: str
+    config: Any
+    inputs: dict            # input name -> LayerRef of this build, or a key (snapshot id, earlier layers)
+    outputs: dict           # output name -> schema
+    rows_match: dict = dataclasses.field(default_factory=dict)
+    finalize: Callable[[Layer], dict] | None = None
+
+    def input_keys(self) -> dict[str, str]:
+        return {name: value.key if isinstance(value, LayerRef) else value for name, value in self.inputs.items()}
+
+    def after(self) -> list:
+        """The Committed collections of the input layers of this build (what the stage waits for)."""
+        return [value.committed for value in self.inputs.values() if isinstance(value, LayerRef)]
+
+
+def title(stage: str) -> str:
+    """A stage's label in the job graph: ``exact_dedup`` -> ``ExactDedup``."""
+    return "".join(part.title() for part in stage.split("_"))
+
+
+class BuildGraph:
+    """The one job of a build, stage by stage: each layer reused (complete) or computed and committed."""
+
+    def __init__(self, pipeline: beam.Pipeline, root: str, partitions: int, max_dead_letter_fraction: float,
+                 log: Callable[[str], None] = print, allowed: tuple[str, ...] | None = None):
+        self.pipeline = pipeline
+        self.root = root
+        self.partitions = partitions
+        self.max_dead_letter_fraction = max_dead_letter_fraction
+        self.log = log
+        self.allowed = allowed  # stages that may be computed (re-selection); None: any
+        self.refs: list[LayerRef] = []
+
+    @property
+    def computed(self) -> list[str]:
+        return [ref.stage for ref in self.refs if not ref.reused]
+
+    def layer_of(self, plan: StagePlan) -> Layer:
+        # The partition count is part of the key: a layer of another layout is never reused.
+        key = layer_key(plan.stage, plan.version, plan.config,
+                        [f"{k}={v}" for k, v in plan.input_keys().items()] + [f"partitions={self.partitions}"])
+        return Layer(self.root, plan.stage, key)
+
+    def reused(self, plan: StagePlan, layer: Layer) -> LayerRef | None:
+        """The layer's ref if it is complete (an element naming it in the graph), else None."""
+        if not layer.is_complete():
+            return None
+        ledger = layer.ledger()
+        committed = self.pipeline | f"{title(plan.stage)}Reused" >> beam.Create(
+            [Committed(plan.stage, layer.key, ledger, True)])
+        ref = LayerRef(plan.stage, layer, plan.version, plan.config, self.partitions, committed, True)
+        self.refs.append(ref)
+        return ref
+
+    def stage(self, plan: StagePlan, expand: Callable) -> LayerRef:
+        """Reuse the stage's layer if complete, else add its transforms and its commit to the graph.
+
+        ``expand(pbegin, layer)`` adds the stage's transforms and returns what
+        they produce: ``{output: PCollection[row] | WrittenPartitions,
+        "dead_letter": PCollection[row] (optional), "counts": PCollection or tuple
+        of PCollections of counts}``. Rows of an output are written by
+        :class:`WriteLayerOutput`; the commit waits for all of it.
+        """
+        layer = self.layer_of(plan)
+        ref = self.reused(plan, layer)
+        if ref is not None:
+            return ref
+        self._check_allowed(plan.stage)
+        committed = self.pipeline | title(plan.stage) >> _StageTransform(self._spec(plan, layer), expand)
+        ref = LayerRef(plan.stage, layer, plan.version, plan.config, self.partitions, committed, False)
+        self.refs.append(ref)
+        return ref
+
+    def stage_group(self, plans: list[StagePlan], label: str, expand: Callable) -> list[LayerRef]:
+        """Several layers made by one pass over the data (the fused scorers), each committed on its own.
+
+        ``plans`` are resolved in order; a plan's inputs may name the refs of the
+        plans before it through :func:`~StagePlan` factories: each element of
+        ``plans`` may be a callable ``(refs so far) -> StagePlan``. The first
+        layer that is not complete, and every one after it, are computed by
+        ``expand(pbegin, [(plan, layer), ...] to compute, refs of the complete ones)``,
+        which returns ``{stage: produced}`` (see :meth:`stage`).
+        """
+        refs: list[LayerRef] = []
+        pending: list[tuple[StagePlan, Layer]] = []
+        for make in plans:
+            plan = make(refs) if callable(make) else make
+            layer = self.layer_of(plan)
+            ref = None if pending else self.reused(plan, layer)
+            if ref is None:
+                self._check_allowed(plan.stage)
+                # a placeholder until the group's pass exists: later plans only need its key
+                ref = LayerRef(plan.stage, layer, plan.version, plan.config, self.partitions, None, False)
+                pending.append((plan, layer))
+            refs.append(ref)
+        if not pending:
+            return refs
+        produced = self.pipeline | label >> _GroupPass(expand, pending, [r for r in refs if r.reused])
+        for plan, layer in pending:
+            ref = next(r for r in refs if r.stage == plan.stage)
+            ref.committed = self.pipeline | f"{title(plan.stage)}Commit" >> _CommitProduced(
+                self._spec(plan, layer), produced[plan.stage])
+            self.refs.append(ref)
+        return refs
+
+    def _spec(self, plan: StagePlan, layer: Layer) -> LayerSpec:
+        return LayerSpec(layer=layer, version=plan.version, config=plan.config, inputs=plan.input_keys(),
+                         outputs=dict(plan.outputs), partitions=self.partitions, rows_match=dict(plan.rows_match),
+                         max_dead_letter_fraction=self.max_dead_letter_fraction, finalize=plan.finalize)
+
+    def _check_allowed(self, stage: str) -> None:
+        if self.allowed is not None and stage not in self.allowed:
+            from beam_pipeline.scoring.cascade import ReselectError
+
+            raise ReselectError(
+                f"re-selection would have to run {stage}: its layer for this config does not exist, so the config "
+                f"changed in more than the policy (or the layers were deleted); use `run`")
+
+
+class _StageTransform(beam.PTransform):
+    """pbegin -> PCollection[Committed]: a stage's transforms, the writers of its outputs, its commit."""
+
+    def __init__(self, spec: LayerSpec, expand: Callable):
+        super().__init__()
+        self._spec = spec
+        self._expand = expand
+
+    def expand(self, pbegin):
+        return commit_produced(self._spec, self._expand(pbegin, self._spec.layer))
+
+
+class _GroupPass(beam.PTransform):
+    """pbegin -> {stage: produced} of several layers made by one pass (:meth:`BuildGraph.stage_group`)."""
+
+    def __init__(self, expand: Callable, pending: list, reused: list):
+        super().__init__()
+        self._expand = expand
+        self._pending = pending
+        self._reused = reused
+
+    def expand(self, pbegin):
+        return self._expand(pbegin, self._pending, self._reused)
+
+
+class _CommitProduced(beam.PTransform):
+    """pbegin -> PCollection[Committed]: a stage's produced rows and partitions written, its dead letters
+    written, all committed. ``produced``: see :meth:`BuildGraph.stage` (collections made elsewhere in
+    the job: this composite only adds the writers and the commit)."""
+
+    def __init__(self, spec: LayerSpec, produced: dict):
+        super().__init__()
+        self._spec = spec
+        self._produced = produced
+
+    def expand(self, pbegin):
+        return commit_produced(self._spec, self._produced)
+
+
+def commit_produced(spec: LayerSpec, produced: dict):
+    """Write what a stage produced (rows through :class:`WriteLayerOutput`; partitions its tasks wrote
+    as they are) and commit the layer: PCollection[Committed]."""
+    sidecars = {}
+    for name, schema in spec.outputs.items():
+        value = produced.get(name)
+        if value is None:
+            if name == DEAD_LETTER:
+                continue
+            raise ValueError(f"stage {spec.layer.stage} produced no {name!r} output")
+        if isinstance(value, WrittenPartitions):
+            sidecars[name] = value.sidecars
+        else:
+            sidecars[name] = value | f"Write_{name}" >> WriteLayerOutput(
+                spec.output_directory(name), schema, spec.output_partitions(name),
+                **(_DEAD_LETTER_LAYOUT if name == DEAD_LETTER else {}))
+    counts = produced[COUNTS]
+    if isinstance(counts, (tuple, list)):
+        counts = tuple(counts) | "AllCounts" >> beam.Flatten()
+    outputs = {name: schema for name, schema in spec.outputs.items() if name in sidecars}
+    return {**sidecars, COUNTS: counts} | "Commit" >> CommitLayer(dataclasses.replace(spec, outputs=outputs))
+
+
+def _dead_letter_order(row: dict) -> tuple:
+    return (row["file"] or "", row["position"] if row["position"] is not None else -1,
+            row["doc_id"] or "", row["error"])
+
+
+_DEAD_LETTER_LAYOUT = {"sort_key": _dead_letter_order, "partition_key": lambda row: row["file"] or ""}
+
+
+# --- the build --------------------------------------------------------------------------------------
+
 class CorpusBuild:
-    """Runs the stages of one config against one snapshot, resuming from layers."""
+    """Builds one config against one snapshot in one Beam job, resuming from committed layers."""
 
     def __init__(self, config: CorpusConfig, pipeline_options: PipelineOptions, *,
                  snapshot_id: str | None = None, log: Callable[[str], None] = print,
-                 before_run: Callable[[str, beam.Pipeline], None] | None = None,
-                 assemble_reused: bool = False):
+                 before_run: Callable[[beam.Pipeline], None] | None = None):
         self.config = config
         self.options = pipeline_options
         FileSystems.set_options(pipeline_options)  # the driver's own s3:// / gs:// calls (docs/s3.md)
         self.snapshot_id = snapshot_id
         self.log = log
-        self.before_run = before_run  # sees each stage's pipeline before it runs (tests, tooling)
-        self.assemble_reused = assemble_reused  # also hand before_run the (unrun) graphs of reused layers
+        self.before_run = before_run  # sees the job's pipeline before it runs (tests, tooling)
         self.root = config.output_root
-
-    # --- the graph ----------------------------------------------------------
+        self.scored_layers: dict | None = None  # re-selection: the scorer layers of an earlier run
+        self.allowed_stages: tuple[str, ...] | None = None  # re-selection: the stages that may run
 
     def run(self) -> BuildResult:
         started = time.monotonic()
@@ -102,87 +329,25 @@ class CorpusBuild:
         partitions = partition_count(estimated_text_bytes(manifest), self.config.layout.target_partition_bytes,
                                      self.config.layout.min_partitions)
         tokenizer = tokenize_shard.inspect_tokenizer(self.config.tokenize)
-
-        ingested = self._stage(
-            ingest.STAGE, ingest.VERSION, ingest.stage_config(self.config), {"snapshot": snapshot_id},
-            outputs={ingest.DOCUMENTS: schemas.DOCUMENT, ingest.REPEATS: schemas.REPEAT},
-            partitions=partitions, rows_match={ingest.DOCUMENTS: "passed"},
-            build=lambda p, layer: p | "Ingest" >> ingest.IngestSnapshot(self.config, manifest, layer.path, partitions),
-            finalize=lambda layer: remove_spills(layer.path))
-
-        inputs_of_select = {"documents": ingested.layer.key}
-        exact = None
-        if self.config.exact_dedup.enabled:
-            exact = self._stage(
-                exact_dedup.STAGE, exact_dedup.VERSION, self.config.exact_dedup.model_dump(mode="json"),
-                {"documents": ingested.layer.key},
-                outputs={exact_dedup.ANNOTATIONS: schemas.EXACT_DEDUP}, partitions=partitions,
-                rows_match={exact_dedup.ANNOTATIONS: "passed"},
-                build=lambda p, layer: {exact_dedup.ANNOTATIONS: WrittenPartitions(
-                    p | "ExactDedup" >> exact_dedup.AnnotateExactDuplicates(
-                        ingested.layer.part_paths(ingest.DOCUMENTS), layer.output_path(exact_dedup.ANNOTATIONS),
-                        join(layer.path, SPILL)))},
-                finalize=lambda layer: remove_spills(layer.path))
-            inputs_of_select["exact"] = exact.layer.key
-
-        near = None
-        if self.config.near_dedup.enabled:
-            previous = [near_dedup.resolve_against(self.root, entry, self.config.near_dedup)
-                        for entry in self.config.near_dedup.against]
-            near = self._stage(
-                near_dedup.STAGE, near_dedup.VERSION, near_dedup.stage_config(self.config.near_dedup),
-                {"documents": ingested.layer.key, **{f"against.{i}": prev.key for i, prev in enumerate(previous)}},
-                outputs=near_dedup.OUTPUTS, partitions=partitions, rows_match={near_dedup.ANNOTATIONS: "passed"},
-                build=lambda p, layer: near_dedup.build_stage(
-                    p, self.config.near_dedup, ingested.layer.part_paths(ingest.DOCUMENTS), previous, layer.path),
-                finalize=lambda layer: remove_spills(layer.path))
-            inputs_of_select["near"] = near.layer.key
-
-        scored = cascade.run_scorers(self, ingested, exact, near, partitions)  # cascade.stages, in order
-        inputs_of_select.update({s.stage: s.layer.key for s in scored})
-
-        def build_select(p, layer):
-            annotations = {}
-            if exact is not None:
-                annotations["exact"] = (exact.layer.part_paths(exact_dedup.ANNOTATIONS), None)
-            if near is not None:
-                annotations["near"] = (near.layer.part_paths(near_dedup.ANNOTATIONS), None)
-            annotations.update(cascade.score_inputs(scored, self.config))
-            inputs = PartitionInputs.of(ingested.layer.part_paths(ingest.DOCUMENTS), None, annotations,
-                                        required=cascade.ANNOTATE_EVERY_DOCUMENT)
-            return p | "Select" >> select.ApplyPolicy(
-                self.config.policy, cascade.plan_of(self.config), inputs,
-                {output: layer.output_path(output) for output in (select.GOLD, select.DECISIONS)})
-
-        selected = self._stage(
-            select.STAGE, select.VERSION, cascade.select_config(self.config), inputs_of_select,
-            outputs={select.GOLD: schemas.GOLD, select.DECISIONS: schemas.DECISION}, partitions=partitions,
-            build=build_select, rows_match={select.GOLD: "passed", select.DECISIONS: "in"})
-
-        indexed = cascade.run_index(self, selected, partitions)  # decontamination.index: n-grams of the gold text
-
-        tokenize_config = {**self.config.tokenize.model_dump(mode="json", exclude={"tokenizer", "batch_size"}),
-                           "tokenizer_sha256": tokenizer.sha256, "seed": self.config.seed}
-        tokenized = self._stage(
-            tokenize_shard.STAGE, tokenize_shard.VERSION, tokenize_config, {"gold": selected.layer.key},
-            outputs={}, partitions=partitions,
-            build=lambda p, layer: p | "TokenizePackShard" >> tokenize_shard.TokenizePackShard(
-                self.config.tokenize, tokenizer, self.config.seed, layer.output_path("shards"),
-                tuple(selected.layer.part_paths(select.GOLD)), join(layer.path, SPILL)),
-            finalize=self._collect_shards)
-
-        stages = [s for s in (ingested, exact, near, *scored, selected, indexed, tokenized) if s is not None]
-        manifest_out = self._publish(snapshot_id, tokenizer, stages)
-        from beam_pipeline.dataset.lineage import write_lineage  # one row per ingested record (docs/format.md)
-        write_lineage(self.root, manifest_out, log=self.log)
         run_id = digest_json({"snapshot": snapshot_id, "config": self.config.digest()})[:16]
-        metrics_path = self._write_run_metrics(run_id, snapshot_id, manifest_out, stages,
-                                               time.monotonic() - started)
-        return BuildResult(run_id=run_id, snapshot_id=snapshot_id, dataset_id=manifest_out["dataset_id"],
-                           dataset_path=dataset_path(self.root, manifest_out["dataset_id"]),
-                           metrics_path=metrics_path, stages=stages, manifest=manifest_out)
+        attempts_allowed = self.options.view_as(CorpusOptions).max_stage_attempts
+        attempts: dict[str, int] = {}
+        for attempt in range(1, attempts_allowed + 1):
+            graph = self.assemble(snapshot_id, manifest, partitions, tokenizer, run_id, attempts)
+            for stage in graph.computed:
+                attempts[stage] = attempts.get(stage, 0) + 1
+            try:
+                self._run_job(graph)
+                break
+            except StageFailed as err:
+                if not _retryable(str(err)) or attempt == attempts_allowed:
+                    raise
+                self.log(f"[{_stage_named(str(err)) or 'build'}] WARNING: attempt {attempt} of {attempts_allowed}: "
+                         f"{err}. Nothing uncommitted is kept; the job runs again and reuses the layers "
+                         f"committed so far.")
+        return self._result(run_id, snapshot_id, attempts, time.monotonic() - started)
 
-    # --- steps --------------------------------------------------------------
+    # --- steps ----------------------------------------------------------------------------
 
     def _snapshot(self) -> tuple[str, dict]:
         if self.snapshot_id:
@@ -192,162 +357,132 @@ class CorpusBuild:
             self.log(f"[snapshot] using pinned snapshot {snapshot_id}")
         else:
             self.log("[snapshot] fingerprinting inputs ...")
-            snapshot_id, manifest = take_snapshot(self.config, self.options)
+            snapshot_id, manifest = take_snapshot(self.config, self.options, log=self.log)
             files = sum(len(s["files"]) for s in manifest["sources"].values())
             self.log(f"[snapshot] {snapshot_id}: {files} files, {manifest['total_bytes']} bytes")
         check_unchanged(manifest)
         return snapshot_id, manifest
 
-    def _stage(self, stage: str, version: str, stage_config, inputs: dict[str, str], *,
-               outputs: dict[str, pa.Schema], partitions: int, build, finalize=None,
-               rows_match: dict[str, str] | None = None) -> StageOutcome:
-        """Reuse the stage's layer if complete, else run its job and commit the layer.
+    def assemble(self, snapshot_id: str, manifest: dict, partitions: int, tokenizer, run_id: str,
+                 attempts: dict[str, int] | None = None, runner=None) -> BuildGraph:
+        """The build's job, not run: every stage reused or computed (and every uncomputed layer cleared)."""
+        from beam_pipeline.scoring import cascade
 
-        ``rows_match`` maps an output to the counter its row count must equal
-        (``accounting.check_outputs``); the dead letter always matches ``dead_letter``.
-        """
-        # The partition count is part of the key: a layer of another layout is never reused.
-        key = layer_key(stage, version, stage_config,
-                        [f"{k}={v}" for k, v in inputs.items()] + [f"partitions={partitions}"])
-        layer = Layer(self.root, stage, key)
-        config_digest = digest_json(stage_config)
-        if layer.is_complete():
-            ledger = layer.ledger()
-            self.log(f"[{stage}] layer {key} is complete: reused ({_brief(ledger['counts'])})")
-            if self.before_run and self.assemble_reused:  # the graph for tooling (Dataflow dry run); not run
-                self.before_run(stage, self._assemble(layer, build, outputs, partitions, None)[0])
-            return StageOutcome(stage, layer, version, config_digest, True, ledger["counts"], 0.0, ledger)
+        config = self.config
+        graph = BuildGraph(beam.Pipeline(runner=runner, options=self.options), self.root, partitions,
+                           config.accounting.max_dead_letter_fraction, self.log, self.allowed_stages)
 
-        self.log(f"[{stage}] running -> {layer.path}")
-        started = time.monotonic()
-        stale = remove_temporaries(layer)  # a killed run's half-written files
-        if stale:
-            self.log(f"[{stage}] removed {len(stale)} half-written file(s) of an interrupted run")
-        attempts = self.options.view_as(CorpusOptions).max_stage_attempts
-        expected = {**(rows_match or {}), DEAD_LETTER: "dead_letter"}
-        attempt_seconds = []
-        for attempt in range(1, attempts + 1):
-            attempt_started = time.monotonic()
-            try:
-                counts, parts = self._run_job(stage, layer, build, outputs, partitions, expected)
-                attempt_seconds.append(round(time.monotonic() - attempt_started, 3))
-                break
-            except RecordsLost as err:
-                attempt_seconds.append(round(time.monotonic() - attempt_started, 3))
-                if attempt == attempts:
-                    raise
-                self.log(f"[{stage}] WARNING: attempt {attempt} of {attempts}: {err}. The layer is not "
-                         f"committed; its files are deleted and the stage's job runs again.")
-                clear_layer(layer)
-        extra = finalize(layer) if finalize else None
-        seconds = time.monotonic() - started
-        ledger = commit_layer(layer, version=version, config=stage_config, inputs=inputs, outputs=parts,
-                              counts=counts, extra=extra)
-        self.log(f"[{stage}] done in {seconds:.1f}s ({_brief(counts)})")
-        return StageOutcome(stage, layer, version, config_digest, False, counts, seconds, ledger, attempt,
-                            tuple(attempt_seconds))
+        ingested = graph.stage(StagePlan(
+            ingest.STAGE, ingest.VERSION, ingest.stage_config(config), {"snapshot": snapshot_id},
+            outputs={ingest.DOCUMENTS: schemas.DOCUMENT, ingest.REPEATS: schemas.REPEAT,
+                     DEAD_LETTER: schemas.DEAD_LETTER},
+            rows_match={ingest.DOCUMENTS: "passed"}),
+            lambda p, layer: p | "Ingest" >> ingest.IngestSnapshot(config, manifest, layer.path, partitions))
 
-    def _run_job(self, stage: str, layer: Layer, build, outputs: dict[str, pa.Schema], partitions: int,
-                 expected: dict[str, str]) -> tuple[dict, dict]:
-        """One run of a stage's job: (counts, partitions per output), all accounted for."""
-        progress = StageProgress(stage, self.options, self.log)  # '[stage] N records so far' lines
-        pipeline, produced = self._assemble(layer, build, outputs, partitions, progress.runner())
+        exact = None
+        if config.exact_dedup.enabled:
+            exact = graph.stage(StagePlan(
+                exact_dedup.STAGE, exact_dedup.VERSION, config.exact_dedup.model_dump(mode="json"),
+                {"documents": ingested}, outputs={exact_dedup.ANNOTATIONS: schemas.EXACT_DEDUP},
+                rows_match={exact_dedup.ANNOTATIONS: "passed"}),
+                lambda p, layer: p | "ExactDedup" >> exact_dedup.AnnotateExactDuplicates(
+                    ingested.part_paths(ingest.DOCUMENTS), after=[ingested.committed]))
+
+        near = None
+        if config.near_dedup.enabled:
+            previous = [near_dedup.resolve_against(self.root, entry, config.near_dedup)
+                        for entry in config.near_dedup.against]
+            near = graph.stage(StagePlan(
+                near_dedup.STAGE, near_dedup.VERSION, near_dedup.stage_config(config.near_dedup),
+                {"documents": ingested, **{f"against.{i}": prev.key for i, prev in enumerate(previous)}},
+                outputs={**near_dedup.OUTPUTS, DEAD_LETTER: schemas.DEAD_LETTER},
+                rows_match={near_dedup.ANNOTATIONS: "passed"}),
+                lambda p, layer: near_dedup.build_stage(
+                    p, config.near_dedup, ingested.part_paths(ingest.DOCUMENTS), previous, layer.path,
+                    after=[ingested.committed]))
+
+        scored = cascade.add_scorers(graph, config, ingested, exact, near, snapshot_id, self.scored_layers)
+
+        inputs_of_select = {"documents": ingested}
+        annotations = {}
+        if exact is not None:
+            inputs_of_select["exact"] = exact
+            annotations["exact"] = (exact.part_paths(exact_dedup.ANNOTATIONS), None)
+        if near is not None:
+            inputs_of_select["near"] = near
+            annotations["near"] = (near.part_paths(near_dedup.ANNOTATIONS), None)
+        inputs_of_select.update({ref.stage: ref for ref in scored})
+        annotations.update(cascade.score_inputs(scored, config))
+
+        def build_select(p, layer):
+            inputs = PartitionInputs.of(ingested.part_paths(ingest.DOCUMENTS), None, annotations,
+                                        required=cascade.ANNOTATE_EVERY_DOCUMENT)
+            return p | "Select" >> select.ApplyPolicy(
+                config.policy, cascade.plan_of(config), inputs,
+                {output: layer.output_path(output) for output in (select.GOLD, select.DECISIONS)},
+                after=[ref.committed for ref in inputs_of_select.values()])
+
+        selected = graph.stage(StagePlan(
+            select.STAGE, select.VERSION, cascade.select_config(config), inputs_of_select,
+            outputs={select.GOLD: schemas.GOLD, select.DECISIONS: schemas.DECISION},
+            rows_match={select.GOLD: "passed", select.DECISIONS: "in"}), build_select)
+
+        indexed = cascade.add_index(graph, config, selected)  # decontamination.index: n-grams of the gold text
+
+        tokenize_config = {**config.tokenize.model_dump(mode="json", exclude={"tokenizer", "batch_size"}),
+                           "tokenizer_sha256": tokenizer.sha256, "seed": config.seed}
+        tokenized = graph.stage(StagePlan(
+            tokenize_shard.STAGE, tokenize_shard.VERSION, tokenize_config, {"gold": selected}, outputs={},
+            finalize=tokenize_shard.collect_shards),
+            lambda p, layer: p | "TokenizePackShard" >> tokenize_shard.TokenizePackShard(
+                config.tokenize, tokenizer, config.seed, layer.output_path(tokenize_shard.SHARDS),
+                tuple(selected.part_paths(select.GOLD)), after=[selected.committed]))
+
+        stages = [ref for ref in (ingested, exact, near, *scored, selected, indexed, tokenized) if ref is not None]
+        for ref in stages:
+            if not ref.reused:
+                clear_layer(ref.layer)  # what a killed or failed run of this layer left behind
+        _ = graph.pipeline | "Publish" >> publish.PublishDataset(
+            config, snapshot_id, tokenizer, run_id, stages, attempts or {}, partitions)
+        return graph
+
+    def _run_job(self, graph: BuildGraph) -> None:
+        """Run the build's job (unless every layer and the dataset already exist) and wait for it."""
+        pipeline = graph.pipeline
+        for ref in graph.refs:
+            self.log(f"[{ref.stage}] " + (f"layer {ref.key} is complete: reused" if ref.reused
+                                          else f"runs in this job -> {ref.layer.path}"))
+        progress = BuildProgress([(ref.stage, ref.layer) for ref in graph.refs if not ref.reused],
+                                 self.options, self.log)
+        if progress.runner() is not None:  # the local runner, counting as it goes
+            pipeline._runner = progress.runner()
         if self.before_run:
-            self.before_run(stage, pipeline)
+            self.before_run(pipeline)
         try:
             with progress:
                 result = pipeline.run()
                 progress.watch(result)
                 state = result.wait_until_finish()
         except Exception as err:  # noqa: BLE001 - runners wrap worker errors in many types
-            cause = root_cause(err)
-            if LOST_IN_JOIN in cause:
-                raise RecordsLost(f"stage {stage}: {cause}") from err
-            raise StageFailed(f"stage {stage} failed: {cause}") from err
+            raise StageFailed(f"the build's job failed: {root_cause(err)}") from err
         if state != PipelineState.DONE:
-            raise StageFailed(f"stage {stage}: the job ended in state {state}")
+            raise StageFailed(f"the build's job ended in state {state}")
 
-        counts = counts_from_result(result, stage)
-        check_stage(stage, counts, self.config.accounting.max_dead_letter_fraction)
-        remove_temporaries(layer)  # writes of bundle attempts that failed and were retried
-        parts = {name: collect_partitions(layer.output_path(name), partitions, schema)
-                 for name, schema in outputs.items()}
-        if DEAD_LETTER in produced:
-            parts[DEAD_LETTER] = collect_partitions(layer.dead_letter_path, 1, schemas.DEAD_LETTER)
-        rows = {name: sum(part["rows"] for part in output) for name, output in parts.items()}
-        if sum(rows.values()) and not counts["in"]:  # 0 == 0 + 0 + 0 would pass the accounting check
-            raise StageFailed(f"stage {stage}: the job wrote {sum(rows.values())} rows but the runner reported "
-                              f"no '{stage}' metrics (in=0); the accounting needs Beam metrics from the runner")
-        check_outputs(stage, counts, rows, expected)
-        return counts, parts
-
-    def _assemble(self, layer: Layer, build, outputs: dict[str, pa.Schema], partitions: int, runner):
-        """A stage's pipeline: its transforms, then a writer per output and for the dead letter."""
-        pipeline = beam.Pipeline(runner=runner, options=self.options)
-        produced = build(pipeline, layer)
-        if not isinstance(produced, dict):
-            produced = {"_result": produced}
-        for name, schema in outputs.items():
-            if not isinstance(produced[name], WrittenPartitions):  # else the stage's tasks wrote it
-                produced[name] | f"Write_{name}" >> WriteLayerOutput(layer.output_path(name), schema, partitions)
-        if DEAD_LETTER in produced:
-            produced[DEAD_LETTER] | "Write_dead_letter" >> WriteLayerOutput(
-                layer.dead_letter_path, schemas.DEAD_LETTER, 1, sort_key=_dead_letter_order,
-                partition_key=lambda row: row["file"] or "")
-        return pipeline, produced
-
-    def _collect_shards(self, layer: Layer) -> dict:
-        remove_spills(layer.path)
-        directory = layer.output_path("shards")
-        metas = [json.loads(read_bytes(m.path))
-                 for m in FileSystems.match([join(directory, "*.meta.json")])[0].metadata_list]
-        shards = sorted(metas, key=lambda s: s["name"])
-        return {"shards": shards, "dataset_id": dataset_id_of(shards)}
-
-    def _publish(self, snapshot_id: str, tokenizer, stages: list[StageOutcome]) -> dict:
-        """Move the shards into ``datasets/<dataset_id>/`` and write the manifest last."""
-        tokenized = stages[-1]
-        dataset_id = tokenized.ledger["dataset_id"]
-        shards = tokenized.ledger["shards"]
-        target = dataset_path(self.root, dataset_id)
-        staged = tokenized.layer.output_path("shards")
-        for shard in shards:
-            for field in ("tokens_file", "index_file"):
-                src, dst = join(staged, shard[field]), join(target, "shards", shard[field])
-                if not FileSystems.exists(dst):
-                    move(src, dst)
-        manifest = {
-            "format": MANIFEST_FORMAT,
-            "dataset_id": dataset_id,
-            "name": self.config.name,
-            "snapshot_id": snapshot_id,
-            "config_digest": self.config.digest(),
-            "config": self.config.model_dump(mode="json"),
-            "seed": self.config.seed,
-            "seq_len": self.config.tokenize.seq_len,
-            "tokenizer": {**dataclasses.asdict(tokenizer), "dtype": tokenizer.dtype},
-            "stages": [{"name": s.stage, "version": s.version, "layer_key": s.layer.key,
-                        "config_digest": s.config_digest, "counts": s.counts} for s in stages],
-            "shards": [{**s, "tokens_file": f"shards/{s['tokens_file']}", "index_file": f"shards/{s['index_file']}",
-                        "leaf": shard_leaf(s)} for s in shards],
-            "merkle": {"hash": "sha256", "leaf": "sha256(canonical_json({name, tokens_sha256, index_sha256}))",
-                       "order": "shard name", "root": dataset_id},
-        }
-        write_json_atomic(join(target, MANIFEST), manifest)
-        return manifest
-
-    def _write_run_metrics(self, run_id, snapshot_id, manifest, stages, seconds) -> str:
-        path = join(self.root, "runs", run_id, "metrics.json")
-        write_json_atomic(path, {
-            "run_id": run_id, "snapshot_id": snapshot_id, "dataset_id": manifest["dataset_id"],
-            "config_digest": self.config.digest(),
-            "stages": [{"name": s.stage, "layer_key": s.layer.key, "version": s.version, "reused": s.reused,
-                        "attempts": s.attempts, "attempt_seconds": list(s.attempt_seconds),
-                        "counts": s.counts} for s in stages],
-            # Timings describe this run, not the data: they never reach a dataset or layer.
-            "timing_seconds": {"total": round(seconds, 3), **{s.stage: round(s.seconds, 3) for s in stages}},
-        })
-        return path
+    def _result(self, run_id: str, snapshot_id: str, attempts: dict[str, int], seconds: float) -> BuildResult:
+        metrics_path = join(self.root, "runs", run_id, "metrics.json")
+        metrics = json.loads(read_bytes(metrics_path))
+        manifest = json.loads(read_bytes(join(dataset_path(self.root, metrics["dataset_id"]), MANIFEST)))
+        stages = []
+        for entry in metrics["stages"]:
+            layer = Layer(self.root, entry["name"], entry["layer_key"])
+            ledger = layer.ledger()
+            stages.append(StageOutcome(entry["name"], layer, ledger["version"], digest_json(ledger["config"]),
+                                       entry["reused"], ledger["counts"], ledger, attempts.get(entry["name"], 0)))
+        report = join(self.root, "runs", run_id, "report.html")
+        return BuildResult(run_id=run_id, snapshot_id=snapshot_id, dataset_id=metrics["dataset_id"],
+                           dataset_path=dataset_path(self.root, metrics["dataset_id"]), metrics_path=metrics_path,
+                           report_path=report if FileSystems.exists(report) else None, stages=stages,
+                           manifest=manifest)
 
 
 # How many bytes of records a stored byte holds, by file suffix: text compresses ~3-6x
@@ -380,11 +515,11 @@ def root_cause(err: BaseException) -> str:
     return (causes[-1] if causes else (lines[-1] if lines else type(err).__name__))[:4000]
 
 
-def _dead_letter_order(row: dict) -> tuple:
-    return (row["file"] or "", row["position"] if row["position"] is not None else -1,
-            row["doc_id"] or "", row["error"])
+def _retryable(message: str) -> bool:
+    """A failure the data cannot cause: the runner lost or repeated records (accounting.RecordsLost)."""
+    return RECORDS_LOST in message or LOST_IN_JOIN in message
 
 
-def _brief(counts: dict) -> str:
-    filtered = sum(counts["filtered"].values())
-    return f"in {counts['in']}, passed {counts['passed']}, filtered {filtered}, dead letter {counts['dead_letter']}"
+def _stage_named(message: str) -> str | None:
+    match = re.search(r"\bstage (\w+)", message)
+    return match.group(1) if match else None

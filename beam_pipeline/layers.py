@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-import re
 import uuid
 from typing import Any, Iterable
 
@@ -111,47 +110,6 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
     FileSystems.rename([tmp], [path])
 
 
-# --- spill segments -------------------------------------------------------------
-
-#: A block of a spill file: ``<file>#<offset>+<length>`` (:func:`write_spill_blocks`).
-_SEGMENT = re.compile(r"^(.+)#(\d+)\+(\d+)$")
-
-
-def write_spill_blocks(directory: str, prefix: str, blocks: list[tuple[int, bytes]]) -> list[tuple[int, str]]:
-    """One spill file holding ``blocks`` (target, self-contained bytes) one after the other ->
-    (target, segment) of each, a segment naming its block as ``<file>#<offset>+<length>``.
-
-    A task's flush writes one file whatever the number of targets it has rows
-    for, so a shuffle through files writes as many files as flushes, not flushes
-    x targets (``docs/decisions.md``, "Spill files: one per flush"). The file is
-    named by the digest of its bytes: a retried task rewrites the same file.
-    """
-    if not blocks:
-        return []
-    data = b"".join(block for _, block in blocks)
-    path = join(directory, f"{prefix}-{sha256_bytes(data)[:24]}.spill")
-    write_bytes_atomic(path, data)
-    segments, offset = [], 0
-    for target, block in blocks:
-        segments.append((target, f"{path}#{offset}+{len(block)}"))
-        offset += len(block)
-    return segments
-
-
-def read_segment(segment: str) -> bytes:
-    """The bytes of a spill segment (or of a whole file, for a plain path)."""
-    match = _SEGMENT.match(segment)
-    if match is None:
-        return read_bytes(segment)
-    path, offset, length = match.group(1), int(match.group(2)), int(match.group(3))
-    with FileSystems.open(path, compression_type="uncompressed") as f:
-        f.seek(offset)
-        data = f.read(length)
-    if len(data) != length:
-        raise IOError(f"spill segment {segment}: read {len(data)} of {length} bytes")
-    return data
-
-
 TEMPORARY_PREFIX = ".tmp-"
 
 
@@ -217,8 +175,7 @@ def write_json_atomic(path: str, value: Any) -> None:
 def table_bytes(rows: list[dict], schema: pa.Schema, compression: str = "zstd") -> bytes:
     """Deterministic Parquet bytes for ``rows`` (already sorted) under ``schema``.
 
-    Layers use zstd (level 3); files read once and deleted (ingest's spill files) use lz4,
-    which costs a fraction of the CPU.
+    Layers use zstd (level 3).
     """
     return arrow_table_bytes(pa.Table.from_pylist(rows, schema=schema), compression)
 
@@ -260,8 +217,8 @@ def collect_partitions(directory: str, count: int, schema: pa.Schema) -> list[di
 
 
 def read_partition_rows(path: str, columns: list[str] | None = None) -> Iterable[dict]:
-    """The rows of a Parquet file, or of a spill segment (:func:`write_spill_blocks`), in batches."""
-    with (io.BytesIO(read_segment(path)) if _SEGMENT.match(path) else FileSystems.open(path)) as f:
+    """The rows of a Parquet file, read in batches."""
+    with FileSystems.open(path) as f:
         for batch in pq.ParquetFile(f).iter_batches(batch_size=4096, columns=columns):
             yield from batch.to_pylist()
 

@@ -1,6 +1,6 @@
 """Lineage: one table that says what happened to every ingested record.
 
-After a dataset is published, :func:`write_lineage` joins the layers the
+After a dataset is published, :class:`WriteLineage` joins the layers the
 dataset was built from (paths via their ledgers, layer keys from
 ``manifest["stages"]``) with the dataset's shard indexes, and writes
 ``<root>/datasets/<dataset_id>/lineage/part-NNNNN-of-MMMMM.parquet`` plus a
@@ -21,12 +21,11 @@ Rows go to partition ``xxh3_64(doc_id) % n`` (like layers) and are sorted by
 (doc_id, is_repeat, file, position), so a doc_id is looked up by reading one
 partition, and equal inputs give equal bytes.
 
-The join runs in the driver with pyarrow, one partition at a time: partition
-``i`` of every layer holds the same doc_ids, so part ``i`` of lineage reads
-partition ``i`` of each layer and the placement rows of its documents (split
-by partition beforehand, one shard index at a time). The driver holds one
-partition's rows, whatever the corpus size; the time is one read of every
-layer, on one core. :func:`trace_token` answers "where did token T of shard
+The build writes lineage inside its job (:class:`WriteLineage`), one part per
+task: partition ``i`` of every layer holds the same doc_ids, so part ``i`` of
+lineage reads partition ``i`` of each layer and the placement rows of its
+documents (the shard index rows, grouped by partition by the runner). A task
+holds one partition's rows, whatever the corpus size. :func:`trace_token` answers "where did token T of shard
 S come from": shard index (binary search) -> lineage row -> the raw record,
 re-read from the source file at its recorded position.
 """
@@ -40,6 +39,7 @@ import os
 import sys
 from typing import Callable, Iterable, Iterator
 
+import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -49,9 +49,10 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline import schemas
 from beam_pipeline.hashing import bucket_of, doc_id as make_doc_id, sha256_bytes
-from beam_pipeline.layers import Layer, join, part_name, read_bytes, remove_folder, write_bytes_atomic, \
+from beam_pipeline.layers import Layer, join, part_name, read_bytes, write_bytes_atomic, \
     write_json_atomic
 from beam_pipeline.manifest import MANIFEST, load_manifest
+from beam_pipeline.transforms.keys import IntKeyed
 
 LINEAGE_DIR = "lineage"
 LINEAGE_MARKER = "_LINEAGE.json"
@@ -83,6 +84,10 @@ PLACEMENT = pa.schema([
     ("token_start", pa.int64()),
     ("token_count", pa.int64()),
 ])
+
+#: A placement row as the shard indexes give it.
+_PLACEMENT_ROW = pa.schema([("doc_id", pa.string()), ("token_start", pa.int64()), ("token_count", pa.int64()),
+                            ("shard", pa.string())])
 
 _DOCUMENT_COLUMNS = [f.name for f in BASE if f.name not in ("is_repeat", "repeat_of", "snapshot_id")]
 _REPEAT_COLUMNS = [f.name for f in schemas.REPEAT]
@@ -130,13 +135,13 @@ def has_lineage(dataset_dir: str) -> bool:
 def write_lineage(root: str, manifest: dict, *, log: Callable[[str], None] = print, force: bool = False) -> str:
     """Build and write the lineage of a published dataset; skip if complete from the same layers.
 
-    Called by the build after publishing; idempotent (equal inputs, equal bytes).
-    Returns the lineage folder. Built one partition at a time: every layer of a
-    build puts a doc_id in partition ``xxh3(doc_id) % n`` of the same ``n``, so
-    lineage part ``i`` is partition ``i`` of each layer joined with the
-    placement of its documents, and the driver holds one partition's rows,
-    whatever the corpus size.
+    The build writes lineage inside its job (:class:`WriteLineage`); this runs
+    the same transform in a local job, for ``python -m beam_pipeline lineage``.
+    Returns the lineage folder.
     """
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
     directory = join(root, "datasets", manifest["dataset_id"], LINEAGE_DIR)
     stages = {s["name"]: s["layer_key"] for s in manifest["stages"]}
     marker = join(directory, LINEAGE_MARKER)
@@ -144,22 +149,90 @@ def write_lineage(root: str, manifest: dict, *, log: Callable[[str], None] = pri
         return directory  # complete, from the same layers (another stage set may give the same shards)
     if "ingest" not in stages:
         raise LineageError("the manifest lists no ingest stage")
+    partitions = len(Layer(root, "ingest", stages["ingest"]).part_paths("documents"))
+    with beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner", "--direct_running_mode=in_memory"])) as p:
+        _ = p | "Manifest" >> beam.Create([manifest]) | "WriteLineage" >> WriteLineage(root, partitions)
+    written = json.loads(read_bytes(marker))
+    log(f"[lineage] {written['rows']} rows, {len(written['columns'])} columns in {partitions} parts -> {directory}")
+    return directory
+
+
+class WriteLineage(beam.PTransform):
+    """PCollection of one manifest -> PCollection of its lineage marker, written after every part.
+
+    Part ``i`` joins partition ``i`` of the ingest layer (documents and repeats)
+    and of every per-document output of the dataset's stages (every layer of a
+    build shares the partition count and the partitioning) with the placement of
+    its documents: the shard index rows, routed to the partition of their doc_id
+    by the runner's ``GroupByKey``. A task holds one partition's rows.
+    """
+
+    def __init__(self, root: str, partitions: int):
+        super().__init__()
+        self._root = root
+        self._partitions = partitions
+
+    def expand(self, manifest):
+        root, n = self._root, self._partitions
+        plan = manifest | "JoinedOutputs" >> beam.Map(lineage_plan, root, n)
+        placement = (
+            manifest
+            | "Shards" >> beam.FlatMap(lambda m: [(m["dataset_id"], shard) for shard in m["shards"]])
+            | "SpreadShards" >> beam.Reshuffle()
+            | "PlacementByPartition" >> beam.FlatMap(_placement_rows, root, n).with_output_types(IntKeyed)
+        )
+        indexes = (manifest
+                   | "Partitions" >> beam.FlatMap(lambda _m: [(i, None) for i in range(n)]).with_output_types(IntKeyed))
+        parts = (
+            {"placement": placement, "partition": indexes}
+            | "GroupByPartition" >> beam.CoGroupByKey()
+            | "WritePart" >> beam.MapTuple(_write_part, root, n, beam.pvalue.AsSingleton(plan),
+                                           beam.pvalue.AsSingleton(manifest))
+        )
+        return (parts
+                | "AllParts" >> beam.combiners.ToList()
+                | "WriteMarker" >> beam.Map(_write_marker, root, beam.pvalue.AsSingleton(plan),
+                                            beam.pvalue.AsSingleton(manifest)))
+
+
+def lineage_plan(manifest: dict, root: str, partitions: int) -> dict:
+    """What every part of a dataset's lineage reads: the ingest partitions and the joined outputs."""
+    stages = {s["name"]: s["layer_key"] for s in manifest["stages"]}
+    if "ingest" not in stages:
+        raise LineageError("the manifest lists no ingest stage")
     ingest = Layer(root, "ingest", stages["ingest"])
     documents, repeats = ingest.part_paths("documents"), ingest.part_paths("repeats")
-    partitions = len(documents)
-    joined = joined_outputs(root, manifest, partitions, log)
-    staging = join(directory, _PLACEMENT_DIR)
-    placement = spill_placement(join(root, "datasets", manifest["dataset_id"]), manifest, partitions, staging)
-    parts, rows, columns = [], 0, None
-    for index in range(partitions):
-        table = lineage_partition(index, documents[index], repeats[index], joined, placement.get(index, []),
-                                  manifest["snapshot_id"])
-        parts.append(write_lineage_part(directory, index, partitions, table))
-        rows, columns = rows + table.num_rows, table.schema.names
-    remove_folder(staging)
-    write_lineage_marker(directory, manifest["dataset_id"], rows, columns, parts, stages)
-    log(f"[lineage] {rows} rows, {len(columns)} columns in {partitions} parts -> {directory}")
-    return directory
+    if len(documents) != partitions:
+        raise LineageError(f"the ingest layer has {len(documents)} partitions, the build {partitions}")
+    return {"documents": documents, "repeats": repeats, "inputs": stages,
+            "joined": [dataclasses.asdict(j) for j in joined_outputs(root, manifest, partitions)]}
+
+
+def _placement_rows(keyed: tuple[str, dict], root: str, partitions: int) -> Iterator[tuple[int, dict]]:
+    dataset_id, shard = keyed
+    index = shard_placement(join(root, "datasets", dataset_id), {"shards": [shard]})
+    for row in index.to_pylist():
+        yield bucket_of(row["doc_id"], partitions), row
+
+
+def _write_part(index: int, grouped: dict, root: str, partitions: int, plan: dict, manifest: dict) -> dict:
+    placement = list(grouped["placement"])
+    table = lineage_partition(index, plan["documents"][index], plan["repeats"][index],
+                              [JoinedOutput(**j) for j in plan["joined"]],
+                              pa.Table.from_pylist(placement, schema=_PLACEMENT_ROW) if placement
+                              else empty_placement(), manifest["snapshot_id"])
+    part = write_lineage_part(join(root, "datasets", manifest["dataset_id"], LINEAGE_DIR), index, partitions, table)
+    return {**part, "columns": table.schema.names}
+
+
+def _write_marker(parts: list[dict], root: str, plan: dict, manifest: dict) -> dict:
+    parts = sorted(parts, key=lambda p: p["name"])
+    columns = parts[0]["columns"] if parts else []
+    if any(p["columns"] != columns for p in parts):
+        raise LineageError("lineage parts disagree on their columns")
+    return write_lineage_marker(join(root, "datasets", manifest["dataset_id"], LINEAGE_DIR), manifest["dataset_id"],
+                                sum(p["rows"] for p in parts), columns,
+                                [{k: v for k, v in p.items() if k != "columns"} for p in parts], plan["inputs"])
 
 
 def annotation_outputs(root: str, manifest: dict) -> list[tuple[str, str, list[str]]]:
@@ -184,9 +257,9 @@ class JoinedOutput:
     columns: list[str]
 
 
-def joined_outputs(root: str, manifest: dict, partitions: int, log: Callable[[str], None]) -> list[JoinedOutput]:
+def joined_outputs(root: str, manifest: dict, partitions: int) -> list[JoinedOutput]:
     """The per-document outputs lineage joins, decided once for the dataset (every part gets the same
-    columns): an output is left out if its columns are already joined or it has two rows of a doc_id."""
+    columns): an output is left out if its columns are already joined."""
     found, names = [], set(BASE.names)
     for stage, output, paths in annotation_outputs(root, manifest):
         if len(paths) != partitions:
@@ -194,34 +267,28 @@ def joined_outputs(root: str, manifest: dict, partitions: int, log: Callable[[st
                                f"the layers of one build share the partition count")
         with FileSystems.open(paths[0]) as f:
             columns = [c for c in pq.read_schema(f).names if c not in SKIP_COLUMNS]
-        clash = [f"{stage}{SEP}{c}" for c in columns if f"{stage}{SEP}{c}" in names]
-        if clash or not all(_unique(read_parts([path], ["doc_id"]).column("doc_id")) for path in paths):
-            log(f"[lineage] skipped {stage}/{output}: " + (f"columns {clash} already joined" if clash
-                                                            else "more than one row per doc_id"))
+        if any(f"{stage}{SEP}{c}" in names for c in columns):
             continue
         names.update(f"{stage}{SEP}{c}" for c in columns)
-        found.append(JoinedOutput(stage, paths, columns))
+        found.append(JoinedOutput(stage, list(paths), columns))
     return found
 
 
 def lineage_partition(index: int, documents_path: str, repeats_path: str, joined: list[JoinedOutput],
-                      placement_paths: list[str], snapshot_id: str) -> pa.Table:
+                      placement: pa.Table, snapshot_id: str) -> pa.Table:
     """The lineage rows of partition ``index`` of the documents, sorted (:func:`sort_lineage`)."""
     documents = conform(read_parts([documents_path], _DOCUMENT_COLUMNS), BASE,
                         fill={"is_repeat": False, "snapshot_id": snapshot_id})
     for output in joined:
-        documents = attach(documents, read_parts([output.paths[index]], None), output.columns,
-                           prefix=f"{output.stage}{SEP}")
-    placement = read_parts(placement_paths, None) if placement_paths else empty_placement()
+        rows = read_parts([output.paths[index]], None)
+        if not _unique(rows.column("doc_id")):
+            raise LineageError(f"{output.paths[index]}: more than one row per doc_id in a per-document output")
+        documents = attach(documents, rows, output.columns, prefix=f"{output.stage}{SEP}")
     documents = attach(documents, placement, [f.name for f in PLACEMENT])
     repeats = read_parts([repeats_path], _REPEAT_COLUMNS)
     repeats = conform(repeats.append_column("repeat_of", repeats.column("doc_id")), documents.schema,
                       fill={"is_repeat": True, "snapshot_id": snapshot_id})
     return sort_lineage(pa.concat_tables([documents, repeats]))
-
-
-#: Where the placement rows wait, split by partition, while lineage is written (deleted before the marker).
-_PLACEMENT_DIR = "_placement"
 
 
 def spill_placement(dataset_dir: str, manifest: dict, partitions: int, directory: str) -> dict[int, list[str]]:
@@ -268,7 +335,7 @@ def shard_placement(dataset_dir: str, manifest: dict) -> pa.Table:
 
 
 def empty_placement() -> pa.Table:
-    return pa.table({"doc_id": pa.array([], pa.string()), **{f.name: pa.array([], f.type) for f in PLACEMENT}})
+    return _PLACEMENT_ROW.empty_table()
 
 
 def read_parts(paths: list[str], columns: list[str] | None) -> pa.Table:

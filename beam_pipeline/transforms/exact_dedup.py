@@ -14,77 +14,71 @@ DESIGN.md. Because the choice is a minimum over a total order, it does not
 depend on the order in which the runner delivers the group (unlike the random
 ids that decided survivors in some peers: text-dedup #28).
 
-The grouping goes through files, not through the runner (as every stage's
-does since the scale work; docs/decisions.md, "Stages that shuffle no text")::
+The shape (DESIGN.md, "exact dedup")::
 
-    partition i of the documents ─ its members spilled to bucket xxh3(content_hash) % n
-      ─(bucket, file names)─ per bucket: members by content hash -> annotation rows,
-                             spilled to the partition of their doc_id
-      ─(partition, file names)─ per partition: write annotations partition i
+    partition i of the documents ─ (content_hash, member) ─┬─ CombinePerKey(min over the total order,
+                                                            │     with a member count; hot-key fan-out)
+                                                            │   -> (content_hash, (representative, size))
+                                                            └─ CoGroupByKey(content_hash) -> one row per member
+      -> annotations, partitioned by doc_id
 
-A worker holds one partition's members, then one bucket's, whatever the
-corpus size. Each member crosses the disk twice (two small records, no
-text); a ``GroupByKey`` of the members and then of the rows, as this stage
-used to do, held each worker's whole share of both in one message on the
-local runner (exact_dedup's worker peak grew from 320 to 430 MB between 278 MB
-and 1 GB of text).
+A member is five small fields (no text). The combine is lifted: each worker
+folds its members per hash before the shuffle, and a hash held by very many
+documents (a boilerplate page copied everywhere) is spread over
+:data:`HOT_KEY_FANOUT` intermediate keys first, so no worker merges all its
+copies alone. The join sends each member to the group of its hash once.
 """
 from __future__ import annotations
 
 from typing import Iterable, Iterator
 
 import apache_beam as beam
-import pyarrow as pa
 
-from beam_pipeline import schemas
-from beam_pipeline.accounting import StageCounters
-from beam_pipeline.hashing import bucket_of
-from beam_pipeline.layers import read_partition_rows
-from beam_pipeline.transforms.keys import IntKeyed
-from beam_pipeline.transforms.layer_io import GroupSpillFiles, PartitionIndexes, WriteSpilledPartitions, \
-    WrittenPartitions, write_partition_spills
-from beam_pipeline.transforms.lsh_files import key_runs, read_spill_table, write_spills
+from beam_pipeline.accounting import COUNTS, CountingDoFn
+from beam_pipeline.transforms.keys import StrKeyed
+from beam_pipeline.transforms.layer_io import ReadLayerRows
 
 STAGE = "exact_dedup"
 VERSION = "1"
 ANNOTATIONS = "annotations"
 INPUT_COLUMNS = ["doc_id", "content_hash", "source", "source_rank", "date"]
 
-#: A document's member on its way to the bucket of its content hash.
-MEMBER_RECORD = pa.schema([
-    ("content_hash", pa.string()),
-    ("doc_id", pa.string()),
-    ("source", pa.string()),
-    ("source_rank", pa.int32()),
-    ("date", pa.string()),
-])
+#: Intermediate keys a content hash's members are combined under before the final merge
+#: (``CombinePerKey.with_hot_key_fanout``): bounds the work of a hash held by very many documents.
+HOT_KEY_FANOUT = 8
+_MEMBERS, _REPRESENTATIVE = "members", "representative"
 
 
 class AnnotateExactDuplicates(beam.PTransform):
-    """pbegin -> the sidecars of the ``annotations`` partitions written under ``annotations_directory``.
+    """pbegin -> {"annotations": PCollection[row], "counts"}.
 
-    ``document_paths`` are the ingest layer's documents partitions (partition
-    ``i`` holds the doc_ids with ``xxh3(doc_id) % n == i``); the annotations
-    get the same partitioning. Spill files go to ``spill_directory``.
+    ``document_paths`` are the ingest layer's documents partitions, read once
+    every layer of ``after`` is committed.
     """
 
-    def __init__(self, document_paths: list[str], annotations_directory: str, spill_directory: str):
+    def __init__(self, document_paths: list[str], after=()):
         super().__init__()
         self._documents = tuple(document_paths)
-        self._annotations = annotations_directory
-        self._spills = spill_directory
+        self._after = tuple(after)
 
     def expand(self, pbegin):
-        count = len(self._documents)
-        return WrittenPartitions(
+        members = (
             pbegin
-            | "Partitions" >> PartitionIndexes(count)
-            | "SpillMembersByContentHash" >> beam.ParDo(
-                SpillMembersFn(self._documents, self._spills)).with_output_types(IntKeyed)
-            | "GroupSpillsByHashBucket" >> GroupSpillFiles()
-            | "AnnotateHashBucket" >> beam.ParDo(AnnotateBucketFn(self._spills, count)).with_output_types(IntKeyed)
-            | "WriteAnnotations" >> WriteSpilledPartitions(self._annotations, count, schemas.EXACT_DEDUP)
-        ).sidecars
+            | "ReadDocuments" >> ReadLayerRows(self._documents, INPUT_COLUMNS, self._after)
+            | "KeyByContentHash" >> beam.ParDo(_MemberFn()).with_output_types(StrKeyed).with_outputs(
+                COUNTS, main=_MEMBERS)
+        )
+        keyed = members[_MEMBERS]  # (content_hash, member)
+        representatives = (
+            keyed
+            | "PickRepresentative" >> beam.CombinePerKey(RepresentativeFn()).with_hot_key_fanout(HOT_KEY_FANOUT)
+        )
+        annotated = (
+            {_MEMBERS: keyed, _REPRESENTATIVE: representatives}
+            | "JoinMembersWithRepresentative" >> beam.CoGroupByKey()
+            | "Annotate" >> beam.ParDo(_AnnotateFn()).with_outputs(COUNTS, main=ANNOTATIONS)
+        )
+        return {ANNOTATIONS: annotated[ANNOTATIONS], COUNTS: (members[COUNTS], annotated[COUNTS])}
 
 
 def member_of(document: dict) -> tuple:
@@ -99,63 +93,63 @@ def representative_order(member: tuple) -> tuple:
     return (rank, no_date, date, doc_id)
 
 
+class RepresentativeFn(beam.CombineFn):
+    """Members of one content hash -> (the minimum member by :func:`representative_order`, member count)."""
+
+    def create_accumulator(self):
+        return None, 0
+
+    def add_input(self, accumulator, member):
+        best, count = accumulator
+        if best is None or representative_order(member) < representative_order(best):
+            best = member
+        return best, count + 1
+
+    def merge_accumulators(self, accumulators):
+        best, count = None, 0
+        for other, n in accumulators:
+            if other is not None and (best is None or representative_order(other) < representative_order(best)):
+                best = other
+            count += n
+        return best, count
+
+    def extract_output(self, accumulator):
+        return accumulator
+
+
 def annotate_group(content_hash: str, members: Iterable[tuple]) -> list[dict]:
     """Annotation rows for every member of one content-hash group."""
     members = list(members)
     representative = min(members, key=representative_order)[3]
-    return [{"doc_id": m[3], "content_hash": content_hash, "duplicate_count": len(members),
-             "representative": representative, "is_duplicate": m[3] != representative}
-            for m in members]
+    return [annotation(content_hash, m, representative, len(members)) for m in members]
 
 
-def member_record(document: dict) -> dict:
-    return {column: document[column] for column in MEMBER_RECORD.names}
+def annotation(content_hash: str, member: tuple, representative: str, size: int) -> dict:
+    return {"doc_id": member[3], "content_hash": content_hash, "duplicate_count": size,
+            "representative": representative, "is_duplicate": member[3] != representative}
 
 
-class SpillMembersFn(beam.DoFn):
-    """partition index -> (bucket, spill file): its documents' members, by the bucket of their content hash."""
+class _MemberFn(CountingDoFn):
+    """document (INPUT_COLUMNS) -> (content_hash, member); counts it ``in``."""
 
-    def __init__(self, document_paths: tuple[str, ...], spill_directory: str):
-        self._documents = document_paths
-        self._spills = spill_directory
+    def __init__(self):
+        super().__init__(STAGE)
 
-    def setup(self):
-        self._counters = StageCounters(STAGE)
-
-    def process(self, index: int) -> Iterator[tuple[int, str]]:
-        count = len(self._documents)
-        by_bucket: dict[int, list[dict]] = {}
-        for document in read_partition_rows(self._documents[index], INPUT_COLUMNS):
-            self._counters.entered(document["source"])
-            by_bucket.setdefault(bucket_of(document["content_hash"], count), []).append(member_record(document))
-        yield from write_spills(by_bucket, self._spills, f"members-{index:05d}", MEMBER_RECORD,
-                                lambda r: (r["content_hash"], r["doc_id"]))
+    def process(self, document: dict) -> Iterator[tuple[str, tuple]]:
+        self.tally.entered(document["source"])
+        yield document["content_hash"], member_of(document)
 
 
-class AnnotateBucketFn(beam.DoFn):
-    """(bucket, member spill files) -> (partition, spill file) of the annotation rows of its members."""
+class _AnnotateFn(CountingDoFn):
+    """(content_hash, {members, representative: [(member, size)]}) -> one annotation row per member."""
 
-    def __init__(self, spill_directory: str, partitions: int):
-        self._spills = spill_directory
-        self._partitions = partitions
+    def __init__(self):
+        super().__init__(STAGE)
 
-    def setup(self):
-        self._counters = StageCounters(STAGE)
-
-    def process(self, keyed: tuple[int, Iterable[str]]) -> Iterator[tuple[int, str]]:
-        bucket, paths = keyed
-        table = read_spill_table(paths, MEMBER_RECORD, ["content_hash", "doc_id"])
-        if table is None:
-            return
-        columns = [table.column(name).to_pylist() for name in MEMBER_RECORD.names]
-        del table
-        hashes, doc_ids, sources, ranks, dates = columns
-        by_partition: dict[int, list[dict]] = {}
-        for start, end in key_runs(hashes):
-            members = [member_of({"source_rank": ranks[i], "date": dates[i], "doc_id": doc_ids[i],
-                                  "source": sources[i]}) for i in range(start, end)]
-            for member, row in zip(members, annotate_group(hashes[start], members)):
-                self._counters.passed(member[4])
-                by_partition.setdefault(bucket_of(row["doc_id"], self._partitions), []).append(row)
-        yield from write_partition_spills(by_partition, self._spills, schemas.EXACT_DEDUP,
-                                          prefix=f"annotations-{bucket:05d}")
+    def process(self, joined: tuple[str, dict]) -> Iterator[dict]:
+        content_hash, groups = joined
+        (best, size), = groups[_REPRESENTATIVE]
+        representative = best[3]
+        for member in groups[_MEMBERS]:
+            self.tally.passed(member[4])
+            yield annotation(content_hash, member, representative, size)

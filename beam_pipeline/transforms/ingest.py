@@ -16,18 +16,16 @@ every other occurrence in the ``repeats`` output (nothing is lost; lineage
 can list them). Equal texts from *different* sources stay separate documents
 and are resolved by the exact-dedup stage.
 
-The text is shuffled through files, not through the runner::
+The documents go to their partition through the runner::
 
-    files ─ read + normalize ─ spill by partition xxh3(doc_id) % n ─(paths)─ GroupByKey(partition)
-          ─ per partition: read its spill files, keep first occurrences ─> documents, repeats partition
+    files ─ read + normalize ─ (partition xxh3(doc_id) % n, row) ─┐
+    web archives ─ ... ─ (partition, row); older captures ────────┴─ CoGroupByKey(partition)
+          ─ per partition: sort, keep first occurrences ─> documents, repeats partition
 
-Web archives (``format: warc``) add the older captures of each URL, chosen
-through files too (:class:`~beam_pipeline.web.transforms.NewestCapturePerUrl`),
-which the task of their partition leaves out before it collapses repeats.
-
-A worker holds at most ``SPILL_BYTES`` of text while reading and one
-partition while collapsing, whatever the corpus size (docs/decisions.md,
-"Joins without a shuffle").
+Web archives (``format: warc``) add the older captures of each URL
+(:class:`~beam_pipeline.web.transforms.NewestCapturePerUrl`), which the task
+of their partition leaves out before it collapses repeats. A task holds one
+partition (``layout.target_partition_bytes`` of text).
 
 Accounting per source: ``in`` = raw records (good or bad), ``passed`` =
 documents, ``filtered:empty_text`` = records whose text is empty after
@@ -38,6 +36,7 @@ of :mod:`beam_pipeline.web.transforms`).
 """
 from __future__ import annotations
 
+import itertools
 from typing import Iterator
 
 import apache_beam as beam
@@ -45,22 +44,22 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline import schemas
-from beam_pipeline.accounting import StageCounters
+from beam_pipeline.accounting import COUNTS, Tally
 from beam_pipeline.config import CorpusConfig, SourceConfig
-from beam_pipeline.hashing import content_hash, doc_id
+from beam_pipeline.hashing import bucket_of, content_hash, doc_id
 from beam_pipeline.normalize import NORMALIZATION_VERSION, normalize_text
 from beam_pipeline.readers import BadRecord, RawRecord, iter_records
 from beam_pipeline.layers import join
 from beam_pipeline.schemas import dead_letter_row
 from beam_pipeline.snapshot import verify_file
-from beam_pipeline.transforms.layer_io import SPILL, SpillByPartition, WrittenPartitions, read_spilled, \
-    write_layer_partition
-from beam_pipeline.web.transforms import OLDER_CAPTURES, ReadWebArchives, read_older_captures
+from beam_pipeline.transforms.keys import IntKeyed
+from beam_pipeline.transforms.layer_io import WrittenPartitions, row_order, write_layer_partition
+from beam_pipeline.web.transforms import OLDER_CAPTURES, ReadWebArchives, older_capture_key
 
 STAGE = "ingest"
 VERSION = f"1+{NORMALIZATION_VERSION}"
 DOCUMENTS, REPEATS, DEAD_LETTER = "documents", "repeats", "dead_letter"
-_RECORDS = "records"
+_RECORDS, _WEB_RECORDS = "records", "web_records"
 
 
 def stage_config(config: CorpusConfig) -> dict:
@@ -71,7 +70,7 @@ def stage_config(config: CorpusConfig) -> dict:
 
 
 class IngestSnapshot(beam.PTransform):
-    """PBegin -> {"documents", "repeats": WrittenPartitions, "dead_letter": rows}.
+    """PBegin -> {"documents", "repeats": WrittenPartitions, "dead_letter": rows, "counts"}.
 
     ``layer_path`` is the ingest layer's folder; its outputs get ``partitions`` partitions.
     """
@@ -94,102 +93,107 @@ class IngestSnapshot(beam.PTransform):
         ]
 
     def expand(self, pbegin):
-        records = (
+        n = self._partitions
+        read = (
             pbegin
             | "SnapshotFiles" >> beam.Create(self._files)
             | "SpreadFiles" >> beam.Reshuffle()
             | "ReadAndNormalize" >> beam.ParDo(
-                ReadRecordsFn(self._sources, self._max_record_bytes)).with_outputs(DEAD_LETTER, main=DOCUMENTS)
+                ReadRecordsFn(self._sources, self._max_record_bytes)).with_outputs(DEAD_LETTER, COUNTS, main=DOCUMENTS)
         )
-        read, dead_letter = (records[DOCUMENTS],), records[DEAD_LETTER]
-        older = None
+        records = {_RECORDS: read[DOCUMENTS] | "KeyByPartition" >> KeyByPartition(n)}
+        dead_letter, counts = read[DEAD_LETTER], [read[COUNTS]]
         if self._web_files:
             web = pbegin | "ReadWebArchives" >> ReadWebArchives(
-                self._web_files, self._sources, max_record_bytes=self._max_record_bytes,
-                spill_directory=join(self._layer_path, SPILL), partitions=self._partitions, stage=STAGE)
-            # Not flattened with the other records: on the local runner a Flatten of two steps' outputs
-            # is a buffer in the driver, text included. Each branch spills its own records.
-            read += (web[DOCUMENTS],)
+                self._web_files, self._sources, max_record_bytes=self._max_record_bytes, partitions=n, stage=STAGE)
+            records[_WEB_RECORDS] = web[DOCUMENTS] | "KeyWebByPartition" >> KeyByPartition(n)
+            records[OLDER_CAPTURES] = web[OLDER_CAPTURES]
             dead_letter = (dead_letter, web[DEAD_LETTER]) | "WithWebDeadLetters" >> beam.Flatten()
-            older = web[OLDER_CAPTURES]
-        written = read | "CollapseRepeatedRecords" >> CollapseRepeatedRecords(self._layer_path, self._partitions,
-                                                                              older_captures=older)
-        return {DOCUMENTS: written[DOCUMENTS], REPEATS: written[REPEATS], DEAD_LETTER: dead_letter}
+            counts.append(web[COUNTS])
+        written = records | "CollapseRepeatedRecords" >> CollapseRepeatedRecords(self._layer_path, n)
+        return {DOCUMENTS: written[DOCUMENTS], REPEATS: written[REPEATS], DEAD_LETTER: dead_letter,
+                COUNTS: (*counts, written[COUNTS])}
+
+
+class KeyByPartition(beam.PTransform):
+    """PCollection[row] -> PCollection[(partition xxh3(doc_id) % n, row)] (an int key: a deterministic coder)."""
+
+    def __init__(self, partitions: int):
+        super().__init__()
+        self._partitions = partitions
+
+    def expand(self, rows):
+        n = self._partitions
+        return rows | "KeyByPartition" >> beam.Map(lambda row: (bucket_of(row["doc_id"], n), row)).with_output_types(
+            IntKeyed)
 
 
 class CollapseRepeatedRecords(beam.PTransform):
-    """Records -> {"documents", "repeats"}: partitions written under ``layer_path``, one document per
-    doc_id (its first occurrence), every other occurrence a ``repeats`` row.
+    """{"records" (and "web_records"): (partition, row), "older_captures": (partition, capture)}
+    -> {"documents", "repeats": WrittenPartitions under ``layer_path``, "counts"}: one document per
+    doc_id (its first occurrence), every other occurrence a ``repeats`` row; older web captures
+    (:class:`~beam_pipeline.web.transforms.NewestCapturePerUrl`) left out."""
 
-    ``older_captures``: (partition, spill file) of web captures that are not the
-    newest of their URL (:class:`~beam_pipeline.web.transforms.NewestCapturePerUrl`);
-    the task of the partition leaves those records out before it collapses.
-    """
-
-    def __init__(self, layer_path: str, partitions: int, older_captures=None):
+    def __init__(self, layer_path: str, partitions: int):
         super().__init__()
         self._layer_path = layer_path
         self._partitions = partitions
-        self._older_captures = older_captures
 
-    def expand(self, record_sets):
-        """``record_sets``: a tuple of record PCollections (ingest's readers), each spilled where it is read."""
-        n, path = self._partitions, self._layer_path
-        spilled = [records | f"SpillByPartition{'' if i == 0 else i + 1}" >> SpillByPartition(
-            join(path, SPILL), n, schemas.DOCUMENT) for i, records in enumerate(record_sets)]
-        spills = {_RECORDS: spilled[0] if len(spilled) == 1 else tuple(spilled) | "AllRecordSpills" >> beam.Flatten()}
-        if self._older_captures is not None:
-            spills[OLDER_CAPTURES] = self._older_captures
+    def expand(self, keyed):
         written = (
-            spills
-            | "GroupSpillsByPartition" >> beam.CoGroupByKey()
-            | "KeepFirstOccurrencesAndWrite" >> beam.ParDo(_KeepFirstOccurrencesFn(path, n)).with_outputs(
-                REPEATS, main=DOCUMENTS)
+            keyed
+            | "GroupByPartition" >> beam.CoGroupByKey()
+            | "KeepFirstOccurrencesAndWrite" >> beam.ParDo(
+                _KeepFirstOccurrencesFn(self._layer_path, self._partitions)).with_outputs(
+                REPEATS, COUNTS, main=DOCUMENTS)
         )
-        return {DOCUMENTS: WrittenPartitions(written[DOCUMENTS]), REPEATS: WrittenPartitions(written[REPEATS])}
+        return {DOCUMENTS: WrittenPartitions(written[DOCUMENTS]), REPEATS: WrittenPartitions(written[REPEATS]),
+                COUNTS: written[COUNTS]}
 
 
 class _KeepFirstOccurrencesFn(beam.DoFn):
-    """(partition, {records: spill paths, older_captures: spill paths}) -> sidecars of its documents
-    and repeats partitions."""
+    """(partition, {records, web_records, older_captures}) -> sidecars of its documents and repeats
+    partitions, and its counts."""
 
     def __init__(self, layer_path: str, partitions: int):
         self._layer_path = layer_path
         self._partitions = partitions
 
     def setup(self):
-        self._counters = StageCounters(STAGE)
+        self._tally = Tally(STAGE)
 
     def process(self, keyed: tuple[int, dict]) -> Iterator:
-        index, spills = keyed
-        older = read_older_captures(spills.get(OLDER_CAPTURES, ()))
+        index, groups = keyed
+        older = {older_capture_key(row) for row in groups.get(OLDER_CAPTURES, ())}
+        rows = sorted(itertools.chain(groups.get(_RECORDS, ()), groups.get(_WEB_RECORDS, ())), key=row_order)
         documents, repeats = [], []
-        for row in read_spilled(spills[_RECORDS]):  # by doc_id, then (file, position): first occurrence first
-            if (row["doc_id"], row["file"], row["position"]) in older:
-                self._counters.filtered("older_capture", row["source"])
+        for row in rows:  # by doc_id, then (file, position): first occurrence first
+            if older_capture_key(row) in older:
+                self._tally.filtered("older_capture", row["source"])
                 continue
             if documents and documents[-1]["doc_id"] == row["doc_id"]:
-                self._counters.filtered("repeated_record", row["source"])
+                self._tally.filtered("repeated_record", row["source"])
                 repeats.append({"doc_id": row["doc_id"], "source": row["source"], "file": row["file"],
                                 "position": row["position"], "byte_offset": row["byte_offset"], "url": row["url"]})
                 continue
-            self._counters.passed(row["source"])
+            self._tally.passed(row["source"])
             documents.append(row)
         yield write_layer_partition(join(self._layer_path, DOCUMENTS), index, self._partitions, documents,
                                     schemas.DOCUMENT)
         yield beam.pvalue.TaggedOutput(REPEATS, write_layer_partition(
             join(self._layer_path, REPEATS), index, self._partitions, repeats, schemas.REPEAT))
+        yield from self._tally.tagged()
 
 
 class ReadRecordsFn(beam.DoFn):
-    """One snapshot file entry -> documents (main output) and dead letters (tagged)."""
+    """One snapshot file entry -> documents (main output), dead letters and its counts (tagged)."""
 
     def __init__(self, sources: dict[str, SourceConfig], max_record_bytes: int):
         self._sources = sources
         self._max_record_bytes = max_record_bytes
 
     def setup(self):
-        self._counters = StageCounters(STAGE)
+        self._counters = Tally(STAGE)
 
     def process(self, entry: dict) -> Iterator:
         source = self._sources[entry["source"]]
@@ -214,6 +218,7 @@ class ReadRecordsFn(beam.DoFn):
                 self._counters.filtered("empty_text", source.name)
                 continue
             yield document
+        yield from self._counters.tagged()
 
 
 def make_document(record: RawRecord, source: SourceConfig, path: str) -> dict | None:

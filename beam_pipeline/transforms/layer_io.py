@@ -1,38 +1,43 @@
-"""Reading and writing layer outputs: Parquet partitions keyed by doc_id.
+"""Reading, writing and committing layer outputs inside the build's one job.
 
-``WriteLayerOutput`` routes each row to partition ``xxh3(sort key) % n`` with a
-``GroupByKey`` on the int partition index, sorts the partition, and writes it
-atomically (see :mod:`beam_pipeline.layers`). The output is therefore the same
-bytes whatever the runner, the parallelism or the bundle boundaries.
-``ReadLayerOutput`` reads the partitions a committed ledger lists.
+A layer output is ``n`` Parquet partitions: row ``r`` lives in partition
+``xxh3(doc_id) % n`` and rows are sorted by doc_id inside a partition, so the
+bytes do not depend on the runner, the parallelism or bundle boundaries
+(:mod:`beam_pipeline.layers`). Three ways to make one:
 
-Stages that only join layers on doc_id (the scorers and ``select``) need no
-shuffle at all: every layer of a build has the same partition count and puts
-a row in partition ``xxh3(doc_id) % n`` sorted by doc_id, so partition ``i``
-of the documents and partition ``i`` of every annotation layer hold the same
-doc_ids. :class:`PartitionInputs` merge-joins them (:func:`merge_join`), and
-one task per partition (:class:`PartitionIndexes`) reads, processes and
-writes partition ``i`` of its outputs itself (:class:`WrittenPartitions`).
-A worker then holds one partition at a time, whatever the corpus size, and
-the runner moves partition numbers, not text. Ingest, whose input is not
-partitioned yet, shuffles through files instead (:class:`SpillByPartition`):
-the worker that reads a record writes it to a spill file of its partition,
-and only the file names go through the runner (docs/decisions.md, "Stages
-that shuffle no text").
+* :class:`WriteLayerOutput`: rows -> ``(partition, row)`` -> the runner's
+  ``GroupByKey`` on the int partition index -> sort -> one atomic write per
+  partition (DESIGN.md, "layers"). Stages whose rows come out of a shuffle use it.
+* :class:`WrittenPartitions`: a stage whose tasks already hold partition ``i``
+  of its inputs (the scorers, ``select``) writes partition ``i`` of its output
+  itself. Every layer of a build has the same partition count and the same
+  partitioning, so partition ``i`` of the documents and of every annotation
+  layer hold the same doc_ids: :class:`PartitionInputs` merge-joins them
+  (:func:`merge_join`) without a shuffle.
+* The commit: :class:`CommitLayer` waits for every partition of every output
+  and for the stage's counts (data of the job: :mod:`beam_pipeline.accounting`),
+  checks them, writes the partitions no row reached (empty), and writes the
+  ledger last. Its output, one :class:`Committed` element, is what later stages
+  wait for: :class:`PartitionIndexes` and :class:`ReadLayerRows` take the
+  ``Committed`` collections of the layers they read as side inputs, so a stage
+  reads a layer of the same job only once it is committed (data first, ledger
+  last), exactly as it reads a layer of an earlier run.
 """
 from __future__ import annotations
 
-import abc
 import dataclasses
-from typing import Callable, Iterable, Iterator
+import time
+from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 import apache_beam as beam
 import pyarrow as pa
 
-from beam_pipeline.accounting import LOST_IN_JOIN
+from beam_pipeline import schemas
+from beam_pipeline.accounting import COUNTS, DEAD_LETTER, LOST_IN_JOIN, AccountingError, SumCounts, check_outputs, \
+    check_stage, stage_counts
 from beam_pipeline.hashing import bucket_of
-from beam_pipeline.layers import join, read_partition_rows, remove_folder, table_bytes, write_partition, \
-    write_spill_blocks
+from beam_pipeline.layers import Layer, commit_layer, join, part_name, read_partition_rows, remove_temporaries, \
+    write_partition
 from beam_pipeline.transforms.keys import IntKeyed
 
 
@@ -75,45 +80,158 @@ def write_layer_partition(directory: str, index: int, count: int, rows: Iterable
     return write_partition(directory, index, count, sorted(rows, key=sort_key), schema)
 
 
-class ReadLayerOutput(beam.PTransform):
-    """Partition paths of a committed layer output -> PCollection[dict] of its rows."""
-
-    def __init__(self, part_paths: list[str], columns: list[str] | None = None):
-        super().__init__()
-        self._part_paths = part_paths
-        self._columns = columns
-
-    def expand(self, pbegin):
-        columns = self._columns
-        return (
-            pbegin
-            | "PartPaths" >> beam.Create(self._part_paths)
-            | "SpreadParts" >> beam.Reshuffle()
-            | "ReadRows" >> beam.FlatMap(lambda path: read_partition_rows(path, columns))
-        )
-
-
-# --- partition-wise joins ------------------------------------------------------------
-
 class WrittenPartitions:
     """A stage output its own tasks wrote, one partition per task: ``sidecars`` is the
-    PCollection of the written partitions' sidecars. The driver adds no writer for it."""
+    PCollection of the written partitions' sidecars. The build adds no writer for it."""
 
     def __init__(self, sidecars):
         self.sidecars = sidecars
 
 
-class PartitionIndexes(beam.PTransform):
-    """pbegin -> the partition indexes ``0..count-1``, spread over the workers."""
+# --- waiting for layers ------------------------------------------------------------------
 
-    def __init__(self, count: int):
+def _after(committed: Iterable) -> list:
+    """Side inputs that make a step wait until each of these layers is committed."""
+    return [beam.pvalue.AsSingleton(c) for c in committed]
+
+
+def _first(value, *_committed):
+    return value
+
+
+class PartitionIndexes(beam.PTransform):
+    """pbegin -> the partition indexes ``0..count-1``, spread over the workers, once every layer of
+    ``after`` (PCollections of one :class:`Committed`) is committed."""
+
+    def __init__(self, count: int, after: Iterable = ()):
         super().__init__()
         self._count = count
+        self._after = tuple(after)
 
     def expand(self, pbegin):
+        indexes = pbegin | "Indexes" >> beam.Create(list(range(self._count))).with_output_types(int)
+        if self._after:
+            indexes = indexes | "AfterInputsCommitted" >> beam.Map(_first, *_after(self._after)).with_output_types(int)
+        return indexes | "SpreadIndexes" >> beam.Reshuffle()
+
+
+class ReadLayerRows(beam.PTransform):
+    """pbegin -> the rows (``columns``, or all) of a layer output's partitions, once ``after`` is committed."""
+
+    def __init__(self, part_paths: Iterable[str], columns: Iterable[str] | None = None, after: Iterable = ()):
+        super().__init__()
+        self._paths = tuple(part_paths)
+        self._columns = None if columns is None else list(columns)
+        self._after = tuple(after)
+
+    def expand(self, pbegin):
+        paths, columns = self._paths, self._columns
         return (pbegin
-                | "Indexes" >> beam.Create(list(range(self._count))).with_output_types(int)
-                | "SpreadIndexes" >> beam.Reshuffle())
+                | "Partitions" >> PartitionIndexes(len(paths), self._after)
+                | "ReadRows" >> beam.FlatMap(lambda index: read_partition_rows(paths[index], columns)))
+
+
+# --- committing ---------------------------------------------------------------------------
+
+class Committed(NamedTuple):
+    """A committed layer, as the later steps of the job see it (one element per layer)."""
+
+    stage: str
+    key: str
+    ledger: dict
+    reused: bool
+    committed_at: float | None = None  # wall clock of the commit (run metrics only, never in a layer)
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerSpec:
+    """What committing a layer needs (picklable: the commit step runs on a worker).
+
+    ``outputs``: output name -> schema (``dead_letter`` included when the stage
+    has one); ``rows_match``: output -> the count its rows must equal;
+    ``finalize``: ``layer -> extra ledger fields`` computed from the written
+    partitions (histograms, the shard list), or None.
+    """
+
+    layer: Layer
+    version: str
+    config: Any
+    inputs: dict
+    outputs: dict
+    partitions: int
+    rows_match: dict
+    max_dead_letter_fraction: float
+    finalize: Callable[[Layer], dict] | None = None
+
+    def output_directory(self, output: str) -> str:
+        return self.layer.dead_letter_path if output == DEAD_LETTER else self.layer.output_path(output)
+
+    def output_partitions(self, output: str) -> int:
+        return 1 if output == DEAD_LETTER else self.partitions
+
+
+class CommitLayer(beam.PTransform):
+    """{output: PCollection[sidecar], "counts": PCollection[counts]} -> PCollection[Committed] (one element).
+
+    Waits for every partition of every output and for every count of the stage,
+    then (:class:`CommitLayerFn`) checks that the stage accounts for every record
+    and that each output holds the rows its counts say, writes the partitions no
+    row reached, and writes the ledger last.
+    """
+
+    def __init__(self, spec: LayerSpec):
+        super().__init__()
+        self._spec = spec
+
+    def expand(self, produced):
+        names = sorted(self._spec.outputs)
+        summed = produced[COUNTS] | "SumCounts" >> beam.CombineGlobally(SumCounts())
+        sidecars = [beam.pvalue.AsList(produced[name]) for name in names]
+        return summed | "CheckAndWriteLedger" >> beam.ParDo(CommitLayerFn(self._spec, names), *sidecars)
+
+
+class CommitLayerFn(beam.DoFn):
+    """The stage's summed counts (+ every output's sidecars) -> the ledger, written; yields :class:`Committed`."""
+
+    def __init__(self, spec: LayerSpec, names: list[str]):
+        self._spec = spec
+        self._names = names
+
+    def process(self, summed: dict, *sidecar_lists) -> Iterator[Committed]:
+        spec = self._spec
+        stage = spec.layer.stage
+        counts = stage_counts(stage, summed)
+        check_stage(stage, counts, spec.max_dead_letter_fraction)
+        remove_temporaries(spec.layer)  # writes of bundle attempts that failed and were retried
+        parts = {name: complete_partitions(spec.output_directory(name), spec.output_partitions(name),
+                                           spec.outputs[name], sidecars)
+                 for name, sidecars in zip(self._names, sidecar_lists)}
+        rows = {name: sum(part["rows"] for part in output) for name, output in parts.items()}
+        if sum(rows.values()) and not counts["in"]:
+            raise AccountingError(f"stage {stage}: the job wrote {sum(rows.values())} rows but counted no record "
+                                  f"entering the stage (in=0): a step of the stage does not count")
+        check_outputs(stage, counts, rows, {**spec.rows_match, DEAD_LETTER: "dead_letter"})
+        extra = spec.finalize(spec.layer) if spec.finalize else None
+        ledger = commit_layer(spec.layer, version=spec.version, config=spec.config, inputs=spec.inputs,
+                              outputs=parts, counts=counts, extra=extra)
+        yield Committed(stage, spec.layer.key, ledger, False, time.time())
+
+
+def complete_partitions(directory: str, count: int, schema: pa.Schema, sidecars: Iterable[dict]) -> list[dict]:
+    """The sidecars of all ``count`` partitions in order; a partition no row reached (a ``GroupByKey``
+    has no empty groups) is written empty now, so a complete layer always has ``count`` partitions."""
+    by_name: dict[str, dict] = {}
+    for sidecar in sidecars:
+        if sidecar["name"] in by_name and by_name[sidecar["name"]] != sidecar:
+            raise ValueError(f"{directory}: two different writes of {sidecar['name']}")
+        by_name[sidecar["name"]] = sidecar
+    metas = []
+    for index in range(count):
+        name = part_name(index, count)
+        metas.append(by_name.pop(name) if name in by_name else write_partition(directory, index, count, [], schema))
+    if by_name:
+        raise ValueError(f"{directory}: partitions outside 0..{count - 1}: {sorted(by_name)}")
+    return metas
 
 
 def partition_index_of(path: str) -> tuple[int, int]:
@@ -224,156 +342,3 @@ class _Cursor:
         return head
 
 
-# --- shuffling through files -----------------------------------------------------------
-
-#: The folder of a layer that holds its job's spill files (deleted before the layer is committed).
-SPILL = "_spill"
-
-#: Text a spilling worker buffers before it writes its spill files (bounds its memory).
-SPILL_BYTES = 32 * 1024 * 1024
-
-
-class SpillByPartition(beam.PTransform):
-    """PCollection[row] -> PCollection[(partition, spill file path)].
-
-    The worker that produced a row writes it to a spill file of partition
-    ``xxh3(doc_id) % count`` under ``directory``; the runner then moves file names,
-    not text. A file is named by the digest of its bytes (rows sorted by
-    :func:`row_order`), so a retried bundle rewrites the same file; files of an
-    attempt the runner discarded are never named downstream, and the driver
-    deletes the folder before the layer is committed.
-    """
-
-    def __init__(self, directory: str, count: int, schema: pa.Schema, spill_bytes: int = SPILL_BYTES,
-                 prefix: str = "part"):
-        super().__init__()
-        self._fn = _SpillFn(directory, count, schema, spill_bytes, prefix)
-
-    def expand(self, rows):
-        return rows | "WriteSpillFiles" >> beam.ParDo(self._fn).with_output_types(IntKeyed)
-
-
-class BufferedSpillFn(beam.DoFn, metaclass=abc.ABCMeta):
-    """Buffers rows per target and writes them as spill files: what is left of the map side of a shuffle.
-
-    Subclasses say where an element's rows go (:meth:`targets`), what it weighs
-    against :meth:`limit` (:meth:`weight`), and how one spill writes its buffers
-    (:meth:`write`: yields (target, path)). Buffers are written whenever they reach
-    the limit and at the end of the bundle, so a worker holds at most one limit's
-    worth; the runner moves (target, path) pairs.
-    """
-
-    @abc.abstractmethod
-    def targets(self, element) -> Iterable[tuple[int, dict]]:
-        """See the class docstring (a subclass must define it)."""
-
-    def weight(self, element) -> int:
-        return 1
-
-    @abc.abstractmethod
-    def limit(self) -> int:
-        """See the class docstring (a subclass must define it)."""
-
-    @abc.abstractmethod
-    def write(self, buffers: dict[int, list[dict]]) -> Iterator[tuple[int, str]]:
-        """See the class docstring (a subclass must define it)."""
-
-    def start_bundle(self):
-        self._buffers: dict[int, list[dict]] = {}
-        self._buffered = 0
-
-    def process(self, element) -> Iterator[tuple[int, str]]:
-        for target, row in self.targets(element):
-            self._buffers.setdefault(target, []).append(row)
-        self._buffered += self.weight(element)
-        if self._buffered >= self.limit():
-            yield from self._spill()
-
-    def finish_bundle(self):
-        from apache_beam.transforms.window import GlobalWindows
-
-        for pair in self._spill():
-            yield GlobalWindows.windowed_value(pair)
-
-    def _spill(self) -> Iterator[tuple[int, str]]:
-        buffers, self._buffers, self._buffered = self._buffers, {}, 0
-        return self.write(buffers)
-
-
-class _SpillFn(BufferedSpillFn):
-    def __init__(self, directory: str, count: int, schema: pa.Schema, spill_bytes: int, prefix: str):
-        self._directory = directory
-        self._count = count
-        self._schema = schema
-        self._spill_bytes = spill_bytes
-        self._prefix = prefix
-
-    def targets(self, row: dict) -> Iterable[tuple[int, dict]]:
-        return [(bucket_of(row["doc_id"], self._count), row)]
-
-    def weight(self, row: dict) -> int:
-        return len(row.get("text") or "") + 256
-
-    def limit(self) -> int:
-        return self._spill_bytes
-
-    def write(self, buffers: dict[int, list[dict]]) -> Iterator[tuple[int, str]]:
-        return write_partition_spills(buffers, self._directory, self._schema, self._prefix)
-
-
-def write_partition_spills(buffers: dict[int, list[dict]], directory: str, schema: pa.Schema,
-                           prefix: str = "part") -> Iterator[tuple[int, str]]:
-    """(partition, segment) of one lz4 Parquet block per partition of ``buffers`` (the rows in
-    :func:`row_order`), all in one spill file named ``<prefix>-<digest of the bytes>``
-    (:func:`~beam_pipeline.layers.write_spill_blocks`)."""
-    blocks = [(index, table_bytes(sorted(rows, key=row_order), schema, compression="lz4"))
-              for index, rows in sorted(buffers.items())]
-    yield from write_spill_blocks(directory, prefix, blocks)
-
-
-def read_spilled(paths: Iterable[str]) -> list[dict]:
-    """Every row of one partition's spill files (each file once), in :func:`row_order`."""
-    return sorted((row for path in sorted(set(paths)) for row in read_partition_rows(path)), key=row_order)
-
-
-def remove_spills(layer_path: str) -> None:
-    """Delete a job's spill files (the driver calls it before committing the layer)."""
-    remove_folder(join(layer_path, SPILL))
-
-
-class GroupSpillFiles(beam.PTransform):
-    """PCollection[(int target, spill file)] -> PCollection[(target, [spill file, ...])].
-
-    The only grouping a stage that shuffles through files needs: the runner moves
-    file names, keyed by an int (VarIntCoder: a deterministic key coder, which a
-    Flatten of typed inputs would otherwise lose).
-    """
-
-    def expand(self, spills):
-        return (spills
-                | "KeyedByTarget" >> beam.Map(lambda kv: kv).with_output_types(IntKeyed)
-                | "GroupByTarget" >> beam.GroupByKey())
-
-
-class WriteSpilledPartitions(beam.PTransform):
-    """PCollection[(partition, spill file)] -> the sidecars of the partitions written under ``directory``.
-
-    One task per partition reads that partition's spill files (each once) and
-    writes it (:func:`write_layer_partition`); the runner groups file names only.
-    """
-
-    def __init__(self, directory: str, count: int, schema: pa.Schema):
-        super().__init__()
-        self._directory = directory
-        self._count = count
-        self._schema = schema
-
-    def expand(self, spills):
-        return (
-            spills
-            | "GroupSpillsByPartition" >> GroupSpillFiles()
-            | "WritePartition" >> beam.MapTuple(self._write)
-        )
-
-    def _write(self, index: int, paths: Iterable[str]) -> dict:
-        return write_layer_partition(self._directory, index, self._count, read_spilled(paths), self._schema)

@@ -1,0 +1,177 @@
+"""The last steps of a build's job: publish the dataset, write its lineage, the run's metrics and report.
+
+Once every layer of the build is committed (each stage's ``Committed`` element
+is a side input here)::
+
+    ledgers ─ PublishManifest: shards moved to datasets/<dataset_id>/shards/, manifest.json written last
+            ─ WriteLineage (dataset/lineage.py): one part per layer partition, marker written last
+            ─ WriteRunMetrics: runs/<run_id>/metrics.json (counts from the ledgers, commit times)
+            ─ WriteReport: runs/<run_id>/report.html (a failure is logged, never fails the build)
+
+Everything here runs inside the job, so a launch that does not wait for the
+job (a Dataflow Flex Template) publishes exactly what ``run`` publishes.
+Each step is idempotent: a retried bundle rewrites the same bytes (shards
+already moved stay where they are).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Iterator
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+
+from beam_pipeline.hashing import digest_json
+from beam_pipeline.layers import join, move, write_json_atomic
+from beam_pipeline.manifest import MANIFEST, MANIFEST_FORMAT, dataset_path, shard_leaf
+
+_LOGGER = logging.getLogger(__name__)
+
+
+class PublishDataset(beam.PTransform):
+    """pbegin -> PCollection of the run's metrics (one element): the dataset published, its lineage,
+    the run's metrics and report written.
+
+    ``stages``: the build's ``LayerRef`` of every stage in order (tokenize last).
+    ``attempts``: runs of the build's job per computed stage, this one included.
+    """
+
+    def __init__(self, config, snapshot_id: str, tokenizer, run_id: str, stages: list, attempts: dict[str, int],
+                 partitions: int):
+        super().__init__()
+        self._config = config
+        self._snapshot_id = snapshot_id
+        self._tokenizer = tokenizer
+        self._run_id = run_id
+        self._stages = list(stages)
+        self._attempts = dict(attempts)
+        self._partitions = partitions
+        self._started = time.time()  # run metrics only: when the job was built
+
+    def expand(self, pbegin):
+        from beam_pipeline.dataset.lineage import WriteLineage
+
+        ledgers = [beam.pvalue.AsSingleton(ref.committed) for ref in self._stages]
+        manifest = (
+            pbegin
+            | "Once" >> beam.Create([None])
+            | "WriteManifest" >> beam.ParDo(PublishManifestFn(self._config, self._snapshot_id, self._tokenizer),
+                                            *ledgers)
+        )
+        lineage = manifest | "WriteLineage" >> WriteLineage(self._config.output_root, self._partitions)
+        metrics = (
+            manifest
+            | "WriteRunMetrics" >> beam.ParDo(RunMetricsFn(self._config, self._run_id, self._snapshot_id,
+                                                           self._attempts, self._started),
+                                              beam.pvalue.AsSingleton(lineage), *ledgers)
+        )
+        _ = metrics | "WriteReport" >> beam.ParDo(WriteReportFn(self._config.output_root, self._run_id))
+        return metrics
+
+
+class PublishManifestFn(beam.DoFn):
+    """None (+ every stage's Committed) -> the manifest, written after the shards are in place."""
+
+    def __init__(self, config, snapshot_id: str, tokenizer):
+        self._config = config
+        self._snapshot_id = snapshot_id
+        self._tokenizer = tokenizer
+
+    def process(self, _unused, *committed) -> Iterator[dict]:
+        yield publish(self._config, self._snapshot_id, self._tokenizer, list(committed))
+
+
+def publish(config, snapshot_id: str, tokenizer, committed: list) -> dict:
+    """Move the shards into ``datasets/<dataset_id>/shards/`` and write the manifest last; return it."""
+    from beam_pipeline.layers import Layer
+
+    tokenized = committed[-1]
+    dataset_id, shards = tokenized.ledger["dataset_id"], tokenized.ledger["shards"]
+    root = config.output_root
+    target = dataset_path(root, dataset_id)
+    staged = Layer(root, tokenized.stage, tokenized.key).output_path("shards")
+    for shard in shards:
+        for field in ("tokens_file", "index_file"):
+            src, dst = join(staged, shard[field]), join(target, "shards", shard[field])
+            if not FileSystems.exists(dst):
+                move(src, dst)
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "dataset_id": dataset_id,
+        "name": config.name,
+        "snapshot_id": snapshot_id,
+        "config_digest": config.digest(),
+        "config": config.model_dump(mode="json"),
+        "seed": config.seed,
+        "seq_len": config.tokenize.seq_len,
+        "tokenizer": {**dataclasses.asdict(tokenizer), "dtype": tokenizer.dtype},
+        "stages": [{"name": c.stage, "version": c.ledger["version"], "layer_key": c.key,
+                    "config_digest": digest_json(c.ledger["config"]), "counts": c.ledger["counts"]}
+                   for c in committed],
+        "shards": [{**s, "tokens_file": f"shards/{s['tokens_file']}", "index_file": f"shards/{s['index_file']}",
+                    "leaf": shard_leaf(s)} for s in shards],
+        "merkle": {"hash": "sha256", "leaf": "sha256(canonical_json({name, tokens_sha256, index_sha256}))",
+                   "order": "shard name", "root": dataset_id},
+    }
+    write_json_atomic(join(target, MANIFEST), manifest)
+    return manifest
+
+
+class RunMetricsFn(beam.DoFn):
+    """The manifest (+ the lineage marker and every stage's Committed) -> runs/<run_id>/metrics.json."""
+
+    def __init__(self, config, run_id: str, snapshot_id: str, attempts: dict[str, int], started: float):
+        self._config = config
+        self._run_id = run_id
+        self._snapshot_id = snapshot_id
+        self._attempts = attempts
+        self._started = started
+
+    def process(self, manifest: dict, _lineage, *committed) -> Iterator[dict]:
+        path = join(self._config.output_root, "runs", self._run_id, "metrics.json")
+        metrics = run_metrics(self._run_id, self._snapshot_id, self._config.digest(), manifest["dataset_id"],
+                              list(committed), self._attempts, self._started, time.time())
+        write_json_atomic(path, metrics)
+        yield metrics
+
+
+def run_metrics(run_id: str, snapshot_id: str, config_digest: str, dataset_id: str, committed: list,
+                attempts: dict[str, int], started: float, finished: float) -> dict:
+    """The run's metrics: every stage's counts (from its ledger), whether it was reused, and timings.
+
+    A stage's seconds are the time from the commit of the latest layer it reads
+    (or the start of the job) to its own commit: in one job stages overlap, so
+    this is the time the stage was the last thing the build waited for.
+    Timings describe this run, never the data: they reach no layer or dataset.
+    """
+    stages, timing, previous = [], {}, started
+    for c in committed:
+        stages.append({"name": c.stage, "layer_key": c.key, "version": c.ledger["version"], "reused": c.reused,
+                       "attempts": 0 if c.reused else attempts.get(c.stage, 1), "counts": c.ledger["counts"]})
+        if not c.reused and c.committed_at is not None:
+            timing[c.stage] = round(max(0.0, c.committed_at - previous), 3)
+            previous = max(previous, c.committed_at)
+        else:
+            timing[c.stage] = 0.0
+    return {"run_id": run_id, "snapshot_id": snapshot_id, "dataset_id": dataset_id, "config_digest": config_digest,
+            "stages": stages, "timing_seconds": {"total": round(finished - started, 3), **timing}}
+
+
+class WriteReportFn(beam.DoFn):
+    """The run's metrics -> runs/<run_id>/report.html; a report that fails is logged, never fatal."""
+
+    def __init__(self, root: str, run_id: str):
+        self._root = root
+        self._run_id = run_id
+
+    def process(self, _metrics: dict) -> Iterator[str]:
+        from beam_pipeline.report import write_report
+
+        metrics_path = join(self._root, "runs", self._run_id, "metrics.json")
+        try:
+            yield write_report(metrics_path)
+        except Exception as err:  # noqa: BLE001 - the dataset is published; a report bug must not hide that
+            _LOGGER.warning("the run report could not be written: %s: %s; retry with: "
+                            "python -m beam_pipeline report %s", type(err).__name__, err, metrics_path)
