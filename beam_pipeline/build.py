@@ -32,7 +32,6 @@ import time
 from typing import Any, Callable
 
 import apache_beam as beam
-import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
@@ -46,9 +45,9 @@ from beam_pipeline.manifest import MANIFEST, dataset_path
 from beam_pipeline.options.corpus_options import CorpusOptions
 from beam_pipeline.progress import BuildProgress
 from beam_pipeline.snapshot import check_sources_match, check_unchanged, load_snapshot, take_snapshot
-from beam_pipeline.transforms import exact_dedup, ingest, near_dedup, select, tokenize_shard
-from beam_pipeline.transforms.layer_io import CommitLayer, Committed, LayerSpec, PartitionInputs, WriteLayerOutput, \
-    WrittenPartitions
+from beam_pipeline.transforms import exact_dedup, ingest, select, tokenize_shard
+from beam_pipeline.transforms.layer_io import WRITTEN, CommitLayer, Committed, LayerSpec, PartitionInputs, \
+    WriteLayerOutput, WrittenPartitions
 from beam_pipeline.transforms import publish
 
 _ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception): ")
@@ -121,7 +120,7 @@ class StagePlan:
     inputs: dict            # input name -> LayerRef of this build, or a key (snapshot id, earlier layers)
     outputs: dict           # output name -> schema
     rows_match: dict = dataclasses.field(default_factory=dict)
-    finalize: Callable[[Layer], dict] | None = None
+    finalize: Callable[[Layer, int], dict] | None = None
 
     def input_keys(self) -> dict[str, str]:
         return {name: value.key if isinstance(value, LayerRef) else value for name, value in self.inputs.items()}
@@ -176,7 +175,8 @@ class BuildGraph:
         ``expand(pbegin, layer)`` adds the stage's transforms and returns what
         they produce: ``{output: PCollection[row] | WrittenPartitions,
         "dead_letter": PCollection[row] (optional), "counts": PCollection or tuple
-        of PCollections of counts}``. Rows of an output are written by
+        of PCollections of counts, "written": what else the stage's tasks write
+        (optional, waited for)}``. Rows of an output are written by
         :class:`WriteLayerOutput`; the commit waits for all of it.
         """
         layer = self.layer_of(plan)
@@ -290,11 +290,17 @@ def commit_produced(spec: LayerSpec, produced: dict):
             sidecars[name] = value | f"Write_{name}" >> WriteLayerOutput(
                 spec.output_directory(name), schema, spec.output_partitions(name),
                 **(_DEAD_LETTER_LAYOUT if name == DEAD_LETTER else {}))
-    counts = produced[COUNTS]
-    if isinstance(counts, (tuple, list)):
-        counts = tuple(counts) | "AllCounts" >> beam.Flatten()
+    waits = {COUNTS: _flattened(produced[COUNTS], "AllCounts")}
+    if WRITTEN in produced:
+        waits[WRITTEN] = _flattened(produced[WRITTEN], "AllWritten")
     outputs = {name: schema for name, schema in spec.outputs.items() if name in sidecars}
-    return {**sidecars, COUNTS: counts} | "Commit" >> CommitLayer(dataclasses.replace(spec, outputs=outputs))
+    return {**sidecars, **waits} | "Commit" >> CommitLayer(dataclasses.replace(spec, outputs=outputs))
+
+
+def _flattened(collections, label: str):
+    if isinstance(collections, (tuple, list)):
+        return tuple(collections) | label >> beam.Flatten()
+    return collections
 
 
 def _dead_letter_order(row: dict) -> tuple:
@@ -333,11 +339,13 @@ class CorpusBuild:
         attempts_allowed = self.options.view_as(CorpusOptions).max_stage_attempts
         attempts: dict[str, int] = {}
         for attempt in range(1, attempts_allowed + 1):
-            graph = self.assemble(snapshot_id, manifest, partitions, tokenizer, run_id, attempts)
+            progress = BuildProgress(self.options, self.log)
+            graph = self.assemble(snapshot_id, manifest, partitions, tokenizer, run_id, dict(attempts),
+                                  runner=progress.runner())
             for stage in graph.computed:
                 attempts[stage] = attempts.get(stage, 0) + 1
             try:
-                self._run_job(graph)
+                self._run_job(graph, progress)
                 break
             except StageFailed as err:
                 if not _retryable(str(err)) or attempt == attempts_allowed:
@@ -364,8 +372,11 @@ class CorpusBuild:
         return snapshot_id, manifest
 
     def assemble(self, snapshot_id: str, manifest: dict, partitions: int, tokenizer, run_id: str,
-                 attempts: dict[str, int] | None = None, runner=None) -> BuildGraph:
-        """The build's job, not run: every stage reused or computed (and every uncomputed layer cleared)."""
+                 earlier_attempts: dict[str, int] | None = None, runner=None) -> BuildGraph:
+        """The build's job, not run: every stage reused or computed (and every layer it computes cleared).
+
+        ``earlier_attempts``: runs of the job before this one in which a stage was computed (the run
+        metrics count this one too)."""
         from beam_pipeline.scoring import cascade
 
         config = self.config
@@ -390,6 +401,8 @@ class CorpusBuild:
 
         near = None
         if config.near_dedup.enabled:
+            from beam_pipeline.transforms import near_dedup
+
             previous = [near_dedup.resolve_against(self.root, entry, config.near_dedup)
                         for entry in config.near_dedup.against]
             near = graph.stage(StagePlan(
@@ -443,19 +456,16 @@ class CorpusBuild:
             if not ref.reused:
                 clear_layer(ref.layer)  # what a killed or failed run of this layer left behind
         _ = graph.pipeline | "Publish" >> publish.PublishDataset(
-            config, snapshot_id, tokenizer, run_id, stages, attempts or {}, partitions)
+            config, snapshot_id, tokenizer, run_id, stages, earlier_attempts or {}, partitions)
         return graph
 
-    def _run_job(self, graph: BuildGraph) -> None:
-        """Run the build's job (unless every layer and the dataset already exist) and wait for it."""
+    def _run_job(self, graph: BuildGraph, progress: BuildProgress) -> None:
+        """Run the build's job and wait for it."""
         pipeline = graph.pipeline
         for ref in graph.refs:
             self.log(f"[{ref.stage}] " + (f"layer {ref.key} is complete: reused" if ref.reused
                                           else f"runs in this job -> {ref.layer.path}"))
-        progress = BuildProgress([(ref.stage, ref.layer) for ref in graph.refs if not ref.reused],
-                                 self.options, self.log)
-        if progress.runner() is not None:  # the local runner, counting as it goes
-            pipeline._runner = progress.runner()
+        progress.expect([(ref.stage, ref.layer) for ref in graph.refs if not ref.reused])
         if self.before_run:
             self.before_run(pipeline)
         try:

@@ -100,11 +100,9 @@ def main(argv: list[str] | None = None) -> int:
                                   + [f"--max_stage_attempts={args.max_stage_attempts}"])
         FileSystems.set_options(options)  # driver-side s3:// and gs:// calls use --s3_* / GCP options too
         config = _load(args)
-        from beam_pipeline.launcher import one_job_server
-        with one_job_server(options):  # FlinkRunner: one job server for all of the build's jobs
-            if args.command == "snapshot":
-                return _snapshot(config, options)
-            return _run(config, options, args.snapshot_id)
+        if args.command == "snapshot":
+            return _snapshot(config, options)
+        return _run(config, options, args.snapshot_id)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -150,11 +148,10 @@ def _run(config: CorpusConfig, options: PipelineOptions, snapshot_id: str | None
     print(f"dataset_id  {result.dataset_id}")
     print(f"dataset     {result.dataset_path}")
     print(f"metrics     {result.metrics_path}")
-    from beam_pipeline.report import write_report  # matplotlib is loaded only when a report is written
-    try:
-        print(f"report      {write_report(result.metrics_path)}")
-    except Exception as err:  # noqa: BLE001 - the dataset is published; a report bug must not hide that
-        print(f"warning: the run report could not be written: {type(err).__name__}: {err}; "
+    if result.report_path:  # written by the job's last step
+        print(f"report      {result.report_path}")
+    else:
+        print(f"warning: the run report could not be written (the job's log says why); "
               f"retry with: python -m beam_pipeline report {result.metrics_path}", file=sys.stderr)
     return 0
 

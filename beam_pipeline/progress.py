@@ -1,33 +1,31 @@
-"""Progress lines while a stage's job runs: ``[ingest] 12,345 records so far, 42.1s``.
+"""What a build prints while its job runs: layer commits and records so far.
 
-The driver prints a line when a stage starts and when it is done; in between,
-:class:`StageProgress` prints one every ``--progress_interval`` seconds (0
-turns them off) with the records that have entered the stage so far (the
-stage's ``in`` counter, ``accounting.py``) and the time spent in the stage.
-Where the count comes from depends on the runner:
+The build is one job (``beam_pipeline.build``). While it runs,
+:class:`BuildProgress`
 
-* Dataflow, whose ``run()`` returns while the job runs: the running
-  ``DataflowPipelineResult``'s ``metrics()`` are polled (attempted values;
-  Dataflow caches them only once the job is terminal);
-* the portable runners (Flink, Spark, a job service): no count, the line
-  says ``running``. Their ``PipelineResult.metrics()`` keeps the *first*
-  answer forever, so polling a running job would leave the driver with the
-  empty metrics of a job that had just started, and the stage's accounting
-  with zeros. Only results known to answer live are polled;
-* the local DirectRunner, whose ``run()`` blocks until the job is done and
-  whose metrics exist only afterwards: the stage runs on
-  :class:`CountingFnApiRunner`, the DirectRunner's own FnApiRunner (same
-  engine, same options, same results) that adds up the user counters of
-  every bundle as it finishes, and asks the SDK workers for the counters of
-  the bundles in flight every interval (the Fn API's progress requests):
-  ``[near_dedup] 768 records so far (9 of 14 fused steps done), 12.0s``.
-  In-flight counts need workers beside the runner (``multi_processing``, the
-  default, or ``multi_threading``); ``in_memory`` runs a bundle inside the
-  runner's own call, so there the count grows per finished fused step.
+* watches the ledger of every layer the job computes and prints a line when
+  one appears (the layer is committed): ``[exact_dedup] committed after 12.3s
+  (in 768, passed 768, filtered 0, dead letter 0)``; ledgers are files under
+  the output root, so this works on every runner;
+* every ``--progress_interval`` seconds (0 turns them off), prints the records
+  that have entered each uncommitted stage so far (the stage's ``in`` count):
+  ``[near_dedup] 768 records so far, 12.0s``. Where the count comes from
+  depends on the runner:
+
+  * Dataflow, whose ``run()`` returns while the job runs: the running
+    ``DataflowPipelineResult``'s ``metrics()`` are polled (attempted values);
+  * the portable runners (Flink, Spark, a job service): no count. Their
+    ``PipelineResult.metrics()`` keeps the *first* answer forever, so only
+    results known to answer live are polled;
+  * the local DirectRunner, whose ``run()`` blocks until the job is done: the
+    job runs on :class:`CountingFnApiRunner`, the DirectRunner's own
+    FnApiRunner (same engine, same options, same results) that adds up the
+    user counters of every bundle as it finishes, and asks the SDK workers for
+    the counters of the bundles in flight (the Fn API's progress requests).
 
 Progress only observes: no transform is added and nothing it sees reaches a
-layer or a dataset (``tests/test_dataflow_dry_run.py`` builds the sample with
-progress lines on and compares the dataset id).
+layer or a dataset (the counts a ledger holds are data of the job:
+:mod:`beam_pipeline.accounting`).
 """
 from __future__ import annotations
 
@@ -128,32 +126,35 @@ def is_local_direct(options: PipelineOptions) -> bool:
             and not options.view_as(StandardOptions).streaming)
 
 
-class StageProgress:
-    """Prints ``[stage] N records so far, T s`` every interval while a stage's job runs.
+class BuildProgress:
+    """Prints commit lines and records-so-far lines while the build's job runs.
 
     Use::
 
-        progress = StageProgress(stage, options, log)
+        progress = BuildProgress(options, log)
         pipeline = beam.Pipeline(runner=progress.runner(), options=options)
-        ...
+        ...  # the graph
+        progress.expect([(stage, layer), ...])  # the layers the job computes
         with progress:
             result = pipeline.run()
             progress.watch(result)
             result.wait_until_finish()
     """
 
-    def __init__(self, stage: str, options: PipelineOptions, log: Callable[[str], None]):
-        self.stage = stage
+    #: Seconds between two looks at the ledgers.
+    LEDGER_POLL = 1.0
+
+    def __init__(self, options: PipelineOptions, log: Callable[[str], None]):
         self.options = options
         self.log = log
         self.interval = float(options.view_as(ProgressOptions).progress_interval or 0)
         self.lines: list[str] = []
         self._lock = threading.Lock()
-        self._local_in: int | None = None
-        self._steps_done: set[str] = set()
-        self._steps: int | None = None
+        self._pending: dict[str, object] = {}  # stage -> layer, until its ledger exists
+        self._local: dict[str, int] = {}  # stage -> ``in`` of the finished bundles (local runner)
+        self._shown: dict[str, int] = {}  # counts shown never go down
+        self._runner = None
         self._result = None
-        self._shown = 0  # counts shown never go down (a finished part of a step leaves the in-flight sum early)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._started = time.monotonic()
@@ -161,10 +162,16 @@ class StageProgress:
     # --- wiring -------------------------------------------------------------
 
     def runner(self):
-        """The runner for the stage's pipeline; None keeps the one the options name."""
-        if self.interval <= 0 or not is_local_direct(self.options):
-            return None
-        return CountingFnApiRunner(self._bundle_done, self._plan, progress_request_frequency=self.interval)
+        """The runner for the build's pipeline; None keeps the one the options name."""
+        if self._runner is None and self.interval > 0 and is_local_direct(self.options):
+            self._runner = CountingFnApiRunner(self._bundle_done, lambda _steps: None,
+                                               progress_request_frequency=self.interval)
+        return self._runner
+
+    def expect(self, layers: list[tuple[str, object]]) -> None:
+        """The (stage, Layer) of every layer the job computes."""
+        with self._lock:
+            self._pending = dict(layers)
 
     def watch(self, result) -> None:
         """Poll this (running) result's metrics from now on."""
@@ -172,69 +179,86 @@ class StageProgress:
 
     def __enter__(self):
         self._started = time.monotonic()
-        if self.interval > 0:
-            self._thread = threading.Thread(target=self._loop, name=f"progress-{self.stage}", daemon=True)
-            self._thread.start()
+        self._thread = threading.Thread(target=self._loop, name="build-progress", daemon=True)
+        self._thread.start()
         return self
 
-    def __exit__(self, *exc_info):
+    def __exit__(self, exc_type, *_):
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=10)
+        if exc_type is None:
+            self._check_ledgers()  # the last commits of the job
         return False
 
     # --- counting -----------------------------------------------------------
 
-    def _plan(self, steps: int) -> None:
+    def _bundle_done(self, _step: str, counters: dict) -> None:
         with self._lock:
-            self._steps = steps
+            for (namespace, name), value in counters.items():
+                if name == IN and namespace in self._pending:
+                    self._local[namespace] = self._local.get(namespace, 0) + value
 
-    def _bundle_done(self, step: str, counters: dict) -> None:
-        with self._lock:
-            self._steps_done.add(step)
-            entered = counters.get((self.stage, IN))
-            if entered is not None:
-                self._local_in = (self._local_in or 0) + entered
-
-    def records_so_far(self) -> int | None:
+    def records_so_far(self, stage: str) -> int | None:
         result = self._result
         if result is not None and not isinstance(result, fn_runner.RunnerResult):
             if not polls_live_metrics(result):
                 return None
             try:
-                found = result.metrics().query(MetricsFilter().with_namespace(self.stage).with_name(IN))
+                found = result.metrics().query(MetricsFilter().with_namespace(stage).with_name(IN))
                 values = [r.attempted if r.attempted is not None else r.committed for r in found["counters"]]
                 values = [v for v in values if v is not None]
-                if values:
-                    return int(sum(values))
+                return int(sum(values)) if values else None
             except Exception:  # noqa: BLE001 - a runner that cannot answer yet: no count this time
                 return None
+        if self._runner is None:
             return None
         try:
-            running = in_flight_counters().get((self.stage, IN))
+            running = in_flight_counters().get((stage, IN))
         except Exception:  # noqa: BLE001
             running = None
         with self._lock:
-            if self._local_in is None and running is None:
+            if stage not in self._local and running is None:
                 return None
-            self._shown = max(self._shown, (self._local_in or 0) + (running or 0))
-            return self._shown
+            shown = max(self._shown.get(stage, 0), self._local.get(stage, 0) + (running or 0))
+            self._shown[stage] = shown
+            return shown
 
-    def line(self) -> str:
-        elapsed = time.monotonic() - self._started
-        records = self.records_so_far()
+    def _emit(self, text: str) -> None:
+        self.lines.append(text)
+        try:
+            self.log(text)
+        except Exception:  # noqa: BLE001 - a closed stream must not kill the build
+            pass
+
+    def _check_ledgers(self) -> None:
+        from beam_pipeline.accounting import dropped
+
         with self._lock:
-            steps = (f" ({len(self._steps_done)} of {self._steps} fused steps done)"
-                     if self._steps and self._result is None else "")
-        if records is None:
-            return f"[{self.stage}] running{steps}, {elapsed:.1f}s"
-        return f"[{self.stage}] {records:,} records so far{steps}, {elapsed:.1f}s"
+            pending = list(self._pending.items())
+        for stage, layer in pending:
+            try:
+                if not layer.is_complete():
+                    continue
+                counts = layer.ledger()["counts"]
+            except Exception:  # noqa: BLE001 - a ledger being written: look again next time
+                continue
+            with self._lock:
+                self._pending.pop(stage, None)
+            self._emit(f"[{stage}] committed after {time.monotonic() - self._started:.1f}s (in {counts['in']}, "
+                       f"passed {counts['passed']}, filtered {dropped(counts)}, "
+                       f"dead letter {counts['dead_letter']})")
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            text = self.line()
-            self.lines.append(text)
-            try:
-                self.log(text)
-            except Exception:  # noqa: BLE001 - a closed stream must not kill the stage
-                pass
+        next_line = time.monotonic() + self.interval
+        while not self._stop.wait(self.LEDGER_POLL):
+            self._check_ledgers()
+            if self.interval > 0 and time.monotonic() >= next_line:
+                next_line += self.interval
+                elapsed = time.monotonic() - self._started
+                with self._lock:
+                    pending = list(self._pending)
+                for stage in pending:
+                    records = self.records_so_far(stage)
+                    if records is not None:
+                        self._emit(f"[{stage}] {records:,} records so far, {elapsed:.1f}s")

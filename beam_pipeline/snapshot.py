@@ -2,9 +2,13 @@
 
 ``take_snapshot`` expands every source glob through Beam's ``FileSystems``
 (local, ``s3://``, ``gs://``, ``hdfs://``), fingerprints each file (size and
-checksum) in a Beam job, and writes the canonical manifest to
+checksum), and writes the canonical manifest to
 ``<root>/snapshots/<snapshot_id>.json`` where ``snapshot_id`` is the digest of
-that manifest. Inputs are immutable from then on: ``check_unchanged`` (driver,
+that manifest. Up to :data:`LOCAL_FINGERPRINT_BYTES` of input (or with
+``snapshot.checksum: filesystem``, which reads no bytes) the files are
+fingerprinted by threads of the calling process, so ``run`` submits one job;
+above, a Beam job (:class:`FingerprintFiles`) reads them in parallel first.
+Inputs are immutable from then on: ``check_unchanged`` (driver,
 sizes) and the ingest readers (per file, checksums) stop the run with
 :class:`InputChangedError` when a file differs from its snapshot.
 """
@@ -88,10 +92,45 @@ def snapshot_path(root: str, snapshot_id: str) -> str:
     return join(root, "snapshots", f"{snapshot_id}.json")
 
 
-def take_snapshot(config: CorpusConfig, pipeline_options: PipelineOptions) -> tuple[str, dict]:
-    """Fingerprint every input in a Beam job; write and return (snapshot_id, manifest)."""
+#: Inputs up to this size are fingerprinted in the driver (threads); larger ones by a Beam job.
+LOCAL_FINGERPRINT_BYTES = 2 << 30
+
+
+def take_snapshot(config: CorpusConfig, pipeline_options: PipelineOptions, *, log=None,
+                  local: bool | None = None) -> tuple[str, dict]:
+    """Fingerprint every input; write and return (snapshot_id, manifest).
+
+    ``local``: fingerprint in this process (True), in a Beam job (False), or
+    decide by size (None: :data:`LOCAL_FINGERPRINT_BYTES`).
+    """
+    matched = _match_eagerly(config)
+    total = sum(entry["size"] for entry in matched)
+    if local is None:
+        local = config.snapshot.checksum == "filesystem" or total <= LOCAL_FINGERPRINT_BYTES
+    if local:
+        entries = fingerprint_locally(matched, config.snapshot.checksum)
+    else:
+        if log:
+            log(f"[snapshot] {total} bytes of input: fingerprinted by a Beam job first (pin the snapshot with "
+                f"--snapshot_id to build without it)")
+        entries = _fingerprint_in_a_job(config, pipeline_options)
+    manifest = build_manifest(config, entries)
+    snapshot_id = snapshot_id_of(manifest)
+    write_json_atomic(snapshot_path(config.output_root, snapshot_id), manifest)
+    return snapshot_id, manifest
+
+
+def fingerprint_locally(matched: list[dict], checksum: str, threads: int = 8) -> list[dict]:
+    """Checksums of the matched files, computed by ``threads`` threads of this process."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        sums = list(pool.map(lambda entry: file_checksum(entry["path"], checksum), matched))
+    return [{**entry, "checksum": value} for entry, value in zip(matched, sums)]
+
+
+def _fingerprint_in_a_job(config: CorpusConfig, pipeline_options: PipelineOptions) -> list[dict]:
     entries_dir = join(config.output_root, "snapshots", "_pending", config.digest()[:16])
-    _match_eagerly(config)
     with beam.Pipeline(options=pipeline_options) as pipeline:
         (pipeline
          | "Globs" >> beam.Create([(s.name, s.uri) for s in config.sources])
@@ -101,17 +140,16 @@ def take_snapshot(config: CorpusConfig, pipeline_options: PipelineOptions) -> tu
     entry_files = [m.path for m in FileSystems.match([join(entries_dir, "entries*.jsonl")])[0].metadata_list]
     entries = [json.loads(line) for path in entry_files for line in read_bytes(path).decode().splitlines() if line]
     FileSystems.delete([entries_dir])
-    manifest = build_manifest(config, entries)
-    snapshot_id = snapshot_id_of(manifest)
-    write_json_atomic(snapshot_path(config.output_root, snapshot_id), manifest)
-    return snapshot_id, manifest
+    return entries
 
 
-def _match_eagerly(config: CorpusConfig) -> None:
-    """Fail before any job starts when a glob matches nothing."""
-    empty = [s for s in config.sources if not FileSystems.match([s.uri])[0].metadata_list]
+def _match_eagerly(config: CorpusConfig) -> list[dict]:
+    """Every file the sources' globs match ({source, path, size}); fails when a glob matches nothing."""
+    matched = [(s.name, s.uri, FileSystems.match([s.uri])[0].metadata_list) for s in config.sources]
+    empty = [(name, uri) for name, uri, found in matched if not found]
     if empty:
-        raise SnapshotError("; ".join(f"source {s.name!r}: uri {s.uri!r} matched no files" for s in empty))
+        raise SnapshotError("; ".join(f"source {name!r}: uri {uri!r} matched no files" for name, uri in empty))
+    return [{"source": name, "path": m.path, "size": m.size_in_bytes} for name, _, found in matched for m in found]
 
 
 def load_snapshot(root: str, snapshot_id: str) -> dict:

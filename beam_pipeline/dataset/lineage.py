@@ -186,8 +186,8 @@ class WriteLineage(beam.PTransform):
         parts = (
             {"placement": placement, "partition": indexes}
             | "GroupByPartition" >> beam.CoGroupByKey()
-            | "WritePart" >> beam.MapTuple(_write_part, root, n, beam.pvalue.AsSingleton(plan),
-                                           beam.pvalue.AsSingleton(manifest))
+            | "WritePart" >> beam.Map(_write_part, root, n, beam.pvalue.AsSingleton(plan),
+                                      beam.pvalue.AsSingleton(manifest))
         )
         return (parts
                 | "AllParts" >> beam.combiners.ToList()
@@ -215,7 +215,8 @@ def _placement_rows(keyed: tuple[str, dict], root: str, partitions: int) -> Iter
         yield bucket_of(row["doc_id"], partitions), row
 
 
-def _write_part(index: int, grouped: dict, root: str, partitions: int, plan: dict, manifest: dict) -> dict:
+def _write_part(keyed: tuple[int, dict], root: str, partitions: int, plan: dict, manifest: dict) -> dict:
+    index, grouped = keyed
     placement = list(grouped["placement"])
     table = lineage_partition(index, plan["documents"][index], plan["repeats"][index],
                               [JoinedOutput(**j) for j in plan["joined"]],

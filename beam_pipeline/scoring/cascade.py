@@ -1,9 +1,11 @@
 """The scoring cascade inside a build: stage order, gates, layer keys, re-selection.
 
 ``cascade.stages`` in the config is the order (validated in
-:mod:`beam_pipeline.scoring.config`). :func:`run_scorers` runs each stage as
-its own Beam job through :meth:`beam_pipeline.build.CorpusBuild._stage`, so a
-scorer layer is reused, resumed and accounted for like every other layer.
+:mod:`beam_pipeline.scoring.config`). :func:`add_scorers` adds the scorer
+stages to the build's job as one fused pass over the text
+(:class:`~beam_pipeline.transforms.score.ScoreCascade`), each stage with its
+own layer (:meth:`beam_pipeline.build.BuildGraph.stage_group`), so a scorer
+layer is reused, resumed and accounted for like every other layer.
 The layer key of stage *k* covers what decides its rows:
 
     (stage code version,
@@ -29,12 +31,15 @@ reason's count, how many documents need a ``run`` to be scored.
 """
 from __future__ import annotations
 
+import functools
+
+from beam_pipeline import schemas
+from beam_pipeline.accounting import DEAD_LETTER
 from beam_pipeline.hashing import digest_json
 from beam_pipeline.layers import Layer, join, part_name, read_bytes, write_json_atomic
 from beam_pipeline.policy_rules import Plan
 from beam_pipeline.transforms.layer_io import PartitionInputs
-from beam_pipeline.transforms.score import (ANNOTATIONS, DOCUMENT_COLUMNS, SCORERS, Gate, ScoreDocuments,
-                                            histograms)
+from beam_pipeline.transforms.score import ANNOTATIONS, DOCUMENT_COLUMNS, SCORERS, Gate, ScoreCascade, histograms
 
 #: Layers with one row per document: a document without its row there was lost upstream.
 ANNOTATE_EVERY_DOCUMENT = ("exact", "near")
@@ -87,120 +92,123 @@ def read_pointer(config) -> dict:
     return json.loads(read_bytes(path))
 
 
-def run_scorers(build, ingested, exact, near, partitions: int) -> list:
-    """Run (or reuse) every cascade stage in order; returns their StageOutcomes."""
-    config = build.config
+def add_scorers(graph, config, ingested, exact, near, snapshot_id: str, pinned: dict | None = None) -> list:
+    """Add every cascade stage, in order, to the build's job (or reuse its layer); returns their LayerRefs.
+
+    ``pinned``: re-selection's scorer layer keys of an earlier ``run`` (every
+    one must be complete; nothing is scored).
+    """
     stages = list(config.cascade.stages)
     if not stages:
         return []
-    pinned = getattr(build, "scored_layers", None)
+    scorers = [SCORERS[stage](config, cascade_before=tuple(stages[:index])) for index, stage in enumerate(stages)]
+    if pinned is not None:
+        return [_reuse(graph, scorer, pinned) for scorer in scorers]
     plan = plan_of(config)
-    outcomes = []
-    for index, stage in enumerate(stages):
-        scorer = SCORERS[stage](config, cascade_before=tuple(stages[:index]))
-        if pinned is not None:
-            outcomes.append(_reuse(build, scorer, pinned))
-            continue
-        outcomes.append(_run_stage(build, scorer, index, plan, ingested, exact, near, outcomes, partitions))
-    if pinned is None:
-        write_json_atomic(pointer_path(config), {
-            "snapshot_id": ingested.ledger["inputs"]["snapshot"], "cascade": stages,
-            "layers": {o.stage: o.layer.key for o in outcomes}})
-    return outcomes
+    gates = {scorer.stage: Gate(config.policy, plan, index) if config.cascade.gate else None
+             for index, scorer in enumerate(scorers)}
+    makes = [functools.partial(_stage_plan, config, scorer, index, plan, gates[scorer.stage], ingested, exact, near)
+             for index, scorer in enumerate(scorers)]
+
+    def expand(pbegin, pending, reused):
+        layers = {}
+        if near is not None:
+            layers["near"] = (near.part_paths("annotations"), None)
+        if exact is not None and config.cascade.gate:
+            layers["exact"] = (exact.part_paths("annotations"), None)
+        for ref in reused:
+            layers[ref.stage] = (ref.part_paths(ANNOTATIONS), None)
+        inputs = PartitionInputs.of(ingested.part_paths("documents"), DOCUMENT_COLUMNS, layers,
+                                    required=ANNOTATE_EVERY_DOCUMENT)
+        by_stage = {scorer.stage: scorer for scorer in scorers}
+        computed = [(by_stage[plan_.stage], gates[plan_.stage], layer.output_path(ANNOTATIONS))
+                    for plan_, layer in pending]
+        after = [ref.committed for ref in (ingested, exact, near, *reused) if ref is not None]
+        return pbegin | "ScoreCascade" >> ScoreCascade(computed, inputs, after)
+
+    refs = graph.stage_group(makes, "Score", expand)
+    write_json_atomic(pointer_path(config), {
+        "snapshot_id": snapshot_id, "cascade": stages, "layers": {ref.stage: ref.key for ref in refs}})
+    return refs
 
 
-def _run_stage(build, scorer, index, plan, ingested, exact, near, previous, partitions):
-    config = build.config
-    gate = Gate(config.policy, plan, index) if config.cascade.gate else None
-    inputs = {"documents": ingested.layer.key}
-    reads = {}  # input name -> (layer, output, columns or None for all)
+def _stage_plan(config, scorer, index: int, plan: Plan, gate, ingested, exact, near, previous: list):
+    """The StagePlan of cascade stage ``index`` (its layer key's inputs and config: see the module doc)."""
+    from beam_pipeline.build import StagePlan
+
+    inputs = {"documents": ingested}
     if near is not None:
-        inputs["near"] = near.layer.key
-        reads["near"] = (near.layer, "annotations", None)
+        inputs["near"] = near
     if gate is not None and exact is not None:
-        inputs["exact"] = exact.layer.key
-        reads["exact"] = (exact.layer, "annotations", None)
+        inputs["exact"] = exact
     needed = plan.layers_read(index) if gate is not None else {}
     for name, columns in scorer.context_columns().items():
         needed.setdefault(name, set()).update(columns)
-    by_stage = {o.stage: o for o in previous}
+    by_stage = {ref.stage: ref for ref in previous}
     for name, columns in needed.items():
         if name in by_stage and (gate is not None or columns):
-            inputs[name] = by_stage[name].layer.key
-            reads[name] = (by_stage[name].layer, ANNOTATIONS, ["doc_id", *sorted(columns)])
+            inputs[name] = by_stage[name]
     stage_config = {"scorer": scorer.key_config(),
                     "gate": {"builtins": builtin_policy(config), "rules": plan.gate_spec(index)} if gate else None,
                     "text": {k: v for k, v in builtin_policy(config).items() if k.startswith("strip_")}
                     if near is not None else None}
-
-    def build_stage(p, layer):
-        inputs = PartitionInputs.of(ingested.layer.part_paths("documents"), DOCUMENT_COLUMNS, {
-            name: (source_layer.part_paths(output), columns)
-            for name, (source_layer, output, columns) in reads.items()}, required=ANNOTATE_EVERY_DOCUMENT)
-        return p | "Score" >> ScoreDocuments(scorer, gate, inputs, layer.output_path(ANNOTATIONS))
-
-    def finalize(layer):
-        paths = [join(layer.output_path(ANNOTATIONS), part_name(i, partitions)) for i in range(partitions)]
-        return {"histograms": histograms(paths, scorer.schema), "cascade_position": index,
-                "gated": gate is not None}
-
-    return build._stage(scorer.stage, scorer.version, stage_config, inputs,
-                        outputs={ANNOTATIONS: scorer.schema}, partitions=partitions,
-                        build=build_stage, finalize=finalize, rows_match={ANNOTATIONS: "passed"})
+    return StagePlan(scorer.stage, scorer.version, stage_config, inputs,
+                     outputs={ANNOTATIONS: scorer.schema, DEAD_LETTER: schemas.DEAD_LETTER},
+                     rows_match={ANNOTATIONS: "passed"},
+                     finalize=functools.partial(_scorer_ledger, schema=scorer.schema, index=index,
+                                                gated=gate is not None))
 
 
-def _reuse(build, scorer, pinned: dict):
+def _scorer_ledger(layer: Layer, partitions: int, *, schema, index: int, gated: bool) -> dict:
+    """The scorer layer's ledger extras: per-column histograms, its place in the cascade."""
+    paths = [join(layer.output_path(ANNOTATIONS), part_name(i, partitions)) for i in range(partitions)]
+    return {"histograms": histograms(paths, schema), "cascade_position": index, "gated": gated}
+
+
+def _reuse(graph, scorer, pinned: dict):
     """A scorer layer recorded by an earlier run, for re-selection (never runs anything)."""
-    from beam_pipeline.build import StageOutcome
-
     key = pinned.get(scorer.stage)
     if key is None:
         raise ReselectError(f"the scored build has no {scorer.stage} layer (its cascade was "
                             f"{', '.join(pinned)}); use `run`")
-    layer = Layer(build.root, scorer.stage, key)
+    layer = Layer(graph.root, scorer.stage, key)
     if not layer.is_complete():
         raise ReselectError(f"the {scorer.stage} layer {key} of the scored build is missing or incomplete; use `run`")
     ledger = layer.ledger()
     if ledger["config"].get("scorer") != scorer.key_config():
         raise ReselectError(f"the {scorer.stage} settings (model, lists or parameters) changed since the scored "
                             f"build; re-selection only changes the policy: use `run`")
-    build.log(f"[{scorer.stage}] layer {key} from the scored build: reused")
-    return StageOutcome(scorer.stage, layer, ledger["version"], digest_json(ledger["config"]), True,
-                        ledger["counts"], 0.0, ledger)
+    from beam_pipeline.build import StagePlan
+
+    plan = StagePlan(scorer.stage, ledger["version"], ledger["config"], {}, outputs={})
+    ref = graph.reused(plan, layer)
+    graph.log(f"[{scorer.stage}] layer {key} from the scored build: reused")
+    return ref
 
 
-def score_inputs(outcomes: list, config) -> dict[str, tuple[list[str], list[str]]]:
+def score_inputs(refs: list, config) -> dict[str, tuple[list[str], list[str]]]:
     """Every scorer layer select joins: its partitions, and doc_id + the columns the policy reads."""
     needed = plan_of(config).layers_read()
-    return {o.stage: (o.layer.part_paths(ANNOTATIONS), ["doc_id", *sorted(needed.get(o.stage, ()))])
-            for o in outcomes}
+    return {ref.stage: (ref.part_paths(ANNOTATIONS), ["doc_id", *sorted(needed.get(ref.stage, ()))])
+            for ref in refs}
 
 
-def guard_reselect(stage: str, _pipeline) -> None:
-    """``before_run`` hook of a re-selection: only select, ngram_index and tokenize may run."""
-    if stage not in RESELECT_STAGES:
-        raise ReselectError(
-            f"re-selection would have to run {stage}: its layer for this config does not exist, so the config "
-            f"changed in more than the policy (or the layers were deleted); use `run`")
-
-
-def run_index(build, selected, partitions: int):
+def add_index(graph, config, selected):
     """The ngram_index stage over the gold text (``decontamination.index``), or None."""
+    from beam_pipeline.build import StagePlan
+    from beam_pipeline.filters.decontamination import INDEX_FORMAT
     from beam_pipeline.transforms import ngram_index
 
-    config = build.config.decontamination
-    if not config.index:
+    decontamination = config.decontamination
+    if not decontamination.index:
         return None
-    from beam_pipeline.filters.decontamination import INDEX_FORMAT
 
-    def build_stage(p, layer):
-        return p | "IndexGold" >> ngram_index.IndexGold(selected.layer.part_paths("gold"), config.ngram,
-                                                          layer.output_path(ngram_index.INDEX))
+    def expand(p, layer):
+        return p | "IndexGold" >> ngram_index.IndexGold(selected.part_paths("gold"), decontamination.ngram,
+                                                          layer.output_path(ngram_index.INDEX),
+                                                          after=[selected.committed])
 
-    def finalize(layer):
-        return ngram_index.collect_index(layer.output_path(ngram_index.INDEX), len(selected.layer.part_paths("gold")),
-                                         config.ngram)
-
-    return build._stage(ngram_index.STAGE, ngram_index.VERSION, {"ngram": config.ngram, "hash": INDEX_FORMAT},
-                        {"gold": selected.layer.key}, outputs={}, partitions=partitions,
-                        build=build_stage, finalize=finalize)
+    return graph.stage(StagePlan(
+        ngram_index.STAGE, ngram_index.VERSION, {"ngram": decontamination.ngram, "hash": INDEX_FORMAT},
+        {"gold": selected}, outputs={},
+        finalize=functools.partial(ngram_index.collect_index, n=decontamination.ngram)), expand)

@@ -73,7 +73,7 @@ def main(args, beam_args: list[str], run) -> int:
 def _select(args, beam_args, run) -> int:
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from beam_pipeline.scoring.cascade import ReselectError, guard_reselect, read_pointer
+    from beam_pipeline.scoring.cascade import RESELECT_STAGES, ReselectError, read_pointer
     from beam_pipeline.config import ConfigError, load_config
     from beam_pipeline.options import LocalRunnerDefaults
 
@@ -91,7 +91,7 @@ def _select(args, beam_args, run) -> int:
 
         def prepare(build):
             build.scored_layers = pointer["layers"]
-            build.before_run = guard_reselect
+            build.allowed_stages = RESELECT_STAGES
 
         return run(config, options, pointer["snapshot_id"], prepare=prepare)
     except ReselectError as err:

@@ -32,11 +32,10 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple
 import apache_beam as beam
 import pyarrow as pa
 
-from beam_pipeline import schemas
 from beam_pipeline.accounting import COUNTS, DEAD_LETTER, LOST_IN_JOIN, AccountingError, SumCounts, check_outputs, \
     check_stage, stage_counts
 from beam_pipeline.hashing import bucket_of
-from beam_pipeline.layers import Layer, commit_layer, join, part_name, read_partition_rows, remove_temporaries, \
+from beam_pipeline.layers import Layer, commit_layer, part_name, read_partition_rows, remove_temporaries, \
     write_partition
 from beam_pipeline.transforms.keys import IntKeyed
 
@@ -149,8 +148,8 @@ class LayerSpec:
 
     ``outputs``: output name -> schema (``dead_letter`` included when the stage
     has one); ``rows_match``: output -> the count its rows must equal;
-    ``finalize``: ``layer -> extra ledger fields`` computed from the written
-    partitions (histograms, the shard list), or None.
+    ``finalize``: ``(layer, partitions) -> extra ledger fields`` computed from
+    the written files (histograms, the shard list), or None.
     """
 
     layer: Layer
@@ -161,7 +160,7 @@ class LayerSpec:
     partitions: int
     rows_match: dict
     max_dead_letter_fraction: float
-    finalize: Callable[[Layer], dict] | None = None
+    finalize: Callable[[Layer, int], dict] | None = None
 
     def output_directory(self, output: str) -> str:
         return self.layer.dead_letter_path if output == DEAD_LETTER else self.layer.output_path(output)
@@ -170,13 +169,19 @@ class LayerSpec:
         return 1 if output == DEAD_LETTER else self.partitions
 
 
-class CommitLayer(beam.PTransform):
-    """{output: PCollection[sidecar], "counts": PCollection[counts]} -> PCollection[Committed] (one element).
+#: What a stage's tasks write besides its layer outputs (shards, index files): the commit waits for it.
+WRITTEN = "written"
 
-    Waits for every partition of every output and for every count of the stage,
-    then (:class:`CommitLayerFn`) checks that the stage accounts for every record
-    and that each output holds the rows its counts say, writes the partitions no
-    row reached, and writes the ledger last.
+
+class CommitLayer(beam.PTransform):
+    """{output: PCollection[sidecar], "counts": PCollection[counts], "written": PCollection (optional)}
+    -> PCollection[Committed] (one element).
+
+    Waits for every partition of every output, for every count of the stage and
+    for everything else its tasks write (``written``), then
+    (:class:`CommitLayerFn`) checks that the stage accounts for every record and
+    that each output holds the rows its counts say, writes the partitions no row
+    reached, and writes the ledger last.
     """
 
     def __init__(self, spec: LayerSpec):
@@ -186,8 +191,10 @@ class CommitLayer(beam.PTransform):
     def expand(self, produced):
         names = sorted(self._spec.outputs)
         summed = produced[COUNTS] | "SumCounts" >> beam.CombineGlobally(SumCounts())
-        sidecars = [beam.pvalue.AsList(produced[name]) for name in names]
-        return summed | "CheckAndWriteLedger" >> beam.ParDo(CommitLayerFn(self._spec, names), *sidecars)
+        sides = [beam.pvalue.AsList(produced[name]) for name in names]
+        if WRITTEN in produced:
+            sides.append(beam.pvalue.AsList(produced[WRITTEN]))
+        return summed | "CheckAndWriteLedger" >> beam.ParDo(CommitLayerFn(self._spec, names), *sides)
 
 
 class CommitLayerFn(beam.DoFn):
@@ -199,6 +206,7 @@ class CommitLayerFn(beam.DoFn):
 
     def process(self, summed: dict, *sidecar_lists) -> Iterator[Committed]:
         spec = self._spec
+        sidecar_lists = sidecar_lists[:len(self._names)]  # after them: what the stage wrote besides (waited for)
         stage = spec.layer.stage
         counts = stage_counts(stage, summed)
         check_stage(stage, counts, spec.max_dead_letter_fraction)
@@ -211,7 +219,7 @@ class CommitLayerFn(beam.DoFn):
             raise AccountingError(f"stage {stage}: the job wrote {sum(rows.values())} rows but counted no record "
                                   f"entering the stage (in=0): a step of the stage does not count")
         check_outputs(stage, counts, rows, {**spec.rows_match, DEAD_LETTER: "dead_letter"})
-        extra = spec.finalize(spec.layer) if spec.finalize else None
+        extra = spec.finalize(spec.layer, spec.partitions) if spec.finalize else None
         ledger = commit_layer(spec.layer, version=spec.version, config=spec.config, inputs=spec.inputs,
                               outputs=parts, counts=counts, extra=extra)
         yield Committed(stage, spec.layer.key, ledger, False, time.time())

@@ -26,10 +26,11 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline import schemas
-from beam_pipeline.accounting import StageCounters
+from beam_pipeline.accounting import COUNTS, Tally
 from beam_pipeline.filters.decontamination import INDEX_FORMAT, index_rows
 from beam_pipeline.hashing import canonical_json, sha256_bytes
 from beam_pipeline.layers import join, part_name, read_bytes, read_partition_rows, write_bytes_atomic
+from beam_pipeline.transforms.layer_io import WRITTEN, PartitionIndexes
 
 STAGE = "ngram_index"
 VERSION = "1"
@@ -37,42 +38,47 @@ INDEX = "index"
 
 
 class IndexGold(beam.PTransform):
-    """PBegin -> PCollection[partition sidecar]; writes ``index`` files under ``directory``."""
+    """PBegin -> {"written": PCollection[partition sidecar], "counts"}; writes ``index`` files under
+    ``directory`` once the gold layer (``after``) is committed."""
 
-    def __init__(self, gold_part_paths: list[str], n: int, directory: str):
+    def __init__(self, gold_part_paths: list[str], n: int, directory: str, after=()):
         super().__init__()
         self._paths = list(gold_part_paths)
         self._n = n
         self._directory = directory
+        self._after = tuple(after)
 
     def expand(self, pbegin):
         count = len(self._paths)
-        return (
+        indexed = (
             pbegin
-            | "GoldPartitions" >> beam.Create(list(enumerate(self._paths)))
-            | "Spread" >> beam.Reshuffle()
-            | "IndexPartition" >> beam.ParDo(IndexPartitionFn(self._n, self._directory, count))
+            | "GoldPartitions" >> PartitionIndexes(count, self._after)
+            | "IndexPartition" >> beam.ParDo(IndexPartitionFn(self._paths, self._n, self._directory)).with_outputs(
+                COUNTS, main=WRITTEN)
         )
+        return {WRITTEN: indexed[WRITTEN], COUNTS: indexed[COUNTS]}
 
 
 class IndexPartitionFn(beam.DoFn):
-    def __init__(self, n: int, directory: str, count: int):
+    """Gold partition index -> the sidecar of its index file (written here) and its counts."""
+
+    def __init__(self, paths: list[str], n: int, directory: str):
+        self._paths = paths
         self._n = n
         self._directory = directory
-        self._count = count
 
     def setup(self):
-        self._counters = StageCounters(STAGE)
+        self._tally = Tally(STAGE)
 
-    def process(self, element: tuple[int, str]) -> Iterator[dict]:
-        index, path = element
+    def process(self, index: int) -> Iterator:
         documents = []
-        for row in read_partition_rows(path, ["doc_id", "source", "text"]):
-            self._counters.entered(row["source"])
+        for row in read_partition_rows(self._paths[index], ["doc_id", "source", "text"]):
+            self._tally.entered(row["source"])
             documents.append((row["doc_id"], row["text"]))
-            self._counters.passed(row["source"])
+            self._tally.passed(row["source"])
         hashes, doc_ids = index_rows(documents, self._n)
-        yield write_index_partition(self._directory, index, self._count, hashes, doc_ids)
+        yield write_index_partition(self._directory, index, len(self._paths), hashes, doc_ids)
+        yield from self._tally.tagged()
 
 
 def index_table(hashes, doc_ids: list[str]) -> pa.Table:
@@ -92,8 +98,13 @@ def write_index_partition(directory: str, index: int, count: int, hashes, doc_id
     return meta
 
 
-def collect_index(directory: str, count: int, n: int) -> dict:
-    """The ledger entry of the index (every partition present, empty ones written now)."""
+def collect_index(layer, partitions: int, *, n: int) -> dict:
+    """The ledger entry of the layer's index (every partition present, empty ones written now)."""
+    return collect_index_files(layer.output_path(INDEX), partitions, n)
+
+
+def collect_index_files(directory: str, count: int, n: int) -> dict:
+    """The ledger entry of the index files under ``directory``."""
     parts = []
     for index in range(count):
         sidecar = join(directory, part_name(index, count) + ".meta.json")

@@ -35,7 +35,7 @@ class PublishDataset(beam.PTransform):
     the run's metrics and report written.
 
     ``stages``: the build's ``LayerRef`` of every stage in order (tokenize last).
-    ``attempts``: runs of the build's job per computed stage, this one included.
+    ``attempts``: earlier runs of the build's job (this build) in which a stage was computed.
     """
 
     def __init__(self, config, snapshot_id: str, tokenizer, run_id: str, stages: list, attempts: dict[str, int],
@@ -149,7 +149,7 @@ def run_metrics(run_id: str, snapshot_id: str, config_digest: str, dataset_id: s
     stages, timing, previous = [], {}, started
     for c in committed:
         stages.append({"name": c.stage, "layer_key": c.key, "version": c.ledger["version"], "reused": c.reused,
-                       "attempts": 0 if c.reused else attempts.get(c.stage, 1), "counts": c.ledger["counts"]})
+                       "attempts": 0 if c.reused else attempts.get(c.stage, 0) + 1, "counts": c.ledger["counts"]})
         if not c.reused and c.committed_at is not None:
             timing[c.stage] = round(max(0.0, c.committed_at - previous), 3)
             previous = max(previous, c.committed_at)

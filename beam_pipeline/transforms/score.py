@@ -1,28 +1,34 @@
-"""Stages 3, 5, 6: the scorers of the cascade, one Beam job and one layer each.
+"""Stages 3, 5, 6: the scorers of the cascade, one fused pass and one layer each.
 
-Every scorer stage has the same shape, one task per layer partition::
+The scorers that a build computes run in one pass over the text, one task per
+layer partition::
 
-    partition i of: documents (ingest) ─┐
-                    exact, near         ├─ merge join on doc_id ─ gate ─ score ─> annotations partition i
-                    earlier scorers ────┘                                   └──> dead_letter (a scorer raised)
+    partition i of: documents (ingest) ─┐                 ┌─ gate ─ score stage k ─> annotations of k, partition i
+                    exact, near         ├─ merge join ─────┤   (the rows of stages < k, reused or just computed,
+                    reused scorer layers┘   on doc_id      │    are what the gate of k reads)
+                                                           └─> dead letters of k (a scorer raised)
 
 * The join needs no shuffle: all layers of a build are partitioned and sorted
   by doc_id alike (:class:`beam_pipeline.transforms.layer_io.PartitionInputs`),
   so a worker holds one partition at a time and the runner moves no text.
-* The *gate* is the policy as far as it is known before this stage
+* Each scorer still writes its own layer (its own key, ledger and counts), so
+  a threshold that gates stage *k* re-runs stages *k*.. only, and a scorer
+  layer committed by an earlier run is read, not recomputed
+  (:meth:`beam_pipeline.build.BuildGraph.stage_group`).
+* The *gate* of stage *k* is the policy as far as it is known before it
   (:meth:`beam_pipeline.policy_rules.Plan.first_reason` up to the stage, after
   the built-in rules of :func:`beam_pipeline.policy.decide`). A document the
   gate stops is counted ``filtered:<reason>`` and gets no row: its scores are
   absent (null when joined), never invented. With ``cascade.gate: false``
   every document is scored.
 * Scorers that need an earlier layer as input (heuristics and safety read
-  ``language.lang``) get its row through the same join.
+  ``language.lang``) get its row the same way.
 * Text is what ``select`` will write: boilerplate lines and repeated spans
   that near dedup marked are stripped first (``repetition.stripped_document``).
 * Models and lists are loaded once per worker process in ``DoFn.setup``
   through :class:`apache_beam.utils.shared.Shared`.
 
-Counters (namespace = stage): ``in`` every document, ``passed`` scored,
+Counts (per scorer stage, as data): ``in`` every document, ``passed`` scored,
 ``filtered:<gate reason>``, ``dead_letter``. The pure scoring functions are in
 :mod:`beam_pipeline.filters`; each ``Scorer`` below only adapts one of them.
 """
@@ -37,7 +43,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.utils import shared
 
 from beam_pipeline import schemas
-from beam_pipeline.accounting import StageCounters
+from beam_pipeline.accounting import COUNTS, Tally
 from beam_pipeline.hashing import digest_json, sha256_stream
 from beam_pipeline.transforms.layer_io import PartitionIndexes, PartitionInputs, WrittenPartitions, \
     write_layer_partition
@@ -47,30 +53,38 @@ DEAD_LETTER = "dead_letter"
 DOCUMENT_COLUMNS = ["doc_id", "source", "domain", "url", "license", "date", "n_chars", "text"]
 
 
-class ScoreDocuments(beam.PTransform):
-    """pbegin -> {"annotations": WrittenPartitions under ``directory``, "dead_letter": rows}.
+class ScoreCascade(beam.PTransform):
+    """pbegin -> {stage: {"annotations": WrittenPartitions, "dead_letter": rows, "counts": counts}} of the
+    scorers in ``scorers`` (in cascade order), all computed by one task per partition.
 
-    ``inputs`` names the documents and the earlier layers to join; ``gate`` is a
-    :class:`Gate` or None (score everything).
+    ``scorers``: (Scorer, Gate or None, annotations directory) per stage to compute;
+    ``inputs`` names the documents and the layers to join (exact, near, scorer
+    layers committed earlier); ``after``: the Committed collections of those layers.
     """
 
-    def __init__(self, scorer: "Scorer", gate: "Gate | None", inputs: PartitionInputs, directory: str):
+    def __init__(self, scorers: list[tuple["Scorer", "Gate | None", str]], inputs: PartitionInputs, after=()):
         super().__init__()
-        self._scorer = scorer
-        self._gate = gate
+        self._scorers = list(scorers)
         self._inputs = inputs
-        self._directory = directory
+        self._after = tuple(after)
         self._shared = shared.Shared()
 
     def expand(self, pbegin):
+        stages = [scorer.stage for scorer, _, _ in self._scorers]
+        tags = [tag for stage in stages for tag in (_tag(stage, ANNOTATIONS), _tag(stage, DEAD_LETTER))]
         scored = (
             pbegin
-            | "Partitions" >> PartitionIndexes(self._inputs.count)
-            | "JoinGateScoreAndWrite" >> beam.ParDo(ScorePartitionFn(
-                self._scorer, self._gate, self._shared, self._inputs, self._directory)).with_outputs(
-                    DEAD_LETTER, main=ANNOTATIONS)
+            | "Partitions" >> PartitionIndexes(self._inputs.count, self._after)
+            | "JoinGateScoreAndWrite" >> beam.ParDo(ScoreCascadeFn(
+                self._scorers, self._shared, self._inputs)).with_outputs(*tags, COUNTS, main="none")
         )
-        return {ANNOTATIONS: WrittenPartitions(scored[ANNOTATIONS]), DEAD_LETTER: scored[DEAD_LETTER]}
+        return {stage: {ANNOTATIONS: WrittenPartitions(scored[_tag(stage, ANNOTATIONS)]),
+                        DEAD_LETTER: scored[_tag(stage, DEAD_LETTER)], COUNTS: scored[COUNTS]}
+                for stage in stages}
+
+
+def _tag(stage: str, output: str) -> str:
+    return f"{stage}.{output}"
 
 
 class Gate:
@@ -107,53 +121,64 @@ class _Holder:
         self.value = value
 
 
-class ScorePartitionFn(beam.DoFn):
-    """partition index -> the sidecar of its annotations partition (written here) + dead letter rows."""
+class ScoreCascadeFn(beam.DoFn):
+    """partition index -> for each scorer: the sidecar of its annotations partition (written here) and
+    its dead letters; the counts of every scorer stage."""
 
-    def __init__(self, scorer: "Scorer", gate: Gate | None, shared_handle: shared.Shared,
-                 inputs: PartitionInputs, directory: str):
-        self._scorer = scorer
-        self._gate = gate
+    def __init__(self, scorers: list[tuple["Scorer", Gate | None, str]], shared_handle: shared.Shared,
+                 inputs: PartitionInputs):
+        self._scorers = scorers
         self._shared = shared_handle
         self._inputs = inputs
-        self._directory = directory
 
     def setup(self):
-        scorer = self._scorer
-        self._holder = self._shared.acquire(lambda: _Holder(scorer.load()), tag=scorer.tag())
-        self._counters = StageCounters(scorer.stage)
+        self._models = [self._shared.acquire(lambda scorer=scorer: _Holder(scorer.load()), tag=scorer.tag())
+                        for scorer, _, _ in self._scorers]
+        self._tallies = {scorer.stage: Tally(scorer.stage) for scorer, _, _ in self._scorers}
 
     def process(self, index: int) -> Iterator:
-        annotations = []
-        for document, rows in self._inputs.joined(index, self._scorer.stage):
-            self._counters.entered(document["source"])
-            for out in self.score_one(document, rows):
-                if isinstance(out, beam.pvalue.TaggedOutput):
-                    yield out
-                else:
-                    annotations.append(out)
-        yield write_layer_partition(self._directory, index, self._inputs.count, annotations, self._scorer.schema)
+        annotations = {scorer.stage: [] for scorer, _, _ in self._scorers}
+        where = "+".join(annotations)
+        policy = self._scorers[0][1].policy if self._scorers[0][1] is not None else self._scorers[0][0].policy
+        for document, rows in self._inputs.joined(index, where):
+            document = prepared_document(document, rows.get("near"), policy)
+            rows["document"] = document
+            for (scorer, gate, _directory), holder in zip(self._scorers, self._models):
+                row = None
+                for out in self.score_one(scorer, gate, holder, document, rows):
+                    if isinstance(out, beam.pvalue.TaggedOutput):
+                        yield beam.pvalue.TaggedOutput(_tag(scorer.stage, DEAD_LETTER), out.value)
+                    else:
+                        row = out
+                        annotations[scorer.stage].append(out)
+                rows[scorer.stage] = row
+        count = self._inputs.count
+        for scorer, _gate, directory in self._scorers:
+            yield beam.pvalue.TaggedOutput(_tag(scorer.stage, ANNOTATIONS), write_layer_partition(
+                directory, index, count, annotations[scorer.stage], scorer.schema))
+        for tally in self._tallies.values():
+            yield from tally.tagged()
 
-    def score_one(self, document: dict, rows: dict) -> Iterator:
+    def score_one(self, scorer: "Scorer", gate: Gate | None, holder: _Holder, document: dict,
+                  rows: dict) -> Iterator:
         """Gate and score one document: its annotation row, a dead letter, or nothing (gated)."""
-        policy = self._gate.policy if self._gate is not None else self._scorer.policy
-        document = prepared_document(document, rows.get("near"), policy)
-        rows["document"] = document
+        tally = self._tallies[scorer.stage]
         source = document["source"]
-        if self._gate is not None:
-            reason = self._gate.reason(document, rows)
+        tally.entered(source)
+        if gate is not None:
+            reason = gate.reason(document, rows)
             if reason is not None:
-                self._counters.filtered(reason, source)
+                tally.filtered(reason, source)
                 return
         try:
-            scores = self._scorer.score(self._holder.value, document, rows)
+            scores = scorer.score(holder.value, document, rows)
         except Exception as err:  # noqa: BLE001 - one bad document must not fail the stage
-            self._counters.dead_letter(source)
+            tally.dead_letter(source)
             yield beam.pvalue.TaggedOutput(DEAD_LETTER, schemas.dead_letter_row(
-                self._scorer.stage, source=source, doc_id=document["doc_id"],
+                scorer.stage, source=source, doc_id=document["doc_id"],
                 error=f"{type(err).__name__}: {err}", raw_prefix=document["text"][:256].encode("utf-8")))
             return
-        self._counters.passed(source)
+        tally.passed(source)
         yield {"doc_id": document["doc_id"], "source": source, **scores}
 
 

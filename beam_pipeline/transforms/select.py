@@ -20,8 +20,8 @@ pass judges every document with the thresholds in hand.
 
 The decision itself is :func:`beam_pipeline.policy.decide` and the rules of
 :class:`~beam_pipeline.transforms.select_rules.PolicyRules`, pure functions;
-this module only carries the data flow. Counters: ``in``, ``passed`` and
-``filtered:<reason>``, per source too.
+this module only carries the data flow. Counts (as data, per source too):
+``in``, ``passed`` and ``filtered:<reason>``, and ``redacted:<kind>``.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from typing import Iterator
 import apache_beam as beam
 
 from beam_pipeline import schemas
-from beam_pipeline.accounting import StageCounters
+from beam_pipeline.accounting import COUNTS, Tally
 from beam_pipeline.config import PolicyConfig
 from beam_pipeline.dedup.repetition import stripped_document
 from beam_pipeline.policy import decide
@@ -46,16 +46,19 @@ RANKED = "ranked"
 
 
 class ApplyPolicy(beam.PTransform):
-    """pbegin -> {"gold", "decisions"}: :class:`WrittenPartitions` under ``directories[output]``."""
+    """pbegin -> {"gold", "decisions": :class:`WrittenPartitions` under ``directories[output]``, "counts"},
+    once every layer of ``after`` (Committed collections) is committed."""
 
-    def __init__(self, policy: PolicyConfig, plan, inputs: PartitionInputs, directories: dict[str, str]):
+    def __init__(self, policy: PolicyConfig, plan, inputs: PartitionInputs, directories: dict[str, str],
+                 after=()):
         super().__init__()
         self._judge = Judge(policy, PolicyRules(policy, plan))
         self._inputs = inputs
         self._directories = directories
+        self._after = tuple(after)
 
     def expand(self, pbegin):
-        partitions = pbegin | "Partitions" >> PartitionIndexes(self._inputs.count)
+        partitions = pbegin | "Partitions" >> PartitionIndexes(self._inputs.count, self._after)
         thresholds = []
         if self._judge.rules.quantile_reasons:
             ranked = partitions | "RankingScores" >> beam.ParDo(
@@ -65,8 +68,9 @@ class ApplyPolicy(beam.PTransform):
                 | "QuantileThresholds" >> QuantileThresholds(self._judge.rules))]
         written = partitions | "JudgeAndWrite" >> beam.ParDo(
             JudgePartitionFn(self._judge, self._inputs, self._directories), *thresholds).with_outputs(
-                DECISIONS, main=GOLD)
-        return {GOLD: WrittenPartitions(written[GOLD]), DECISIONS: WrittenPartitions(written[DECISIONS])}
+                DECISIONS, COUNTS, main=GOLD)
+        return {GOLD: WrittenPartitions(written[GOLD]), DECISIONS: WrittenPartitions(written[DECISIONS]),
+                COUNTS: written[COUNTS]}
 
 
 class Judge:
@@ -113,7 +117,7 @@ class JudgePartitionFn(beam.DoFn):
         self._directories = directories
 
     def setup(self):
-        self._counters = StageCounters(STAGE)
+        self._counters = Tally(STAGE)
 
     def process(self, index: int, thresholds: dict | None = None) -> Iterator:
         rules = self._judge.rules
@@ -135,6 +139,7 @@ class JudgePartitionFn(beam.DoFn):
         yield write_layer_partition(self._directories[GOLD], index, count, gold, schemas.GOLD)
         yield beam.pvalue.TaggedOutput(DECISIONS, write_layer_partition(
             self._directories[DECISIONS], index, count, decisions, schemas.DECISION))
+        yield from self._counters.tagged()
 
     def _gold(self, document: dict) -> dict:
         """The gold row, PII redacted when ``policy.redact.enabled``."""

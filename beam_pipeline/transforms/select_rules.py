@@ -37,7 +37,7 @@ from typing import Iterable
 
 import apache_beam as beam
 
-from beam_pipeline.accounting import StageCounters
+from beam_pipeline.accounting import Tally
 from beam_pipeline.hashing import digest_json
 from beam_pipeline.policy_rules import Plan
 from beam_pipeline.transforms.keys import StrKeyed
@@ -88,7 +88,7 @@ class PolicyRules:
             return None
         return f"{reason}|{_rule_id(rule)}|{rule.per}={source if rule.per == 'source' else domain}"
 
-    def redact(self, text: str, counters: StageCounters, source: str) -> str:
+    def redact(self, text: str, counters: Tally, source: str) -> str:
         redact = getattr(self.policy, "redact", None)
         if redact is None or not redact.enabled:
             return text

@@ -5,62 +5,54 @@ Input: the partitions of the ``gold`` layer. Output: shard files
 ``.meta.json`` sidecar) written to the layer's ``shards/`` folder; the driver
 then builds the manifest and publishes the dataset (``docs/format.md``).
 
-The data flow:
+The data flow (DESIGN.md, "global order")::
+
+    gold partition i ─ tokenize in batches ─ (doc_id, source, domain, tokens) ─┐
+                     └─ tokens + EOS per domain ─ CombinePerKey(sum) ─ shards per domain (side input)
+                                                                            │
+      (shard xxh3(seed, doc_id) % count of its domain, document) ─ GroupByKey(shard)
+      ─ sort by (xxh3(seed, doc_id), doc_id) ─ pack ─ write the shard
 
 1. one task per gold partition tokenizes its documents in batches with a
    Hugging Face ``tokenizers`` model (loaded once per worker in ``setup()``
-   through ``shared.Shared``), writes them to a spill file of the layer's
-   ``_spill/`` and counts the tokens per domain bucket;
+   through ``shared.Shared``) and counts the tokens per domain bucket;
 2. the sums per domain fix each bucket's shard count ``ceil(tokens / shard_tokens)``;
-3. the task of each partition's spill file sends each document to shard
-   ``xxh3(seed, doc_id) % count`` of its bucket (shards are homogeneous by
-   bucket): one block per shard in one spill file; only (shard name, block) pairs go
-   through a ``GroupByKey``, so the tokens never pass through the runner;
+3. each document goes to shard ``xxh3(seed, doc_id) % count`` of its bucket
+   (shards are homogeneous by bucket) through the runner's ``GroupByKey``,
+   its tokens as little-endian uint32 bytes;
 4. inside a shard, order documents by (xxh3(seed, doc_id), doc_id): a global
    deterministic shuffle that no runner or bundle size can change;
 5. concatenate with EOS after every document, cut into ``seq_len`` sequences,
    pad the last one, and write.
 
-A worker holds one gold partition or one shard (``shard_tokens``) at a time.
-Every spill file is named by the digest of its bytes, so a retried task
-rewrites the same file; the driver deletes ``_spill/`` before the ledger.
+A task holds one gold partition or one shard (``shard_tokens``) at a time.
 """
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import math
 from typing import Iterable, Iterator
 
 import apache_beam as beam
 import numpy as np
-import pyarrow as pa
 from apache_beam.utils import shared
 
-from beam_pipeline.accounting import StageCounters
+from beam_pipeline.accounting import COUNTS, Tally
 from beam_pipeline.config import TokenizeConfig
 from beam_pipeline.hashing import canonical_json, sha256_bytes, stable_hash64
-from beam_pipeline.layers import join, read_bytes, read_partition_rows, table_bytes, write_bytes_atomic, \
-    write_spill_blocks
+from beam_pipeline.layers import join, read_bytes, read_partition_rows, table_bytes, write_bytes_atomic
 from beam_pipeline.schemas import SHARD_INDEX
 from beam_pipeline.transforms.keys import StrKeyed
-from beam_pipeline.transforms.layer_io import PartitionIndexes
+from beam_pipeline.transforms.layer_io import WRITTEN, PartitionIndexes
 
 STAGE = "tokenize"
 VERSION = "1"
 TOKEN_WIRE_DTYPE = np.dtype("<u4")  # tokens travel between steps as little-endian uint32 bytes
 GOLD_COLUMNS = ["doc_id", "source", "domain", "text"]
 
-#: A tokenized document in a spill file, on its way to its shard (tokens: :data:`TOKEN_WIRE_DTYPE` bytes).
-TOKENIZED = pa.schema([
-    ("doc_id", pa.string()),
-    ("source", pa.string()),
-    ("domain", pa.string()),
-    ("n_tokens", pa.int64()),
-    ("tokens", pa.binary()),
-])
-
-_DOMAIN_TOKENS = "domain_tokens"
+_DOMAIN_TOKENS, _DOCUMENTS = "domain_tokens", "documents"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,63 +89,62 @@ def inspect_tokenizer(config: TokenizeConfig) -> TokenizerInfo:
 
 
 class TokenizePackShard(beam.PTransform):
-    """pbegin -> PCollection[shard sidecar dict]; shards written under ``directory``.
+    """pbegin -> {"written": PCollection[shard sidecar dict], "counts"}; shards written under ``directory``.
 
-    ``gold_paths``: the partitions of the gold layer; ``spill_directory``: where
-    the tokenized documents wait for their shard (the layer's ``_spill/``).
+    ``gold_paths``: the partitions of the gold layer, read once ``after`` is committed.
     """
 
     def __init__(self, config: TokenizeConfig, tokenizer: TokenizerInfo, seed: int, directory: str,
-                 gold_paths: tuple[str, ...], spill_directory: str):
+                 gold_paths: tuple[str, ...], after=()):
         super().__init__()
         self._config = config
         self._tokenizer = tokenizer
         self._seed = seed
         self._directory = directory
         self._gold = tuple(gold_paths)
-        self._spills = spill_directory
+        self._after = tuple(after)
 
     def expand(self, pbegin):
         tokenized = (
             pbegin
-            | "Partitions" >> PartitionIndexes(len(self._gold))
-            | "TokenizeAndSpill" >> beam.ParDo(TokenizePartitionFn(
-                self._gold, self._tokenizer.path, self._tokenizer.sha256, self._config.batch_size, self._spills))
-            .with_outputs(_DOMAIN_TOKENS, main="spills")
+            | "Partitions" >> PartitionIndexes(len(self._gold), self._after)
+            | "Tokenize" >> beam.ParDo(TokenizePartitionFn(
+                self._gold, self._tokenizer.path, self._tokenizer.sha256, self._config.batch_size))
+            .with_outputs(_DOMAIN_TOKENS, COUNTS, main=_DOCUMENTS)
         )
         tokens_per_domain = (
             tokenized[_DOMAIN_TOKENS]  # (domain, tokens + EOS) per partition
             | "KeyedByDomain" >> beam.Map(lambda kv: kv).with_output_types(StrKeyed)
             | "SumPerDomain" >> beam.CombinePerKey(sum)
         )
-        return (
-            tokenized["spills"]
-            | "SpillByShard" >> beam.ParDo(SpillByShardFn(self._spills, self._config.shard_tokens, self._seed),
-                                           shard_counts=beam.pvalue.AsDict(tokens_per_domain))
-            .with_output_types(StrKeyed)
-            | "GroupShardSpills" >> beam.GroupByKey()
+        shards = (
+            tokenized[_DOCUMENTS]
+            | "KeyByShard" >> beam.Map(assign_shard, beam.pvalue.AsDict(tokens_per_domain), self._config.shard_tokens,
+                                       self._seed).with_output_types(StrKeyed)
+            | "GroupByShard" >> beam.GroupByKey()
             | "PackAndWrite" >> beam.ParDo(WriteShardFn(self._directory, self._tokenizer, self._config.seq_len,
                                                         self._seed))
         )
+        return {WRITTEN: shards, COUNTS: tokenized[COUNTS]}
 
 
 _TOKENIZERS = shared.Shared()
 
 
 class TokenizePartitionFn(beam.DoFn):
-    """Gold partition index -> the path of a spill file of its tokenized documents (tokens without
-    EOS); tagged ``domain_tokens``: (domain, tokens + one EOS per document) of the partition."""
+    """Gold partition index -> its tokenized documents ({doc_id, source, domain, tokens}: tokens without
+    EOS, as :data:`TOKEN_WIRE_DTYPE` bytes); tagged ``domain_tokens``: (domain, tokens + one EOS per
+    document) of the partition, and its counts."""
 
-    def __init__(self, gold_paths: tuple[str, ...], path: str, sha256: str, batch_size: int, spill_directory: str):
+    def __init__(self, gold_paths: tuple[str, ...], path: str, sha256: str, batch_size: int):
         self._gold = gold_paths
         self._path = path
         self._sha256 = sha256
         self._batch_size = batch_size
-        self._spills = spill_directory
 
     def setup(self):
         self._tokenizer = _TOKENIZERS.acquire(self._load, tag=self._sha256)
-        self._counters = StageCounters(STAGE)
+        self._tally = Tally(STAGE)
 
     def _load(self):
         from tokenizers import Tokenizer
@@ -165,47 +156,19 @@ class TokenizePartitionFn(beam.DoFn):
 
     def process(self, index: int) -> Iterator:
         rows = iter(read_partition_rows(self._gold[index], GOLD_COLUMNS))
-        tokenized, per_domain = [], {}
+        per_domain: dict[str, int] = {}
         while batch := list(itertools.islice(rows, self._batch_size)):
-            for row in batch:
-                self._counters.entered(row["source"])
             encodings = self._tokenizer.encode_batch([row["text"] for row in batch], add_special_tokens=False)
             for row, encoding in zip(batch, encodings):
+                self._tally.entered(row["source"])
                 ids = np.asarray(encoding.ids, dtype=TOKEN_WIRE_DTYPE)
-                self._counters.passed(row["source"])
-                tokenized.append({"doc_id": row["doc_id"], "source": row["source"], "domain": row["domain"],
-                                  "n_tokens": int(ids.size), "tokens": ids.tobytes()})
+                self._tally.passed(row["source"])
+                yield {"doc_id": row["doc_id"], "source": row["source"], "domain": row["domain"],
+                       "tokens": ids.tobytes()}
                 per_domain[row["domain"]] = per_domain.get(row["domain"], 0) + int(ids.size) + 1
-        if tokenized:
-            yield write_tokenized(self._spills, f"tokenized-{index:05d}", tokenized)
         for domain, tokens in sorted(per_domain.items()):
             yield beam.pvalue.TaggedOutput(_DOMAIN_TOKENS, (domain, tokens))
-
-
-def write_tokenized(directory: str, prefix: str, rows: list[dict]) -> str:
-    """A spill file of tokenized documents (sorted by doc_id), named by the digest of its bytes."""
-    data = table_bytes(sorted(rows, key=lambda r: r["doc_id"]), TOKENIZED, compression="lz4")
-    path = join(directory, f"{prefix}-{sha256_bytes(data)[:24]}.parquet")
-    write_bytes_atomic(path, data)
-    return path
-
-
-class SpillByShardFn(beam.DoFn):
-    """A spill file of tokenized documents -> (shard name, spill file of its documents of that shard)."""
-
-    def __init__(self, directory: str, shard_tokens: int, seed: int):
-        self._directory = directory
-        self._shard_tokens = shard_tokens
-        self._seed = seed
-
-    def process(self, path: str, shard_counts: dict) -> Iterator[tuple[str, str]]:
-        by_shard: dict[str, list[dict]] = {}
-        for row in read_partition_rows(path):
-            name, row = assign_shard(row, shard_counts, self._shard_tokens, self._seed)
-            by_shard.setdefault(name, []).append(row)
-        blocks = [(name, table_bytes(sorted(rows, key=lambda r: r["doc_id"]), TOKENIZED, compression="lz4"))
-                  for name, rows in sorted(by_shard.items())]
-        yield from write_spill_blocks(self._directory, "shard", blocks)  # one file for every shard it feeds
+        yield from self._tally.tagged()
 
 
 def shard_count(domain_tokens: int, shard_tokens: int) -> int:
@@ -216,8 +179,9 @@ def shard_name(domain: str, index: int, count: int) -> str:
     return f"{domain}-{index:05d}-of-{count:05d}"
 
 
-def assign_shard(row: dict, shard_counts: dict, shard_tokens: int, seed: int) -> tuple[str, dict]:
-    count = shard_count(shard_counts[row["domain"]], shard_tokens)
+def assign_shard(row: dict, domain_tokens: dict, shard_tokens: int, seed: int) -> tuple[str, dict]:
+    """(shard name, row): shard ``xxh3(seed, "shard", doc_id) % count`` of the row's domain bucket."""
+    count = shard_count(domain_tokens[row["domain"]], shard_tokens)
     index = stable_hash64(seed, "shard", row["doc_id"]) % count
     return shard_name(row["domain"], index, count), row
 
@@ -258,7 +222,7 @@ def pack_documents(documents: Iterable[tuple[str, str, np.ndarray]], *, eos_id: 
 
 
 class WriteShardFn(beam.DoFn):
-    """(shard name, spill files of its documents) -> shard files written atomically; yields the sidecar."""
+    """(shard name, its tokenized documents) -> shard files written atomically; yields the sidecar."""
 
     def __init__(self, directory: str, tokenizer: TokenizerInfo, seq_len: int, seed: int):
         self._directory = directory
@@ -266,11 +230,9 @@ class WriteShardFn(beam.DoFn):
         self._seq_len = seq_len
         self._seed = seed
 
-    def process(self, keyed: tuple[str, Iterable[str]]) -> Iterator[dict]:
-        name, paths = keyed
-        rows = [row for path in sorted(set(paths)) for row in read_partition_rows(path)]
+    def process(self, keyed: tuple[str, Iterable[dict]]) -> Iterator[dict]:
+        name, rows = keyed
         ordered = sorted(rows, key=lambda r: shuffle_order(self._seed, r["doc_id"]))
-        del rows
         packed = pack_documents(
             ((r["doc_id"], r["source"], np.frombuffer(r["tokens"], dtype=TOKEN_WIRE_DTYPE)) for r in ordered),
             eos_id=self._tokenizer.eos_id, pad_id=self._tokenizer.pad_id,
@@ -299,3 +261,19 @@ def write_shard(directory: str, name: str, packed: PackedShard, domain: str) -> 
     }
     write_bytes_atomic(join(directory, f"{name}.meta.json"), canonical_json(meta))
     return meta
+
+
+SHARDS = "shards"
+
+
+def collect_shards(layer, _partitions: int) -> dict:
+    """The tokenize layer's ledger extras: every shard's sidecar (by name) and the dataset id."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from beam_pipeline.manifest import dataset_id_of
+
+    directory = layer.output_path(SHARDS)
+    metas = [json.loads(read_bytes(m.path))
+             for m in FileSystems.match([join(directory, "*.meta.json")])[0].metadata_list]
+    shards = sorted(metas, key=lambda s: s["name"])
+    return {"shards": shards, "dataset_id": dataset_id_of(shards)}

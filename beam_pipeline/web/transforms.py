@@ -25,7 +25,7 @@ stage's CollapseRepeatedRecords (which also counts ``repeated_record``).
 """
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from typing import Iterator
 
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
