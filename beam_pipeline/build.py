@@ -42,7 +42,6 @@ from beam_pipeline.config import CorpusConfig
 from beam_pipeline.hashing import digest_json
 from beam_pipeline.layers import Layer, clear_layer, join, layer_key, part_name, read_bytes
 from beam_pipeline.manifest import MANIFEST, dataset_path
-from beam_pipeline.options.corpus_options import CorpusOptions
 from beam_pipeline.progress import BuildProgress
 from beam_pipeline.snapshot import check_sources_match, check_unchanged, load_snapshot, take_snapshot
 from beam_pipeline.transforms import exact_dedup, ingest, select, tokenize_shard
@@ -318,9 +317,12 @@ class CorpusBuild:
 
     def __init__(self, config: CorpusConfig, pipeline_options: PipelineOptions, *,
                  snapshot_id: str | None = None, log: Callable[[str], None] = print,
-                 before_run: Callable[[beam.Pipeline], None] | None = None):
+                 before_run: Callable[[beam.Pipeline], None] | None = None,
+                 max_attempts: int = 3, progress_interval: float = 30.0):
         self.config = config
         self.options = pipeline_options
+        self.max_attempts = max_attempts  # runs of the job when a stage's records do not balance
+        self.progress_interval = progress_interval
         FileSystems.set_options(pipeline_options)  # the driver's own s3:// / gs:// calls (docs/s3.md)
         self.snapshot_id = snapshot_id
         self.log = log
@@ -330,18 +332,14 @@ class CorpusBuild:
         self.allowed_stages: tuple[str, ...] | None = None  # re-selection: the stages that may run
 
     def run(self) -> BuildResult:
+        """Build: run the job, wait for it, run it again while a stage's records do not balance."""
         started = time.monotonic()
-        snapshot_id, manifest = self._snapshot()
-        partitions = partition_count(estimated_text_bytes(manifest), self.config.layout.target_partition_bytes,
-                                     self.config.layout.min_partitions)
-        tokenizer = tokenize_shard.inspect_tokenizer(self.config.tokenize)
-        run_id = digest_json({"snapshot": snapshot_id, "config": self.config.digest()})[:16]
-        attempts_allowed = self.options.view_as(CorpusOptions).max_stage_attempts
+        prepared = self._prepare()
+        attempts_allowed = self.max_attempts
         attempts: dict[str, int] = {}
         for attempt in range(1, attempts_allowed + 1):
-            progress = BuildProgress(self.options, self.log)
-            graph = self.assemble(snapshot_id, manifest, partitions, tokenizer, run_id, dict(attempts),
-                                  runner=progress.runner())
+            progress = BuildProgress(self.options, self.log, self.progress_interval)
+            graph = self.assemble(*prepared, dict(attempts), runner=progress.runner())
             for stage in graph.computed:
                 attempts[stage] = attempts.get(stage, 0) + 1
             try:
@@ -353,9 +351,25 @@ class CorpusBuild:
                 self.log(f"[{_stage_named(str(err)) or 'build'}] WARNING: attempt {attempt} of {attempts_allowed}: "
                          f"{err}. Nothing uncommitted is kept; the job runs again and reuses the layers "
                          f"committed so far.")
-        return self._result(run_id, snapshot_id, attempts, time.monotonic() - started)
+        return self._result(prepared[4], prepared[0], attempts, time.monotonic() - started)
+
+    def submit(self, runner=None):
+        """Build the job and submit it without waiting (a Flex Template launch); return its result."""
+        graph = self.assemble(*self._prepare(), runner=runner)
+        if self.before_run:
+            self.before_run(graph.pipeline)
+        return graph.pipeline.run()
 
     # --- steps ----------------------------------------------------------------------------
+
+    def _prepare(self) -> tuple:
+        """(snapshot_id, snapshot manifest, partitions, tokenizer, run_id): what the graph is built from."""
+        snapshot_id, manifest = self._snapshot()
+        partitions = partition_count(estimated_text_bytes(manifest), self.config.layout.target_partition_bytes,
+                                     self.config.layout.min_partitions)
+        tokenizer = tokenize_shard.inspect_tokenizer(self.config.tokenize)
+        run_id = digest_json({"snapshot": snapshot_id, "config": self.config.digest()})[:16]
+        return snapshot_id, manifest, partitions, tokenizer, run_id
 
     def _snapshot(self) -> tuple[str, dict]:
         if self.snapshot_id:

@@ -33,7 +33,7 @@ from beam_pipeline.accounting import AccountingError
 from beam_pipeline.build import CorpusBuild, StageFailed
 from beam_pipeline.config import ConfigError, CorpusConfig
 from beam_pipeline.manifest import load_manifest, summarize
-from beam_pipeline.options import CorpusOptions, LocalRunnerDefaults
+from beam_pipeline.options import CorpusOptions, LocalRunnerDefaults, RunnerError, add_driver_arguments
 from beam_pipeline.snapshot import InputChangedError, SnapshotError, snapshot_path, take_snapshot
 
 EXAMPLES = """\
@@ -63,6 +63,7 @@ def _parser() -> argparse.ArgumentParser:
                                           "(reusing complete layers) and publish the dataset.",
                               epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     CorpusOptions._add_argparse_args(run)
+    add_driver_arguments(run)
 
     snapshot = commands.add_parser("snapshot", help="fingerprint a config's inputs; print the snapshot id")
     CorpusOptions._add_argparse_args(snapshot)
@@ -95,20 +96,29 @@ def main(argv: list[str] | None = None) -> int:
             return _report(args)
         if args.command in scoring_commands.COMMANDS:
             return scoring_commands.main(args, beam_args, run=_run)
-        # --max_stage_attempts is parsed here (CorpusOptions) and read by the build from the options
-        options = PipelineOptions(LocalRunnerDefaults.apply(beam_args)
-                                  + [f"--max_stage_attempts={args.max_stage_attempts}"])
-        FileSystems.set_options(options)  # driver-side s3:// and gs:// calls use --s3_* / GCP options too
+        FileSystems.set_options(PipelineOptions(beam_args))  # driver-side s3:// and gs:// calls: --s3_* / GCP options
         config = _load(args)
+        options = PipelineOptions(LocalRunnerDefaults.apply(beam_args, _input_bytes(config, beam_args)))
+        FileSystems.set_options(options)
         if args.command == "snapshot":
             return _snapshot(config, options)
-        return _run(config, options, args.snapshot_id)
-    except ConfigError as err:
+        return _run(config, options, args.snapshot_id, driver=_driver_settings(args))
+    except (ConfigError, RunnerError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except (SnapshotError, InputChangedError, AccountingError, StageFailed) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+
+
+def _input_bytes(config: CorpusConfig, beam_args: list[str]) -> int | None:
+    """The text a build without --runner would read (estimated from the files its globs match now)."""
+    if any(a == "--runner" or a.startswith("--runner=") for a in beam_args):
+        return None
+    from beam_pipeline.build import estimated_text_bytes
+    from beam_pipeline.snapshot import match_sources
+
+    return estimated_text_bytes({"sources": {"all": {"files": match_sources(config)}}})
 
 
 def _load(args) -> CorpusConfig:
@@ -126,9 +136,15 @@ def _snapshot(config: CorpusConfig, options: PipelineOptions) -> int:
     return 0
 
 
-def _run(config: CorpusConfig, options: PipelineOptions, snapshot_id: str | None, prepare=None) -> int:
+def _driver_settings(args) -> dict:
+    """What the waiting driver reads (never pipeline options: no worker needs them)."""
+    return {"max_attempts": args.max_stage_attempts, "progress_interval": args.progress_interval}
+
+
+def _run(config: CorpusConfig, options: PipelineOptions, snapshot_id: str | None, prepare=None,
+         driver: dict | None = None) -> int:
     started = time.monotonic()
-    build = CorpusBuild(config, options, snapshot_id=snapshot_id, log=_log(started))
+    build = CorpusBuild(config, options, snapshot_id=snapshot_id, log=_log(started), **(driver or {}))
     if prepare is not None:  # e.g. re-selection pins the scorer layers (scoring/commands.py)
         prepare(build)
     result = build.run()

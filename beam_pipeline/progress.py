@@ -39,7 +39,6 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from apache_beam.runners.portability.fn_api_runner import fn_runner
 
 from beam_pipeline.accounting import IN
-from beam_pipeline.options.progress_options import ProgressOptions
 
 
 class CountingFnApiRunner(fn_runner.FnApiRunner):
@@ -131,7 +130,7 @@ class BuildProgress:
 
     Use::
 
-        progress = BuildProgress(options, log)
+        progress = BuildProgress(options, log, interval)
         pipeline = beam.Pipeline(runner=progress.runner(), options=options)
         ...  # the graph
         progress.expect([(stage, layer), ...])  # the layers the job computes
@@ -144,10 +143,10 @@ class BuildProgress:
     #: Seconds between two looks at the ledgers.
     LEDGER_POLL = 1.0
 
-    def __init__(self, options: PipelineOptions, log: Callable[[str], None]):
+    def __init__(self, options: PipelineOptions, log: Callable[[str], None], interval: float = 30.0):
         self.options = options
         self.log = log
-        self.interval = float(options.view_as(ProgressOptions).progress_interval or 0)
+        self.interval = float(interval or 0)
         self.lines: list[str] = []
         self._lock = threading.Lock()
         self._pending: dict[str, object] = {}  # stage -> layer, until its ledger exists

@@ -103,7 +103,7 @@ def take_snapshot(config: CorpusConfig, pipeline_options: PipelineOptions, *, lo
     ``local``: fingerprint in this process (True), in a Beam job (False), or
     decide by size (None: :data:`LOCAL_FINGERPRINT_BYTES`).
     """
-    matched = _match_eagerly(config)
+    matched = match_sources(config)
     total = sum(entry["size"] for entry in matched)
     if local is None:
         local = config.snapshot.checksum == "filesystem" or total <= LOCAL_FINGERPRINT_BYTES
@@ -143,7 +143,7 @@ def _fingerprint_in_a_job(config: CorpusConfig, pipeline_options: PipelineOption
     return entries
 
 
-def _match_eagerly(config: CorpusConfig) -> list[dict]:
+def match_sources(config: CorpusConfig) -> list[dict]:
     """Every file the sources' globs match ({source, path, size}); fails when a glob matches nothing."""
     matched = [(s.name, s.uri, FileSystems.match([s.uri])[0].metadata_list) for s in config.sources]
     empty = [(name, uri) for name, uri, found in matched if not found]

@@ -1,4 +1,12 @@
-"""Options of a corpus build (``--config`` and what may override it)."""
+"""Options of a corpus build: which corpus (``--config`` and what may override it), and how the driver runs.
+
+:class:`CorpusOptions` is a ``PipelineOptions`` subclass: the three values that
+decide what one build job computes, and the Flex Template's parameters
+(``templates/metadata.json``). :func:`add_driver_arguments` adds what only the
+process that submits and waits for the job reads (``--max_stage_attempts``,
+``--progress_interval``): plain command-line flags, never pipeline options, so
+no worker receives an option it does not know.
+"""
 from __future__ import annotations
 
 import logging
@@ -7,6 +15,9 @@ import os
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipeline.options.validation import Matching
+
+#: A path or URI (absolute: a template launch has no working directory of the caller's).
+PATH_OR_URI = r"^([a-z][a-z0-9+.-]*://|/)[^\s]+$"
 
 
 class CorpusOptions(PipelineOptions):
@@ -19,44 +30,123 @@ class CorpusOptions(PipelineOptions):
     def _add_argparse_args(cls, parser):
         parser.add_argument(
             "--config", default=None,
-            help="Path of the corpus YAML file (sources, stage parameters, policy, tokenizer, "
-                 "shard layout, seed, output root). See docs/config.md.")
+            help="Path or URI of the corpus YAML file (sources, stage parameters, policy, tokenizer, "
+                 "shard layout, seed, output root). See docs/config.md. A template launch needs an "
+                 "absolute URI (gs://, s3://) or a path inside the image.")
         parser.add_argument(
-            "--output_root", default=None,
+            "--output_root", default=None, type=Matching(PATH_OR_URI, str, "absolute path or URI", relative=True),
             help="Where snapshots, layers, datasets and runs are written (local path, s3://, gs://, "
                  "hdfs://). Overrides output_root in the config.")
         parser.add_argument(
             "--snapshot_id", default=None, type=Matching(r"^[0-9a-f]{24}$", str, "snapshot id"),
             help="Build from this existing snapshot (as printed by the snapshot command). An input "
                  "that changed since then stops the run. Without it, a snapshot is taken first.")
-        parser.add_argument(
-            "--max_stage_attempts", default=3, type=Matching(r"^[1-9][0-9]?$", int, "number of attempts (1-99)"),
-            help="Runs of a stage's job before the build fails when its records do not balance (the "
-                 "runner lost or repeated records; the layer is committed only once they balance). "
-                 "1 fails at the first imbalance.")
+
+
+def add_driver_arguments(parser) -> None:
+    """The flags of the process that submits the build's job and waits for it (``run``, ``select``)."""
+    parser.add_argument(
+        "--max_stage_attempts", default=3, type=Matching(r"^[1-9][0-9]?$", int, "number of attempts (1-99)"),
+        help="Runs of the build's job before the build fails when a stage's records do not balance (the "
+             "runner lost or repeated records; a layer is committed only once they balance, and a rerun "
+             "reuses every layer committed before). 1 fails at the first imbalance.")
+    parser.add_argument(
+        "--progress_interval", default=30.0, type=Matching(r"^[0-9]+(\.[0-9]+)?$", float, "number of seconds"),
+        help="Seconds between progress lines while the job runs ('[stage] N records so far, elapsed'); "
+             "0 turns them off. Progress never changes what a build writes.")
+
+
+#: Where ``scripts/flink_cluster.sh jar`` (``make flink``) assembles the Flink job server: Beam's Flink
+#: 1.19 runner of Beam 2.62.0 from Maven Central (the newest that resolves here; it runs jobs of the
+#: 2.77 SDK: docs/flink.md). The script's FLINK_CACHE, JOB_SERVER_FLINK and JOB_SERVER_BEAM.
+FLINK_VERSION = "1.19"
+FLINK_JOB_SERVER_BEAM = "2.62.0"
+
+
+def flink_job_server_jar() -> str:
+    """The job server jar ``make flink`` assembles (it may not exist yet)."""
+    cache = os.environ.get("FLINK_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "beam_pipeline", "flink")
+    name = f"beam-runners-flink-{FLINK_VERSION}-job-server-{FLINK_JOB_SERVER_BEAM}"
+    return os.path.join(cache, f"beam-flink-{FLINK_VERSION}-job-server-{FLINK_JOB_SERVER_BEAM}", f"{name}.jar")
+
+
+#: Above this much (estimated) text the local runner's shuffles do not fit in this machine's memory: a
+#: build with no --runner goes to embedded Flink (docs/operations.md, "Which runner"; bench/results).
+LOCAL_RUNNER_CEILING_BYTES = 4 << 30
+
+
+class RunnerError(ValueError):
+    """The runner options cannot work as given (a missing job server jar, say)."""
+
+
+def _flag(args: list[str], name: str) -> str | None:
+    value = None
+    for i, arg in enumerate(args):
+        if arg == f"--{name}" and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(f"--{name}="):
+            value = arg.split("=", 1)[1]
+    return value
 
 
 class LocalRunnerDefaults:
-    """Beam arguments added when the user names no runner.
+    """Beam arguments added to what the user gave, so that each runner works as the docs write it.
 
-    The FnApiRunner behind the DirectRunner needs no network (the Prism
-    runner would first try to download a binary). ``multi_processing`` with
-    one worker per core uses every core. Not ``multi_threading``: with Beam
-    2.77 we saw its GroupByKey lose elements on the sample (docs/decisions.md);
-    the accounting check fails such a run, but it is better not to start one.
+    * No ``--runner``: the local DirectRunner (its FnApiRunner needs no network;
+      the Prism runner would first try to download a binary), ``multi_processing``
+      with one worker per core. Not ``multi_threading``: with Beam 2.77 we saw its
+      GroupByKey lose elements on the sample (docs/decisions.md). Above
+      :data:`LOCAL_RUNNER_CEILING_BYTES` of text (``input_bytes``), embedded Flink instead.
+    * ``--runner=FlinkRunner``: Flink 1.19 and the job server ``make flink``
+      assembled (Beam's defaults, Flink 2.2 and a jar Maven Central does not serve
+      here, fail in seconds); on embedded Flink (``--flink_master=[local]``, the
+      default) the SDK workers run in this process (LOOPBACK) and the parallelism
+      is the number of cores.
     """
 
     @staticmethod
-    def apply(beam_args: list[str]) -> list[str]:
-        if any(a == "--runner" or a.startswith("--runner=") for a in beam_args):
-            return beam_args
-        extra = ["--runner=DirectRunner"]
-        if not any(a.startswith("--direct_running_mode") for a in beam_args):
-            extra.append("--direct_running_mode=multi_processing")
-        if not any(a.startswith("--direct_num_workers") for a in beam_args):
-            extra.append(f"--direct_num_workers={os.cpu_count() or 1}")
-        if "--direct_running_mode=multi_threading" in beam_args:
+    def apply(beam_args: list[str], input_bytes: int | None = None) -> list[str]:
+        runner = _flag(beam_args, "runner")
+        if runner is None and input_bytes is not None and input_bytes > LOCAL_RUNNER_CEILING_BYTES:
             logging.getLogger(__name__).warning(
-                "--direct_running_mode=multi_threading lost records in GroupByKey in our tests "
-                "(docs/decisions.md); prefer multi_processing or in_memory")
-        return extra + beam_args
+                "%.1f GB of text is above the local runner's ceiling (%.1f GB, docs/operations.md): building on "
+                "embedded Flink (--runner=FlinkRunner --flink_master=[local]); pass --runner=DirectRunner to "
+                "insist", input_bytes / 1e9, LOCAL_RUNNER_CEILING_BYTES / 1e9)
+            beam_args, runner = ["--runner=FlinkRunner", "--flink_master=[local]", *beam_args], "FlinkRunner"
+        if runner is None:
+            extra = ["--runner=DirectRunner"]
+            if not any(a.startswith("--direct_running_mode") for a in beam_args):
+                extra.append("--direct_running_mode=multi_processing")
+            if not any(a.startswith("--direct_num_workers") for a in beam_args):
+                extra.append(f"--direct_num_workers={os.cpu_count() or 1}")
+            if "--direct_running_mode=multi_threading" in beam_args:
+                logging.getLogger(__name__).warning(
+                    "--direct_running_mode=multi_threading lost records in GroupByKey in our tests "
+                    "(docs/decisions.md); prefer multi_processing or in_memory")
+            return extra + beam_args
+        if runner.rsplit(".", 1)[-1] == "FlinkRunner":
+            return beam_args + flink_defaults(beam_args)
+        return beam_args
+
+
+def flink_defaults(beam_args: list[str]) -> list[str]:
+    """What a FlinkRunner build needs and the user did not give (see :class:`LocalRunnerDefaults`)."""
+    extra = []
+    if _flag(beam_args, "flink_version") is None:
+        extra.append(f"--flink_version={FLINK_VERSION}")
+    if _flag(beam_args, "job_endpoint") is None and _flag(beam_args, "flink_job_server_jar") is None:
+        jar = flink_job_server_jar()
+        if not os.path.exists(jar):
+            raise RunnerError(f"the Flink job server is not assembled ({jar} is missing): run `make flink` once "
+                              f"(Maven resolves it from Maven Central), or pass --flink_job_server_jar or "
+                              f"--job_endpoint (docs/flink.md)")
+        extra.append(f"--flink_job_server_jar={jar}")
+    master = _flag(beam_args, "flink_master")
+    if master in (None, "[local]", "[auto]"):
+        if master is None:
+            extra.append("--flink_master=[local]")
+        if _flag(beam_args, "environment_type") is None:
+            extra.append("--environment_type=LOOPBACK")
+        if _flag(beam_args, "parallelism") is None:
+            extra.append(f"--parallelism={os.cpu_count() or 1}")
+    return extra

@@ -10,6 +10,8 @@ paste after changing an option.
 An option contributes to the metadata through:
 
 * ``help``            -> ``helpText``;
+* every parameter is a string on the command line -> ``paramType: TEXT`` (the
+  other types are GCS pickers, and a build may read S3 or HDFS);
 * ``type=Matching(...)`` (``options/validation.py``), an argparse type that also enforces the regex on
   the command line -> ``regexes``;
 * the class's ``REQUIRED`` tuple (the CLI or launcher refuses to run without
@@ -35,6 +37,7 @@ def option_parameters(option_class) -> list[dict]:
             "label": name.replace("_", " ").capitalize(),
             "helpText": action.help,
             "isOptional": name not in required,
+            "paramType": "TEXT",
         }
         regex = getattr(action.type, "regex", None)  # a Matching type
         if regex:
@@ -52,9 +55,9 @@ def template_parameters() -> list[dict]:
 def template_metadata() -> dict:
     return {
         "name": "beam_pipeline corpus build",
-        "description": "Build an LLM pretraining corpus (snapshot, every stage, token shards) with "
-                       "beam_pipeline: submits a one-worker driver job that runs one Dataflow job per "
-                       "stage, resuming from complete layers. See docs/dataflow.md.",
+        "description": "Build an LLM pretraining corpus (every stage, token shards, lineage, run report) "
+                       "with beam_pipeline as one Dataflow job, resuming from the layers an earlier launch "
+                       "committed. See docs/dataflow.md.",
         "streaming": False,
         "parameters": template_parameters(),
     }

@@ -17,7 +17,7 @@ COMMANDS = ("select", "train-quality", "contamination-report")
 
 
 def add_commands(commands) -> None:
-    from beam_pipeline.options import CorpusOptions
+    from beam_pipeline.options import CorpusOptions, add_driver_arguments
 
     select = commands.add_parser(
         "select", help="re-apply a changed policy to existing scores (no scorer runs)",
@@ -25,6 +25,7 @@ def add_commands(commands) -> None:
                     "(same except policy, tokenize, report), then write gold, tokenize and publish. Fails "
                     "instead of running ingest, dedup or any scorer.")
     CorpusOptions._add_argparse_args(select)
+    add_driver_arguments(select)
 
     train = commands.add_parser(
         "train-quality", help="train a fastText classifier (quality or toxicity) from JSONL examples",
@@ -93,7 +94,8 @@ def _select(args, beam_args, run) -> int:
             build.scored_layers = pointer["layers"]
             build.allowed_stages = RESELECT_STAGES
 
-        return run(config, options, pointer["snapshot_id"], prepare=prepare)
+        return run(config, options, pointer["snapshot_id"], prepare=prepare,
+                   driver={"max_attempts": args.max_stage_attempts, "progress_interval": args.progress_interval})
     except ReselectError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
