@@ -49,7 +49,7 @@ from beam_pipeline.transforms.layer_io import WRITTEN, CommitLayer, Committed, L
     WriteLayerOutput, WrittenPartitions
 from beam_pipeline.transforms import publish
 
-_ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception): ")
+_ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception|RecordsLost): ")
 
 
 class StageFailed(RuntimeError):
@@ -146,6 +146,7 @@ class BuildGraph:
         self.log = log
         self.allowed = allowed  # stages that may be computed (re-selection); None: any
         self.refs: list[LayerRef] = []
+        self.groups: dict[str, list[str]] = {}  # label of a pass that computes several layers -> their stages
 
     @property
     def computed(self) -> list[str]:
@@ -183,7 +184,7 @@ class BuildGraph:
         if ref is not None:
             return ref
         self._check_allowed(plan.stage)
-        committed = self.pipeline | title(plan.stage) >> _StageTransform(self._spec(plan, layer), expand)
+        committed = self.pipeline | title(plan.stage) >> StageTransform(self._spec(plan, layer), expand)
         ref = LayerRef(plan.stage, layer, plan.version, plan.config, self.partitions, committed, False)
         self.refs.append(ref)
         return ref
@@ -212,6 +213,7 @@ class BuildGraph:
             refs.append(ref)
         if not pending:
             return refs
+        self.groups[label] = [plan.stage for plan, _ in pending]
         produced = self.pipeline | label >> _GroupPass(expand, pending, [r for r in refs if r.reused])
         for plan, layer in pending:
             ref = next(r for r in refs if r.stage == plan.stage)
@@ -234,7 +236,7 @@ class BuildGraph:
                 f"changed in more than the policy (or the layers were deleted); use `run`")
 
 
-class _StageTransform(beam.PTransform):
+class StageTransform(beam.PTransform):
     """pbegin -> PCollection[Committed]: a stage's transforms, the writers of its outputs, its commit."""
 
     def __init__(self, spec: LayerSpec, expand: Callable):
@@ -488,7 +490,9 @@ class CorpusBuild:
                 progress.watch(result)
                 state = result.wait_until_finish()
         except Exception as err:  # noqa: BLE001 - runners wrap worker errors in many types
-            raise StageFailed(f"the build's job failed: {root_cause(err)}") from err
+            stage = failed_stage(str(err), graph)
+            raise StageFailed(f"stage {stage} failed: {root_cause(err)}" if stage
+                              else f"the build's job failed: {root_cause(err)}") from err
         if state != PipelineState.DONE:
             raise StageFailed(f"the build's job ended in state {state}")
 
@@ -537,6 +541,19 @@ def root_cause(err: BaseException) -> str:
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
     causes = [line for line in lines if _ERROR_LINE.match(line)]
     return (causes[-1] if causes else (lines[-1] if lines else type(err).__name__))[:4000]
+
+
+def failed_stage(message: str, graph: BuildGraph) -> str | None:
+    """The stage whose step failed, from the runner's "while running '<step>'" (None if unknown)."""
+    labels = {title(ref.stage): ref.stage for ref in graph.refs}
+    labels.update({f"{title(ref.stage)}Commit": ref.stage for ref in graph.refs})
+    labels.update({label: "+".join(stages) for label, stages in graph.groups.items()})
+    labels["Publish"] = "publish"
+    for step in re.findall(r"while running '([^']+)'", message):
+        stage = labels.get(step.split("/", 1)[0])
+        if stage:
+            return stage
+    return _stage_named(message)
 
 
 def _retryable(message: str) -> bool:

@@ -12,12 +12,13 @@ inside a partition, so the bytes do not depend on the runner's bundling.
 Writes are atomic: a file is written under a ``.tmp-`` name and renamed into
 place, so a half-written file is never taken as complete. Each partition file
 gets a small ``.meta.json`` sidecar (rows, bytes, sha256) written after it.
-The layer is complete exactly when ``_LEDGER.json`` exists: the driver writes
-it last, after the job succeeded and the per-stage accounting checked out.
-A rerun with the same key skips a complete layer; a killed run leaves no
-ledger, and the next run recomputes that layer (and overwrites its parts).
-Half-written ``.tmp-`` files of a killed run or of a failed (retried) bundle
-attempt are deleted before the stage's job and again before its ledger.
+The layer is complete exactly when ``_LEDGER.json`` exists: the job's commit
+step for the layer writes it last, after every partition is written and the
+stage's counts check out (:class:`beam_pipeline.transforms.layer_io.CommitLayer`).
+A rerun with the same key reuses a complete layer; a killed run leaves no
+ledger, and the next run clears that layer and computes it again.
+Half-written ``.tmp-`` files of a failed (retried) bundle attempt are deleted
+by the commit step before it writes the ledger.
 """
 from __future__ import annotations
 
@@ -196,24 +197,6 @@ def write_partition(directory: str, index: int, count: int, rows: list[dict], sc
     meta = {"name": name, "rows": len(rows), "bytes": len(data), "sha256": sha256_bytes(data)}
     write_bytes_atomic(join(directory, name + ".meta.json"), canonical_json(meta))
     return meta
-
-
-def collect_partitions(directory: str, count: int, schema: pa.Schema) -> list[dict]:
-    """Sidecars of all ``count`` partitions; empty partitions are written now.
-
-    A partition that received no rows never reached a writer (GroupByKey has no
-    empty groups), so the driver writes an empty file for it: a complete layer
-    always has exactly ``count`` partitions.
-    """
-    metas = []
-    for index in range(count):
-        name = part_name(index, count)
-        sidecar = join(directory, name + ".meta.json")
-        if FileSystems.exists(sidecar) and FileSystems.exists(join(directory, name)):
-            metas.append(json.loads(read_bytes(sidecar)))
-        else:
-            metas.append(write_partition(directory, index, count, [], schema))
-    return metas
 
 
 def read_partition_rows(path: str, columns: list[str] | None = None) -> Iterable[dict]:

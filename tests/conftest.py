@@ -149,6 +149,29 @@ def grouping_key_coders(pipeline) -> dict:
     return {name: coder.key_coder() for name, coder in grouping_coders(pipeline).items()}
 
 
+# --- one stage's job, as the build runs it ----------------------------------------------
+
+def run_stage_job(root: str, stage: str, expand, outputs: dict, partitions: int, rows_match: dict | None = None,
+                  options: list[str] = IN_PROCESS, max_dead_letter_fraction: float = 1.0, finalize=None) -> dict:
+    """Run one stage's transforms alone, written, counted and committed exactly as the build does
+    (``build.StageTransform``); return its ledger. ``expand(pbegin, layer)`` returns what the stage
+    produces (``build.BuildGraph.stage``)."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from beam_pipeline.build import StageTransform
+    from beam_pipeline.layers import Layer
+    from beam_pipeline.transforms.layer_io import LayerSpec
+
+    layer = Layer(root, stage, "test")
+    spec = LayerSpec(layer=layer, version="test", config={}, inputs={}, outputs=dict(outputs),
+                     partitions=partitions, rows_match=dict(rows_match or {}),
+                     max_dead_letter_fraction=max_dead_letter_fraction, finalize=finalize)
+    with beam.Pipeline(options=PipelineOptions(options)) as p:
+        _ = p | "Stage" >> StageTransform(spec, expand)
+    return layer.ledger()
+
+
 # --- partition-wise stages on hand-made layers ------------------------------------------
 
 def write_layer_rows(directory: str, rows: list[dict], partitions: int = 2) -> list[str]:
@@ -183,7 +206,7 @@ def apply_policy(tmp_path, policy, documents: list[dict], annotations: dict[str,
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from beam_pipeline.accounting import counts_from_result
+    from beam_pipeline import schemas
     from beam_pipeline.transforms.layer_io import PartitionInputs
     from beam_pipeline.transforms.select import DECISIONS, GOLD, ApplyPolicy
 
@@ -191,9 +214,10 @@ def apply_policy(tmp_path, policy, documents: list[dict], annotations: dict[str,
         write_layer_rows(str(tmp_path / "in" / "documents"), documents, partitions), None,
         {name: (write_layer_rows(str(tmp_path / "in" / name), rows, partitions), None)
          for name, rows in (annotations or {}).items()})
-    out = {name: str(tmp_path / "out" / name) for name in (GOLD, DECISIONS)}
-    p = beam.Pipeline(options=PipelineOptions(IN_PROCESS))
-    _ = p | ApplyPolicy(policy, plan, inputs, out)
-    result = p.run()
-    result.wait_until_finish()
-    return read_layer_rows(out[GOLD]), read_layer_rows(out[DECISIONS]), counts_from_result(result, "select")
+    ledger = run_stage_job(
+        str(tmp_path / "out"), "select",
+        lambda p, layer: p | ApplyPolicy(policy, plan, inputs, {name: layer.output_path(name) for name in (GOLD, DECISIONS)}),
+        {GOLD: schemas.GOLD, DECISIONS: schemas.DECISION}, partitions, {GOLD: "passed", DECISIONS: "in"})
+    directory = os.path.join(str(tmp_path / "out"), "layers", "select", "test")
+    return (read_layer_rows(os.path.join(directory, GOLD)), read_layer_rows(os.path.join(directory, DECISIONS)),
+            ledger["counts"])

@@ -1,16 +1,16 @@
 import glob
 import hashlib
 
-import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
-from apache_beam.options.pipeline_options import PipelineOptions
 
+from beam_pipeline import schemas
 from beam_pipeline.hashing import bucket_of
 from beam_pipeline.layers import write_partition
 from beam_pipeline.transforms.exact_dedup import STAGE, AnnotateExactDuplicates, annotate_group, member_of, \
     representative_order
 from beam_pipeline.transforms.layer_io import partition_index_of
+from conftest import run_stage_job
 
 DOCUMENTS = pa.schema([("doc_id", pa.string()), ("content_hash", pa.string()), ("source", pa.string()),
                        ("source_rank", pa.int32()), ("date", pa.string())])
@@ -49,11 +49,12 @@ def run_stage(tmp_path, documents, partitions: int, options=OPTIONS, name="run")
         rows = sorted((d for d in documents if bucket_of(d["doc_id"], partitions) == i), key=lambda d: d["doc_id"])
         meta = write_partition(str(root / "documents"), i, partitions, rows, DOCUMENTS)
         paths.append(str(root / "documents" / meta["name"]))
-    with beam.Pipeline(options=PipelineOptions(options)) as p:
-        _ = p | AnnotateExactDuplicates(paths, str(root / "annotations"), str(root / "_spill"))
-    files = sorted(glob.glob(str(root / "annotations" / "*.parquet")))
-    metrics = {c.key.metric.name: c.committed for c in p.result.metrics().query()["counters"]
-               if c.key.metric.namespace == STAGE}
+    ledger = run_stage_job(str(root), STAGE, lambda p, _layer: p | AnnotateExactDuplicates(paths),
+                           {"annotations": schemas.EXACT_DEDUP}, partitions, {"annotations": "passed"},
+                           options=options)
+    files = sorted(glob.glob(str(root / "layers" / STAGE / "test" / "annotations" / "*.parquet")))
+    counts = ledger["counts"]
+    metrics = {name: counts[name] for name in ("in", "passed", "dead_letter") if counts[name]}
     return {"files": files, "rows": [r for f in files for r in pq.read_table(f).to_pylist()],
             "digests": [hashlib.sha256(open(f, "rb").read()).hexdigest() for f in files], "metrics": metrics}
 
@@ -95,3 +96,16 @@ def test_multi_process_runner_writes_the_same_bytes(tmp_path):
     multi = run_stage(tmp_path, documents, partitions=2, name="multi", options=[
         "--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=2"])
     assert local["digests"] == multi["digests"] and len(local["digests"]) == 2
+
+
+def test_a_hot_hash_is_combined_through_the_fanout_and_every_copy_is_annotated(tmp_path):
+    """One content hash held by far more documents than the rest (a boilerplate page copied everywhere)
+    goes through CombinePerKey's hot-key fan-out; every copy still names the one representative."""
+    documents = [doc(f"hot{i:04d}", "boilerplate", "web", 1 + i % 3, f"2020-{1 + i % 12:02d}-01") for i in range(500)]
+    documents += [doc(f"u{i:03d}", f"unique{i}") for i in range(40)]
+    out = run_stage(tmp_path, documents, partitions=4)
+    hot = [r for r in out["rows"] if r["content_hash"] == "boilerplate"]
+    best = min((member_of(d) for d in documents if d["content_hash"] == "boilerplate"), key=representative_order)
+    assert len(hot) == 500 and {r["representative"] for r in hot} == {best[3]}
+    assert {r["duplicate_count"] for r in hot} == {500} and sum(not r["is_duplicate"] for r in hot) == 1
+    assert out["metrics"] == {"in": 540, "passed": 540}

@@ -8,9 +8,20 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from beam_pipeline import schemas
 from beam_pipeline.build import estimated_text_bytes, partition_count
-from beam_pipeline.layers import (Layer, collect_partitions, commit_layer, layer_key, part_name, read_partition_rows,
-                                  remove_temporaries, write_bytes_atomic, write_partition)
-from beam_pipeline.transforms.layer_io import ReadLayerOutput, WriteLayerOutput
+from beam_pipeline.accounting import COUNTS, Tally
+from beam_pipeline.hashing import bucket_of
+from beam_pipeline.layers import (Layer, commit_layer, layer_key, part_name, read_partition_rows, remove_temporaries,
+                                  write_bytes_atomic, write_partition)
+from beam_pipeline.transforms.layer_io import CommitLayer, LayerSpec, ReadLayerRows, WriteLayerOutput, \
+    complete_partitions
+
+
+def collect_partitions(directory: str, count: int, schema) -> list[dict]:
+    """The sidecars of a written layer output (what the commit step holds), empty partitions written."""
+    import glob
+    import json
+    sidecars = [json.load(open(p)) for p in glob.glob(os.path.join(directory, "*.meta.json"))]
+    return complete_partitions(directory, count, schema, sidecars)
 
 OPTIONS = PipelineOptions(["--runner=DirectRunner", "--direct_running_mode=in_memory"])
 
@@ -72,7 +83,7 @@ def test_layer_completion_and_read_back(tmp_path):
     assert layer.is_complete()
     assert layer.ledger()["outputs"]["decisions"]["rows"] == 30
     with TestPipeline(options=OPTIONS) as p:
-        back = p | ReadLayerOutput(layer.part_paths("decisions"), columns=["doc_id"])
+        back = p | ReadLayerRows(layer.part_paths("decisions"), columns=["doc_id"])
         assert_that(back, equal_to([{"doc_id": r["doc_id"]} for r in rows(30)]))
 
 
@@ -104,7 +115,7 @@ def test_partition_count_grows_with_the_estimated_text():
     assert partition_count(2 * estimated_text_bytes(manifest), 64 << 20, 4) == 18
 
 
-# --- partition-wise joins and spill files (transforms/layer_io.py) ----------------------
+# --- partition-wise joins (transforms/layer_io.py) --------------------------------------
 
 def test_merge_join_pairs_rows_by_doc_id_and_leaves_absent_rows_none():
     from beam_pipeline.transforms.layer_io import merge_join
@@ -143,33 +154,58 @@ def test_partition_inputs_need_one_partition_count(tmp_path):
         PartitionInputs.of(docs, None, {"x": (other, None)})
 
 
-def test_spilled_rows_come_back_once_per_partition_in_row_order(tmp_path):
-    """A flush writes one spill file holding a block per partition; a segment named twice (a
-    retried bundle rewrites the same file) is read once."""
-    from beam_pipeline.hashing import bucket_of
-    from beam_pipeline.transforms.layer_io import SpillByPartition, read_spilled
+# --- committing a layer inside a job (transforms/layer_io.CommitLayer) ---------------------
 
-    data = [{"doc_id": f"d{i % 17:02d}", "source": "s", "file": f"f{i % 3}", "position": i} for i in range(60)]
-    spill = str(tmp_path / "spill")
+class _CountRows(beam.DoFn):
+    """Counts every row ``in`` and ``passed`` (or ``filtered:even`` for every ``drop``-th), as data."""
 
-    def check(grouped):
-        assert sorted(index for index, _ in grouped) == sorted({bucket_of(r["doc_id"], 4) for r in data})
-        segments = [segment for _, group in grouped for segment in group]
-        files = {segment.split("#")[0] for segment in segments}
-        assert 1 < len(files) < len(segments)  # several flushes, each one file holding several partitions
-        for index, segments in grouped:
-            assert len(segments) > 1  # spill_bytes forced several flushes
-            rows = read_spilled(segments + segments[:1])
-            expected = sorted((r for r in data if bucket_of(r["doc_id"], 4) == index),
-                              key=lambda r: (r["doc_id"], r["file"], r["position"]))
-            assert [(r["doc_id"], r["file"], r["position"]) for r in rows] == \
-                [(r["doc_id"], r["file"], r["position"]) for r in expected]
+    def __init__(self, lose_one: bool = False):
+        self._lose_one = lose_one
 
-    with beam.Pipeline(options=OPTIONS) as p:
-        grouped = (p | beam.Create(data) | SpillByPartition(spill, 4, schemas.REPEAT, spill_bytes=2000)
-                   | beam.GroupByKey() | beam.MapTuple(lambda index, paths: (index, sorted(paths))))
-        assert_that(grouped, check)
-    assert all(name.startswith("part-") and name.endswith(".spill") for name in os.listdir(spill))
+    def setup(self):
+        self._tally = Tally("select")
+
+    def process(self, row):
+        self._tally.entered(row["source"])
+        self._tally.passed(row["source"], 2 if self._lose_one and row["doc_id"] == "0001" else 1)
+        yield row
+        yield from self._tally.tagged()
+
+
+def _commit_job(tmp_path, data, partitions=3, lose_one=False):
+    layer = Layer(str(tmp_path), "select", "k")
+    spec = LayerSpec(layer=layer, version="1", config={"c": 1}, inputs={"documents": "d"},
+                     outputs={"decisions": schemas.DECISION}, partitions=partitions,
+                     rows_match={"decisions": "passed"}, max_dead_letter_fraction=0.0)
+    p = beam.Pipeline(options=OPTIONS)
+    counted = p | beam.Create(data) | beam.ParDo(_CountRows(lose_one)).with_outputs(COUNTS, main="rows")
+    sidecars = counted["rows"] | WriteLayerOutput(layer.output_path("decisions"), schemas.DECISION, partitions)
+    committed = {"decisions": sidecars, COUNTS: counted[COUNTS]} | CommitLayer(spec)
+    back = p | "ReadBack" >> ReadLayerRows(
+        [os.path.join(layer.output_path("decisions"), part_name(i, partitions)) for i in range(partitions)],
+        ["doc_id"], after=[committed])
+    return p, layer, committed, back
+
+
+def test_commit_writes_every_partition_then_the_ledger_and_a_later_step_reads_the_layer(tmp_path):
+    p, layer, committed, back = _commit_job(tmp_path, rows(2), partitions=3)
+    assert_that(back, equal_to([{"doc_id": "0000"}, {"doc_id": "0001"}]), label="ReadAfterCommit")
+    assert_that(committed | beam.Map(lambda c: (c.stage, c.key, c.reused, c.ledger["counts"]["passed"])),
+                equal_to([("select", "k", False, 2)]), label="Committed")
+    p.run().wait_until_finish()
+    ledger = layer.ledger()
+    assert [part["rows"] for part in ledger["outputs"]["decisions"]["parts"]] == \
+        [sum(1 for r in rows(2) if bucket_of(r["doc_id"], 3) == i) for i in range(3)]  # no row: written empty
+    assert ledger["counts"]["in"] == 2 and ledger["counts"]["by_source"]["s"]["passed"] == 2
+    assert ledger["config"] == {"c": 1} and ledger["inputs"] == {"documents": "d"}
+
+
+def test_commit_refuses_counts_that_do_not_balance(tmp_path):
+    p, layer, _, _ = _commit_job(tmp_path, rows(5), lose_one=True)
+    with pytest.raises(Exception, match=r"stage select \(all sources\): in=5 but passed=6 .* records were lost or "
+                                        r"counted twice"):
+        p.run().wait_until_finish()
+    assert not layer.is_complete()
 
 
 def test_merge_join_requires_a_row_where_every_document_has_one():

@@ -49,20 +49,21 @@ def clean_dataset_id(tmp_path_factory):
                                        "metrics.json")))["dataset_id"]
 
 
-def lose_first_member_spilled(monkeypatch) -> list:
-    """The first member exact_dedup spills (counted ``in`` by the partition's task) never reaches the
-    bucket's task, once: as if the runner had lost a record between two steps."""
+def lose_first_member_joined(monkeypatch) -> list:
+    """The first member exact_dedup joins with its representative (counted ``in`` when it was keyed)
+    never reaches the annotation, once: as if the runner had lost a record in the shuffle."""
     lost = []
-    read_spill_table = exact_dedup.read_spill_table
+    process = exact_dedup._AnnotateFn.process
 
-    def losing(paths, schema, order):
-        table = read_spill_table(paths, schema, order)
-        if table is not None and table.num_rows and not lost:
-            lost.append(table.column("doc_id")[0].as_py())
-            table = table.slice(1)
-        return table
+    def losing(self, joined):
+        content_hash, groups = joined
+        if not lost:
+            members = list(groups["members"])
+            lost.append(members[0][3])
+            groups = {**groups, "members": members[1:]}
+        yield from process(self, (content_hash, groups))
 
-    monkeypatch.setattr(exact_dedup, "read_spill_table", losing)
+    monkeypatch.setattr(exact_dedup._AnnotateFn, "process", losing)
     return lost
 
 
@@ -89,7 +90,7 @@ def lose_first_row_joined(monkeypatch, stage: str, side: str) -> list:
 
 @pytest.fixture
 def lose_once_after_counting(monkeypatch):
-    return lose_first_member_spilled(monkeypatch)
+    return lose_first_member_joined(monkeypatch)
 
 
 @pytest.fixture
@@ -114,7 +115,8 @@ def test_a_record_lost_after_counting_reruns_the_stage(lose_once_after_counting,
     assert build(config, root) == 0
     assert len(lose_once_after_counting) == 1
     out = capsys.readouterr().out
-    assert "[exact_dedup] WARNING: attempt 1 of 3: stage exact_dedup (all sources): in=30 but passed=29" in out
+    assert ("[exact_dedup] WARNING: attempt 1 of 3: stage exact_dedup failed: stage exact_dedup "
+            "(all sources): in=30 but passed=29") in out
     stages = run_metrics(root)
     assert stages["exact_dedup"]["attempts"] == 2 and stages["ingest"]["attempts"] == 1
     assert f"dataset_id  {clean_dataset_id}" in out
@@ -126,7 +128,8 @@ def test_a_row_lost_before_writing_reruns_the_stage(lose_once_before_writing, cl
     assert build(config, root) == 0
     assert len(lose_once_before_writing) == 1
     out = capsys.readouterr().out
-    assert "[select] WARNING: attempt 1 of 3: stage select: passed=30 but its gold output holds 29 rows" in out
+    assert ("[select] WARNING: attempt 1 of 3: stage select failed: stage select: passed=30 but its "
+            "gold output holds 29 rows") in out
     assert run_metrics(root)["select"]["attempts"] == 2
     assert f"dataset_id  {clean_dataset_id}" in out
 
@@ -145,7 +148,8 @@ def test_a_row_missing_from_a_join_reruns_the_stage(side, message, monkeypatch, 
     assert build(config, root) == 0
     assert len(lost) == 1
     out = capsys.readouterr().out
-    warning = next(line for line in out.splitlines() if "[heuristics] WARNING: attempt 1 of 3: stage heuristics:" in line)
+    warning = next(line for line in out.splitlines()
+                   if "[heuristics] WARNING: attempt 1 of 3: stage heuristics failed:" in line)
     assert message.format(lost[0]) in warning
     assert run_metrics(root)["heuristics"]["attempts"] == 2
     assert f"dataset_id  {clean_dataset_id}" in out

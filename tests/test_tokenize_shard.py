@@ -4,17 +4,16 @@ import os
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.testing.test_pipeline import TestPipeline
 
 from beam_pipeline.config import TokenizeConfig
 from beam_pipeline.hashing import bucket_of
 from beam_pipeline.layers import part_name, write_partition
 from beam_pipeline.schemas import GOLD
+from conftest import run_stage_job
 from beam_pipeline.transforms.tokenize_shard import (
     TokenizePackShard, assign_shard, inspect_tokenizer, pack_documents, shard_count, shuffle_order)
 
-OPTIONS = PipelineOptions(["--runner=DirectRunner", "--direct_running_mode=in_memory"])
+OPTIONS = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
 
 
 def arr(*ids):
@@ -76,11 +75,10 @@ def run_tokenize(root, gold, config, info, partitions: int, options=OPTIONS) -> 
         rows = sorted((r for r in gold if bucket_of(r["doc_id"], partitions) == i), key=lambda r: r["doc_id"])
         write_partition(str(root / "gold"), i, partitions, rows, GOLD)
         paths.append(str(root / "gold" / part_name(i, partitions)))
-    directory = str(root / "shards")
-    with TestPipeline(options=options) as p:
-        _ = p | TokenizePackShard(config, info, seed=0, directory=directory, gold_paths=tuple(paths),
-                                  spill_directory=str(root / "_spill"))
-    return directory
+    run_stage_job(str(root), "tokenize", lambda p, layer: p | TokenizePackShard(
+        config, info, seed=0, directory=layer.output_path("shards"), gold_paths=tuple(paths)), {}, partitions,
+        options=options)
+    return str(root / "layers" / "tokenize" / "test" / "shards")
 
 
 def read_shards(directory: str) -> dict:
@@ -97,7 +95,6 @@ def test_transform_writes_shards_that_decode_back(tokenizer_path, tmp_path):
             for i, (k, v) in enumerate(texts.items())]
     directory = run_tokenize(tmp_path / "one", gold, config, info, partitions=1)
     assert read_shards(directory) == read_shards(run_tokenize(tmp_path / "three", gold, config, info, partitions=3))
-    assert {f.split("-")[0] for f in os.listdir(tmp_path / "three" / "_spill")} == {"tokenized", "shard"}
     metas = [json.load(open(os.path.join(directory, f))) for f in sorted(os.listdir(directory))
              if f.endswith(".meta.json")]
     assert sum(m["documents"] for m in metas) == 12

@@ -148,8 +148,10 @@ def run_metrics(run_id: str, snapshot_id: str, config_digest: str, dataset_id: s
     """
     stages, timing, previous = [], {}, started
     for c in committed:
-        stages.append({"name": c.stage, "layer_key": c.key, "version": c.ledger["version"], "reused": c.reused,
-                       "attempts": 0 if c.reused else attempts.get(c.stage, 0) + 1, "counts": c.ledger["counts"]})
+        earlier = attempts.get(c.stage, 0)  # computed by an earlier run of this build's job, which failed later
+        stages.append({"name": c.stage, "layer_key": c.key, "version": c.ledger["version"],
+                       "reused": c.reused and not earlier, "attempts": earlier + (0 if c.reused else 1),
+                       "counts": c.ledger["counts"]})
         if not c.reused and c.committed_at is not None:
             timing[c.stage] = round(max(0.0, c.committed_at - previous), 3)
             previous = max(previous, c.committed_at)
