@@ -358,6 +358,7 @@ class CorpusBuild:
     def submit(self, runner=None):
         """Build the job and submit it without waiting (a Flex Template launch); return its result."""
         graph = self.assemble(*self._prepare(), runner=runner)
+        self._log_plan(graph)
         if self.before_run:
             self.before_run(graph.pipeline)
         return graph.pipeline.run()
@@ -478,9 +479,7 @@ class CorpusBuild:
     def _run_job(self, graph: BuildGraph, progress: BuildProgress) -> None:
         """Run the build's job and wait for it."""
         pipeline = graph.pipeline
-        for ref in graph.refs:
-            self.log(f"[{ref.stage}] " + (f"layer {ref.key} is complete: reused" if ref.reused
-                                          else f"runs in this job -> {ref.layer.path}"))
+        self._log_plan(graph)
         progress.expect([(ref.stage, ref.layer) for ref in graph.refs if not ref.reused])
         if self.before_run:
             self.before_run(pipeline)
@@ -495,6 +494,11 @@ class CorpusBuild:
                               else f"the build's job failed: {root_cause(err)}") from err
         if state != PipelineState.DONE:
             raise StageFailed(f"the build's job ended in state {state}")
+
+    def _log_plan(self, graph: BuildGraph) -> None:
+        for ref in graph.refs:
+            self.log(f"[{ref.stage}] " + (f"layer {ref.key} is complete: reused" if ref.reused
+                                          else f"runs in this job -> {ref.layer.path}"))
 
     def _result(self, run_id: str, snapshot_id: str, attempts: dict[str, int], seconds: float) -> BuildResult:
         metrics_path = join(self.root, "runs", run_id, "metrics.json")

@@ -1,6 +1,6 @@
 """Flex Template entry point (FLEX_TEMPLATE_PYTHON_PY_FILE in templates/Dockerfile).
 
-Submits the build driver as a one-worker Dataflow job and exits without
+Builds the corpus build's one Dataflow job, submits it and exits without
 waiting for it; see beam_pipeline/launcher.py and docs/dataflow.md.
 """
 import sys

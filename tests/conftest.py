@@ -99,49 +99,23 @@ def grouping_coders(pipeline) -> dict:
     return found
 
 
-#: What each kind of grouping in a stage's job moves; none moves one record per document
-#: (docs/decisions.md, "Stages that shuffle no text"). A new grouping must fit one of them.
-GROUPINGS = {
-    "spill file names": re.compile(r"/(GroupByTarget|GroupSpills\w*|GroupByPartitionOf(First|Second)"
-                                   r"|GroupSmallerNeighbours|GroupShardSpills)(/|$)"),
-    "one element per input file, split or partition index": re.compile(r"/ReshufflePerKey/GroupByKey$"),
-    "dead letters (bounded by accounting.max_dead_letter_fraction)": re.compile(r"^Write_dead_letter/"),
-    "one report row per large cluster": re.compile(r"^Write_large_clusters/"),
-    "a histogram per quantile rule and bundle": re.compile(r"/QuantileThresholds/"),
-    "a token sum per domain and bundle": re.compile(r"/SumPerDomain/"),
-    "the keys of the boilerplate lines": re.compile(r"/BoilerplateLines/CollectKeys/"),
-}
+#: Groupings that Beam keys itself, with a key we never make: ``CombineGlobally``/``ToList`` (the
+#: constant key None: each stage's ``SumCounts``, lineage's ``AllParts``) and the fan-out inside
+#: ``CombinePerKey.with_hot_key_fanout`` (``PreCombineFn``/``PostCombineFn``: exact dedup's str
+#: content hash, re-keyed without its type hint). Beam gives them ``DeterministicFastPrimitivesCoderV2``,
+#: which encodes None and str without pickling.
+BEAM_KEYED = re.compile(r"/(SumCounts|AllParts)/|\((Pre|Post)CombineFn\)/")
 
 
-def unexplained_groupings(names) -> list[str]:
-    """The GroupByKey names that fit no kind of :data:`GROUPINGS`."""
-    return sorted(name for name in names if not any(p.search(name) for p in GROUPINGS.values()))
+def deterministic_key_coder(name: str, coder) -> bool:
+    """A grouping's key coder is one DESIGN.md allows: str, int or bytes, deterministic (or one of
+    Beam's own keys, :data:`BEAM_KEYED`)."""
+    from apache_beam.coders import coders
 
-
-#: What each kind of Flatten in a stage's job joins. A Flatten of collections made by two steps is
-#: a materialization point: the local runner buffers its inputs in the driver, so one that joins
-#: a record per document grows the driver with the corpus (a 309 MB crawl: 2.2 GB). Per-document
-#: collections are spilled by the step that makes them and only file names are flattened.
-FLATTENS = {
-    "spill file names": re.compile(r"/(All\w*Spills|WithSkipped|GroupSpillsByPartition/CoGroupByKeyImpl/Flatten)$"),
-    "changed-edge counts, one per bundle": re.compile(r"/Components/Round\d+/AllChanges$"),
-    "dead letters (bounded by accounting.max_dead_letter_fraction)": re.compile(r"/WithWebDeadLetters$"),
-    "quantile thresholds and their histograms": re.compile(r"/QuantileThresholds/"),
-    "the keys of the boilerplate lines": re.compile(r"/BoilerplateLines/WithEmpty$"),
-}
-
-
-def flatten_names(pipeline) -> list[str]:
-    """The names of the Flatten transforms of a pipeline's portable graph."""
-    from apache_beam.portability import common_urns
-
-    return sorted(t.unique_name for t in pipeline.to_runner_api().components.transforms.values()
-                  if t.spec.urn == common_urns.primitives.FLATTEN.urn)
-
-
-def unexplained_flattens(pipeline) -> list[str]:
-    """The Flatten names that fit no kind of :data:`FLATTENS`."""
-    return [name for name in flatten_names(pipeline) if not any(p.search(name) for p in FLATTENS.values())]
+    if isinstance(coder, (coders.StrUtf8Coder, coders.VarIntCoder, coders.BytesCoder)):
+        return coder.is_deterministic()
+    return (bool(BEAM_KEYED.search(name)) and coder.is_deterministic()
+            and type(coder).__name__.startswith("DeterministicFastPrimitivesCoder"))
 
 
 def grouping_key_coders(pipeline) -> dict:

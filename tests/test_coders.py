@@ -1,43 +1,43 @@
-"""Every grouping key in every stage's job has a deterministic, non-pickling coder, and no
-grouping or Flatten moves one record per document (they move spill file names or a few small records).
+"""Every grouping in the build's job is the runner's own, keyed by a deterministic, non-pickling coder.
 
-The graphs are those the driver assembles for each stage: over a copy of the
-reference build every layer is complete, and ``assemble_reused=True`` hands
-each stage's (unrun) pipeline to the hook, exactly as it would be run.
+The graph is the one job ``python -m beam_pipeline run`` submits for the sample
+(assembled, not run). DESIGN.md principle 9: every grouping is a GroupByKey,
+CombinePerKey or CoGroupByKey of the runner (never files of our own), and
+principle 6: every grouping key has a deterministic coder (str, int or bytes;
+a pickled key silently differs between processes: apache/beam #33020).
 """
-import shutil
-
-from apache_beam.coders import coders
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipeline.build import CorpusBuild
 from beam_pipeline.config import load_config
-from conftest import IN_PROCESS, SAMPLE_CONFIG, grouping_key_coders, unexplained_flattens, \
-    unexplained_groupings
-
-ALLOWED_KEY_CODERS = (coders.StrUtf8Coder, coders.VarIntCoder, coders.BytesCoder)
+from conftest import IN_PROCESS, SAMPLE_CONFIG, deterministic_key_coder, grouping_key_coders
 
 
-def test_grouping_keys_use_deterministic_coders(built, tmp_path):
-    seen, flattens = {}, []
+def sample_job(tmp_path):
+    config = load_config(SAMPLE_CONFIG).model_copy(update={"output_root": str(tmp_path / "out")})
+    build = CorpusBuild(config, PipelineOptions(IN_PROCESS), log=lambda m: None)
+    return build.assemble(*build._prepare()).pipeline
 
-    def record(stage, pipeline):
-        seen.update({f"{stage}: {name}": coder for name, coder in grouping_key_coders(pipeline).items()})
-        flattens.extend(f"{stage}: {name}" for name in unexplained_flattens(pipeline))
 
-    root = str(tmp_path / "out")
-    shutil.copytree(built["root"], root)
-    config = load_config(SAMPLE_CONFIG).model_copy(update={"output_root": root})
-    CorpusBuild(config, PipelineOptions(IN_PROCESS), snapshot_id=built["manifest"]["snapshot_id"],
-                log=lambda m: None, before_run=record, assemble_reused=True).run()
-    assert {name.split(":")[0] for name in seen} == {"ingest", "exact_dedup", "near_dedup", "select", "tokenize",
-                                                     "language", "heuristics", "blocklist", "quality", "safety",
-                                                     "pii", "decontamination", "ngram_index"}
-    ours = dict(seen)
-    bad = {name: str(coder) for name, coder in ours.items()
-           if not (isinstance(coder, ALLOWED_KEY_CODERS) and coder.is_deterministic())}
+def test_grouping_keys_use_deterministic_coders(tmp_path):
+    keys = grouping_key_coders(sample_job(tmp_path))
+    bad = {name: str(coder) for name, coder in keys.items() if not deterministic_key_coder(name, coder)}
     assert bad == {}
-    assert len(ours) >= 6
-    # stage: transform name -> the transform name (the kinds in conftest.GROUPINGS match on it)
-    assert unexplained_groupings(name.split(": ", 1)[1] for name in ours) == []
-    assert flattens == []  # no Flatten joins per-document collections of two steps (conftest.FLATTENS)
+    stages = {name.split("/", 1)[0] for name in keys}
+    assert {"Ingest", "ExactDedup", "NearDedup", "Select", "Tokenize", "Publish"} <= stages
+
+
+def test_the_shuffles_of_the_design_are_the_runners(tmp_path):
+    """Exact dedup: a CombinePerKey on the content hash and a CoGroupByKey back to the members;
+    ingest, layers and lineage: GroupByKey on the partition; tokenize: GroupByKey on the shard."""
+    names = list(grouping_key_coders(sample_job(tmp_path)))
+
+    def grouped(*parts):
+        return [name for name in names if all(part in name for part in parts)]
+
+    assert grouped("ExactDedup/", "PickRepresentative")
+    assert grouped("ExactDedup/", "JoinMembersWithRepresentative")
+    assert grouped("Ingest/", "CollapseRepeatedRecords/GroupByPartition")
+    assert grouped("Tokenize/", "GroupByShard")
+    assert grouped("NearDedup/")
+    assert grouped("Publish/", "WriteLineage/GroupByPartition")

@@ -1,13 +1,8 @@
-"""Every stage of the sample build translates to a well-formed Dataflow job, offline.
+"""The sample build's job translates to a well-formed Dataflow job, offline.
 
-Stages read the layers of the stages before them, so each stage's graph can
-only be assembled once those layers exist. The test takes a copy of the
-reference build (the session fixture ``built``), and builds again with
-``CorpusBuild(before_run=..., assemble_reused=True)``: every layer is complete,
-so nothing runs, but the driver assembles each stage's pipeline exactly as it
-would before running it and hands it to the hook. The hook translates a copy
-of that pipeline with Beam's ``DataflowRunner`` in ``--dry_run`` mode with
-dummy project values: Dataflow's own graph passes (overrides, side-input and
+The build is one job: the driver assembles it (nothing is run) and the test
+translates it with Beam's ``DataflowRunner`` in ``--dry_run`` mode with dummy
+project values: Dataflow's own graph passes (overrides, side-input and
 combiner checks, deterministic key coders for every GroupByKey, Runner v2
 environment resolution, pickling of every DoFn) run, and the job request is
 assembled as ``DataflowApplicationClient.create_job_description`` does,
@@ -19,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 
 import apache_beam as beam
 import pytest
@@ -30,7 +24,7 @@ from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner
 from apache_beam.runners.dataflow.internal import apiclient
 from google.protobuf import json_format
 
-from beam_pipeline.build import CorpusBuild
+from beam_pipeline.build import CorpusBuild, title
 from beam_pipeline.config import load_config
 from conftest import IN_PROCESS, SAMPLE_CONFIG
 
@@ -55,67 +49,51 @@ def dataflow_job(pipeline: beam.Pipeline) -> tuple[dict, beam_runner_api_pb2.Pip
 
 
 @pytest.fixture(scope="module")
-def translated(built, tmp_path_factory):
+def translated(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("dry-run") / "out")
-    shutil.copytree(built["root"], root)
     config = load_config(SAMPLE_CONFIG).model_copy(update={"output_root": root})
-    jobs, lines = {}, []
-
-    def translate(stage, pipeline):
-        jobs[stage] = dataflow_job(pipeline)
-
-    build = CorpusBuild(config, PipelineOptions([*IN_PROCESS, "--progress_interval=0"]),
-                        snapshot_id=built["manifest"]["snapshot_id"], log=lines.append,
-                        before_run=translate, assemble_reused=True)
-    result = build.run()
-    return {"jobs": jobs, "result": result, "lines": lines}
+    build = CorpusBuild(config, PipelineOptions(IN_PROCESS), log=lambda m: None)
+    graph = build.assemble(*build._prepare())
+    job, proto = dataflow_job(graph.pipeline)
+    return {"job": job, "proto": proto, "graph": graph, "root": root}
 
 
-def test_every_stage_of_the_sample_translates_to_a_dataflow_job(translated, built):
-    stages = [s["name"] for s in built["metrics"]["stages"]]
-    assert list(translated["jobs"]) == stages and len(stages) >= 4
-    for stage, (job, proto) in translated["jobs"].items():
-        assert job["type"] == "JOB_TYPE_BATCH" and JOB_NAME.match(job["name"]), stage
-        environment = job["environment"]
-        assert "use_runner_v2" in environment["experiments"], stage
-        (pool,) = environment["workerPools"]
-        assert {c["containerImage"] for c in pool["sdkHarnessContainerImages"]} == {IMAGE}, stage
-        sdk_options = environment["sdkPipelineOptions"]["options"]
-        assert (sdk_options["project"], sdk_options["region"]) == ("dummy-project", "us-central1")
-        json.dumps(job)  # the request body is plain JSON
+def test_the_whole_build_translates_to_one_dataflow_job(translated):
+    job = translated["job"]
+    assert job["type"] == "JOB_TYPE_BATCH" and JOB_NAME.match(job["name"])
+    environment = job["environment"]
+    assert "use_runner_v2" in environment["experiments"]
+    (pool,) = environment["workerPools"]
+    assert {c["containerImage"] for c in pool["sdkHarnessContainerImages"]} == {IMAGE}
+    sdk_options = environment["sdkPipelineOptions"]["options"]
+    assert (sdk_options["project"], sdk_options["region"]) == ("dummy-project", "us-central1")
+    json.dumps(job)  # the request body is plain JSON
 
 
-def test_translated_pipelines_are_complete_and_run_only_in_the_sdk_container(translated, built):
+def test_every_stage_writes_and_commits_its_layer_in_the_job(translated):
+    proto, graph = translated["proto"], translated["graph"]
+    components = proto.components
     docker = common_urns.environments.DOCKER.urn
-    for stage, (_, proto) in translated["jobs"].items():
-        key = built["stages"][stage]["layer_key"]
-        ledger = json.load(open(os.path.join(built["root"], "layers", stage, key, "_LEDGER.json")))
-        components = proto.components
-        assert components.environments, stage
-        for env_id, env in components.environments.items():
-            assert env.urn == docker, (stage, env_id, env.urn)
-            assert beam_runner_api_pb2.DockerPayload.FromString(env.payload).container_image == IMAGE
-        for pcoll_id, pcoll in components.pcollections.items():
-            assert pcoll.coder_id in components.coders, (stage, pcoll_id)
-        labels = [t.unique_name for t in components.transforms.values()]
-        gbks = [t for t in components.transforms.values()
-                if t.spec.urn == common_urns.primitives.GROUP_BY_KEY.urn]
-        assert gbks, f"{stage}: no GroupByKey (every layer is partitioned by one)"
-        # every Parquet output of the layer has its writer in the job: a Write_<output> step, or the
-        # stage's partition tasks write their partitions themselves (layer_io.WrittenPartitions: a
-        # task that reads and writes its partition, or WriteSpilledPartitions' WritePartition)
-        partition_tasks = [name for name in labels
-                           if name.rsplit("/", 1)[-1].endswith("AndWrite") or name.endswith("/WritePartition")]
-        for output in ledger["outputs"]:
-            assert any(name.startswith(f"Write_{output}") for name in labels) or partition_tasks, \
-                f"{stage}: no writer of {output}"
-        for transform in components.transforms.values():
-            if transform.spec.urn == common_urns.primitives.PAR_DO.urn:
-                payload = beam_runner_api_pb2.ParDoPayload.FromString(transform.spec.payload)
-                assert payload.do_fn.payload, f"{stage}: {transform.unique_name} has no serialized DoFn"
+    assert components.environments
+    for env_id, env in components.environments.items():
+        assert env.urn == docker, (env_id, env.urn)
+        assert beam_runner_api_pb2.DockerPayload.FromString(env.payload).container_image == IMAGE
+    for pcoll_id, pcoll in components.pcollections.items():
+        assert pcoll.coder_id in components.coders, pcoll_id
+    labels = [t.unique_name for t in components.transforms.values()]
+    computed = [ref.stage for ref in graph.refs if not ref.reused]
+    assert len(computed) >= 10 and "ingest" in computed and "tokenize" in computed
+    for stage in computed:  # each layer's commit step (its ledger is written by the job)
+        assert any(name.endswith("/Commit/CheckAndWriteLedger") and name.split("/")[0] in
+                   (title(stage), f"{title(stage)}Commit") for name in labels), stage
+    assert any(name.startswith("Publish/WriteManifest") for name in labels)
+    assert any(name.startswith("Publish/WriteLineage") for name in labels)
+    for transform in components.transforms.values():
+        if transform.spec.urn == common_urns.primitives.PAR_DO.urn:
+            payload = beam_runner_api_pb2.ParDoPayload.FromString(transform.spec.payload)
+            assert payload.do_fn.payload, f"{transform.unique_name} has no serialized DoFn"
 
 
-def test_translation_runs_nothing_and_changes_nothing(translated, built):
-    assert translated["result"].dataset_id == built["manifest"]["dataset_id"]
-    assert all(stage.reused for stage in translated["result"].stages)
-    assert not any("running ->" in line for line in translated["lines"])
+def test_translation_runs_nothing(translated):
+    assert not os.path.exists(os.path.join(translated["root"], "datasets"))
+    assert not os.path.exists(os.path.join(translated["root"], "layers", "ingest"))

@@ -72,8 +72,10 @@ def test_metadata_regexes_accept_the_defaults_and_reject_garbage():
     assert not by_name["config"]["isOptional"]
     assert re.match(by_name["snapshot_id"]["regexes"][0], "07f1bc3531c99b88f5640321")
     assert not re.match(by_name["snapshot_id"]["regexes"][0], "07f1bc35; rm -rf /")
-    assert re.match(by_name["progress_interval"]["regexes"][0], "30.0")
-    assert re.match(by_name["driver_machine_type"]["regexes"][0], "n1-standard-2")
+    assert re.match(by_name["output_root"]["regexes"][0], "gs://bucket/corpus")
+    assert re.match(by_name["output_root"]["regexes"][0], "/mnt/corpus")
+    assert not re.match(by_name["output_root"]["regexes"][0], "out/relative")  # a launcher has no cwd of yours
+    assert all(p["paramType"] == "TEXT" for p in by_name.values())
     with pytest.raises(SystemExit):  # the CLI enforces the same regex
         from beam_pipeline import cli
         cli.main(["run", "--config", SAMPLE_CONFIG, "--snapshot_id", "not-a-snapshot"])
@@ -156,28 +158,38 @@ class _SubmitOnlyRunner(PipelineRunner):
         return _RunningResult()
 
 
-def test_launcher_submits_the_driver_job_and_returns_without_waiting():
+def test_launcher_submits_the_whole_build_as_one_job_and_returns_without_waiting(tmp_path):
     runner = _SubmitOnlyRunner()
-    result = launcher.launch(["--config", SAMPLE_CONFIG, "--output_root", "gs://bucket/out",
+    result = launcher.launch(["--config", small_config(tmp_path), "--output_root", str(tmp_path / "out"),
                               "--runner=DataflowRunner"], runner=runner)
     assert result.state == PipelineState.RUNNING and len(runner.submitted) == 1
-    labels = [t.full_label for t in runner.submitted[0].transforms_stack[0].parts]
-    assert labels == ["Build", "RunBuild"]
+    labels = {t.full_label for t in runner.submitted[0].transforms_stack[0].parts}
+    assert {"Ingest", "ExactDedup", "Select", "Tokenize", "Publish"} <= labels  # every stage, publication included
 
 
-def test_launcher_gives_the_driver_one_worker_and_the_stages_the_callers_options():
-    flex = ["--runner=DataflowRunner", "--project=p", "--region=r", "--temp_location=gs://b/tmp",
-            "--job_name=corpus-1", "--template_location=gs://b/staging/job_object",
-            "--sdk_container_image=img:1", "--max_num_workers=64", "--machine_type=n2-highmem-8"]
-    stages = launcher.stage_args(flex)
-    assert "--job_name=corpus-1" not in stages and not any(a.startswith("--template_location") for a in stages)
-    assert {"--max_num_workers=64", "--machine_type=n2-highmem-8", "--sdk_container_image=img:1",
-            "--labels=corpus-driver=corpus-1"} <= set(stages)
-    driver = PipelineOptions(launcher.driver_args(flex, "n1-standard-4")).get_all_options()
-    assert (driver["num_workers"], driver["max_num_workers"], driver["autoscaling_algorithm"],
-            driver["machine_type"], driver["job_name"]) == (1, 1, "NONE", "n1-standard-4", "corpus-1")
-    assert driver["template_location"] == "gs://b/staging/job_object"
-    assert launcher.without(["--a", "1", "--b=2", "--c"], ("--a", "--c")) == ["--b=2"]
+def test_every_template_parameter_reaches_the_job(tmp_path, caplog):
+    """config, output_root and snapshot_id (all of metadata.json) decide the job the launcher submits."""
+    import logging
+
+    from beam_pipeline.snapshot import take_snapshot
+
+    config = small_config(tmp_path)
+    assert {p["name"] for p in json.load(open(os.path.join(TEMPLATES, "metadata.json")))["parameters"]} == \
+        {"config", "output_root", "snapshot_id"}
+    root = str(tmp_path / "elsewhere")
+    snapshot_id, _ = take_snapshot(launcher.load_any_config(config, root), PipelineOptions(IN_PROCESS))
+    runner = _SubmitOnlyRunner()
+    with caplog.at_level(logging.INFO, logger="beam_pipeline.launcher"):
+        launcher.launch(["--config", config, "--output_root", root, "--snapshot_id", snapshot_id,
+                         "--runner=DataflowRunner"], runner=runner)
+    messages = "\n".join(record.getMessage() for record in caplog.records)
+    assert f"using pinned snapshot {snapshot_id}" in messages
+    assert f"runs in this job -> {root}/layers/ingest/" in messages
+    ingest = next(t for t in runner.submitted[0].transforms_stack[0].parts if t.full_label == "Ingest")
+    files = [f["path"] for f in ingest.parts[0].transform._files]  # the config's sources, from the snapshot
+    assert files and all(path.startswith(str(tmp_path / "data" / "legal")) for path in files)
+    with pytest.raises(SystemExit):  # a parameter that does not match its regex never reaches a job
+        launcher.parse(["--config", config, "--snapshot_id", "07f1bc35; rm -rf /"])
 
 
 def test_launcher_reads_remote_configs_but_refuses_relative_paths_in_them(tmp_path, monkeypatch):
@@ -194,28 +206,25 @@ def test_launcher_reads_remote_configs_but_refuses_relative_paths_in_them(tmp_pa
     assert config.output_root == "gs://bucket/other" and config.sources[0].uri.startswith(str(tmp_path))
 
 
-def test_driver_job_translates_for_dataflow_offline_with_setup_file(tmp_path):
-    """The driver job as Dataflow would receive it; --setup_file builds the sdist like Beam's stager."""
-    pipeline, stages = launcher.driver_pipeline(
-        ["--config", SAMPLE_CONFIG, "--output_root", "gs://bucket/out", *DATAFLOW_DRY_RUN,
-         "--job_name=corpus-dry-run", f"--setup_file={os.path.join(REPO, 'setup.py')}",
-         "--driver_machine_type=n1-standard-4"])
-    result = pipeline.run()
+def test_the_job_translates_for_dataflow_offline_with_setup_file(tmp_path):
+    """The build's job as Dataflow would receive it; --setup_file builds the sdist like Beam's stager."""
+    result = launcher.launch(
+        ["--config", small_config(tmp_path), "--output_root", str(tmp_path / "out"), *DATAFLOW_DRY_RUN,
+         "--job_name=corpus-dry-run", f"--setup_file={os.path.join(REPO, 'setup.py')}"])
     job = json.loads(str(result.job))
     assert job["name"] == "corpus-dry-run" and job["type"] == "JOB_TYPE_BATCH"
-    options = result.job.options.get_all_options()
-    assert (options["num_workers"], options["max_num_workers"], options["machine_type"]) == (1, 1, "n1-standard-4")
     proto = result.job.proto_pipeline
-    assert any("RunBuild" in t.unique_name for t in proto.components.transforms.values())
+    names = {t.unique_name for t in proto.components.transforms.values()}
+    assert {"Ingest", "ExactDedup", "Select", "Tokenize", "Publish"} <= names
     artifacts = [d for env in proto.components.environments.values() for d in env.dependencies]
     staged = [a.role_payload for a in artifacts]
     assert any(b"workflow.tar.gz" in p for p in staged), f"setup.py was not built into an sdist: {staged}"
-    assert "--labels=corpus-driver=corpus-dry-run" in stages
+    assert not os.path.exists(tmp_path / "out" / "datasets")  # translated, not run
 
 
 @pytest.mark.timeout(600)
-def test_driver_job_runs_the_build_and_publishes_the_same_dataset(tmp_path, capsys):
-    """The driver job on the DirectRunner: its one element runs the whole build."""
+def test_the_launched_job_publishes_the_same_dataset_as_run(tmp_path, capsys):
+    """The launched job on the DirectRunner: one job that builds, publishes and reports."""
     from beam_pipeline import cli
     from conftest import dataset_id_from_output
 
@@ -227,6 +236,7 @@ def test_driver_job_runs_the_build_and_publishes_the_same_dataset(tmp_path, caps
     assert result.wait_until_finish() == PipelineState.DONE
     (manifest,) = glob.glob(str(tmp_path / "launched" / "datasets" / "*" / "manifest.json"))
     assert json.load(open(manifest))["dataset_id"] == reference
+    assert glob.glob(str(tmp_path / "launched" / "runs" / "*" / "report.html"))  # the job's last step
 
 
 def small_config(tmp_path) -> str:

@@ -14,8 +14,7 @@ from beam_pipeline import cli
 from beam_pipeline.normalize import normalize_text
 from beam_pipeline.web.extract import html_to_text
 from beam_pipeline.web.records import payload_digest
-from conftest import IN_PROCESS, REPO, flatten_names, grouping_key_coders, layer_digests, stages_by_name, \
-    unexplained_flattens, unexplained_groupings
+from conftest import IN_PROCESS, REPO, deterministic_key_coder, grouping_key_coders, layer_digests, stages_by_name
 from web_fixtures import handbook_dir, http_response, pywb_dir, reencode_page, warc_record, write_warc  # noqa: F401
 
 TOKENIZER = os.path.join(REPO, "sample", "tokenizer", "tokenizer.json")
@@ -199,25 +198,17 @@ def test_output_does_not_depend_on_the_split_size(built, crawl, tmp_path):
         assert f.read(8) == b"WARC/1.1"
 
 
-def test_grouping_keys_of_the_web_branch_are_deterministic(crawl, tmp_path):
-    from apache_beam.coders import coders
+def test_web_and_plain_files_in_one_build_group_by_deterministic_keys(crawl, tmp_path):
+    """Web archives and plain files in one build: the newest capture per URL is a CoGroupByKey on the
+    URL key, the documents of both branches meet in their partition's group, and every key coder is
+    deterministic; the build gives the web documents of the crawl-only build plus the plain file."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from beam_pipeline.build import CorpusBuild
     from beam_pipeline.config import load_config
 
     seen = {}
-
-    ingest_pipeline, flattens = [], []
-
-    def record(stage, pipeline):
-        if stage == "ingest":
-            seen.update(grouping_key_coders(pipeline))
-            ingest_pipeline.append(pipeline)
-            flattens.extend(flatten_names(pipeline))
-
     base, _ = crawl
-    # web archives and plain files in one build: each reader branch spills its own records
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "a.txt").write_text("A plain text file read next to the crawl.\n" * 20)
     mixed = base / "corpus-mixed.yaml"
@@ -225,12 +216,13 @@ def test_grouping_keys_of_the_web_branch_are_deterministic(crawl, tmp_path):
         "sources:\n  - {name: notes, uri: '%s/*.txt', format: text, rank: 4, license: test, domain: notes}\n"
         % (tmp_path / "notes")), 1))
     config = load_config(str(mixed)).model_copy(update={"output_root": str(tmp_path / "out")})
-    CorpusBuild(config, PipelineOptions(IN_PROCESS), log=lambda m: None, before_run=record).run()
-    assert any("GroupSpillsByUrlBucket" in name for name in seen)
-    assert unexplained_groupings(seen) == []  # the captures' text never goes through the runner
-    assert "Ingest/CollapseRepeatedRecords/AllRecordSpills" in flattens and unexplained_flattens(ingest_pipeline[0]) == []
-    assert all(isinstance(c, (coders.StrUtf8Coder, coders.BytesCoder, coders.VarIntCoder)) and c.is_deterministic()
-               for c in seen.values()), seen
+    result = CorpusBuild(config, PipelineOptions(IN_PROCESS), log=lambda m: None,
+                         before_run=lambda pipeline: seen.update(grouping_key_coders(pipeline))).run()
+    assert any("NewestCapturePerUrl/GroupByUrl" in name for name in seen)
+    assert any("CollapseRepeatedRecords/GroupByPartition" in name for name in seen)
+    assert all(deterministic_key_coder(name, coder) for name, coder in seen.items()), seen
+    ingest = next(s for s in result.stages if s.stage == "ingest").counts["by_source"]
+    assert ingest["notes"]["passed"] == 1 and sum(c["passed"] for c in ingest.values()) > 1
 
 
 def test_trace_rereads_web_records_with_the_source_extraction_settings(crawl, tmp_path):

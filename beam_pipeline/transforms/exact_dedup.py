@@ -72,6 +72,7 @@ class AnnotateExactDuplicates(beam.PTransform):
         representatives = (
             keyed
             | "PickRepresentative" >> beam.CombinePerKey(RepresentativeFn()).with_hot_key_fanout(HOT_KEY_FANOUT)
+            | "KeyedByContentHash" >> beam.Map(lambda kv: kv).with_output_types(StrKeyed)  # the fan-out drops the type
         )
         annotated = (
             {_MEMBERS: keyed, _REPRESENTATIVE: representatives}
