@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_ROOT ?= out/demo
 
-.PHONY: venv demo report test test-flink bench bench-scale bench-web-scale clean sample
+.PHONY: venv demo demo-flink flink report test test-flink bench bench-scale bench-web-scale clean sample
 
 venv: $(STAMP)
 
@@ -22,12 +22,23 @@ $(STAMP): requirements/lock.txt requirements/no-deps.txt setup.py
 demo: $(STAMP)
 	$(PY) -m beam_pipeline run --config sample/corpus.yaml --output_root $(DEMO_ROOT)
 
+## The same build on embedded Flink (a Flink mini cluster in the job server, spilling to disk): what
+## corpora larger than the local runner's memory use. `make flink` assembles the job server once.
+demo-flink: $(STAMP) flink
+	$(PY) -m beam_pipeline run --config sample/corpus.yaml --output_root out/demo-flink \
+	    --runner=FlinkRunner --flink_master=[local]
+
+## Assemble Beam's Flink job server (Flink 1.19 runner of Beam 2.62.0 and its dependencies, from Maven
+## Central, into ~/.cache/beam_pipeline/flink; needs Java 11/17 and Maven). docs/flink.md.
+flink: $(STAMP)
+	PYTHON=$(PY) scripts/flink_cluster.sh jar >/dev/null
+
 ## Rewrite the demo's run report (runs/<run_id>/report.html; `make demo` writes it too).
 report: $(STAMP)
 	$(PY) -m beam_pipeline report $(DEMO_ROOT)
 
-## Run the whole test suite (what .ci/run calls).
-test: $(STAMP)
+## Run the whole test suite (what .ci/run calls); it builds the sample on embedded Flink too.
+test: $(STAMP) flink
 	$(PY) -m pytest -q tests
 
 ## The sample on a real Flink session cluster on localhost (Java; downloads Flink and the

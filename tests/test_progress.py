@@ -1,4 +1,4 @@
-"""Progress lines while a stage runs, and that they change nothing (beam_pipeline/progress.py)."""
+"""Progress lines while the build's job runs, and that they change nothing (beam_pipeline/progress.py)."""
 from __future__ import annotations
 
 import glob
@@ -18,11 +18,13 @@ from apache_beam.runners.portability.portable_runner import PipelineResult as Po
 
 from beam_pipeline.build import CorpusBuild
 from beam_pipeline.config import load_config
-from beam_pipeline.progress import CountingFnApiRunner, StageProgress, is_local_direct
+from beam_pipeline.layers import Layer, commit_layer
+from beam_pipeline.progress import BuildProgress, CountingFnApiRunner, is_local_direct
 from conftest import IN_PROCESS, SAMPLE_CONFIG
 
-LINE = re.compile(r"^\[(?P<stage>\w+)\] (?:(?P<n>[\d,]+) records so far|running)"
-                  r"(?: \((?P<done>\d+) of (?P<steps>\d+) fused steps done\))?, (?P<t>[\d.]+)s$")
+LINE = re.compile(r"^\[(?P<stage>\w+)\] (?P<n>[\d,]+) records so far, (?P<t>[\d.]+)s$")
+COMMITTED = re.compile(r"^\[(?P<stage>\w+)\] committed after [\d.]+s \(in (?P<in>\d+), passed (?P<passed>\d+), "
+                       r"filtered (?P<filtered>\d+), dead letter (?P<dead>\d+)\)$")
 
 
 class _Metrics:
@@ -50,20 +52,42 @@ class _RunningResult(DataflowPipelineResult):
                          MetricResult(other, committed=None, attempted=10 ** 9)])
 
 
-def test_progress_polls_a_running_results_metrics():
-    options = PipelineOptions(["--runner=DataflowRunner", "--progress_interval=0.05"])
+def _fast(progress: BuildProgress) -> BuildProgress:
+    progress.LEDGER_POLL = 0.02
+    return progress
+
+
+def test_progress_polls_a_running_results_metrics(tmp_path):
+    options = PipelineOptions(["--runner=DataflowRunner"])
     lines = []
-    progress = StageProgress("ingest", options, lines.append)
+    progress = _fast(BuildProgress(options, lines.append, 0.05))
     assert progress.runner() is None, "non-local runners are not replaced"
+    progress.expect([("ingest", Layer(str(tmp_path), "ingest", "k"))])
     result = _RunningResult()
     with progress:
         progress.watch(result)
         time.sleep(0.2)
         result.value = 12345
         time.sleep(0.3)
-    assert lines and all(LINE.match(line) for line in lines), lines
-    assert lines[0].startswith("[ingest] running, ")  # the runner could not answer yet
+    assert lines and all(LINE.match(line) for line in lines), lines  # nothing while the runner could not answer
     assert "[ingest] 12,345 records so far, " in lines[-1]
+
+
+def test_a_commit_line_when_a_layer_is_committed(tmp_path):
+    lines = []
+    layer = Layer(str(tmp_path), "exact_dedup", "k")
+    progress = _fast(BuildProgress(PipelineOptions(["--runner=FlinkRunner"]), lines.append, 0))
+    progress.expect([("exact_dedup", layer), ("tokenize", Layer(str(tmp_path), "tokenize", "k"))])
+    with progress:
+        time.sleep(0.1)
+        assert lines == []
+        counts = {"in": 7, "passed": 5, "filtered": {"x": 1, "y": 1}, "dead_letter": 0}
+        commit_layer(layer, version="1", config={}, inputs={}, outputs={}, counts=counts)
+        time.sleep(0.2)
+    (line,) = lines  # once, for the committed layer only
+    match = COMMITTED.match(line)
+    assert match and match.groupdict() == {"stage": "exact_dedup", "in": "7", "passed": "5", "filtered": "2",
+                                           "dead": "0"}
 
 
 class _PortableResult(PortableResult):
@@ -77,21 +101,22 @@ class _PortableResult(PortableResult):
         raise AssertionError("progress polled a portable result's metrics")
 
 
-def test_progress_never_polls_a_portable_result():
+def test_progress_never_polls_a_portable_result(tmp_path):
     lines = []
-    progress = StageProgress("ingest", PipelineOptions(["--runner=FlinkRunner", "--progress_interval=0.05"]),
-                             lines.append)
+    progress = _fast(BuildProgress(PipelineOptions(["--runner=FlinkRunner"]), lines.append, 0.05))
+    progress.expect([("ingest", Layer(str(tmp_path), "ingest", "k"))])
     result = _PortableResult()
     with progress:
         progress.watch(result)
         time.sleep(0.3)
-    assert result.calls == 0 and lines and all(line.startswith("[ingest] running, ") for line in lines)
+    assert result.calls == 0 and lines == []
 
 
-def test_progress_off_prints_nothing_and_keeps_the_direct_runner():
+def test_progress_off_prints_no_counts_and_keeps_the_direct_runner(tmp_path):
     lines = []
-    progress = StageProgress("ingest", PipelineOptions([*IN_PROCESS, "--progress_interval=0"]), lines.append)
+    progress = _fast(BuildProgress(PipelineOptions(IN_PROCESS), lines.append, 0))
     assert progress.runner() is None
+    progress.expect([("ingest", Layer(str(tmp_path), "ingest", "k"))])
     with progress:
         time.sleep(0.1)
     assert lines == []
@@ -103,9 +128,10 @@ def test_progress_off_prints_nothing_and_keeps_the_direct_runner():
 THREADED = ["--runner=DirectRunner", "--direct_running_mode=multi_threading", "--direct_num_workers=1"]
 
 
-def test_local_runner_counts_finished_and_running_bundles():
+def test_local_runner_counts_finished_and_running_bundles(tmp_path):
     lines = []
-    progress = StageProgress("demo", PipelineOptions([*THREADED, "--progress_interval=0.1"]), lines.append)
+    progress = _fast(BuildProgress(PipelineOptions(THREADED), lines.append, 0.1))
+    progress.expect([("demo", Layer(str(tmp_path), "demo", "k"))])
     runner = progress.runner()
     assert isinstance(runner, CountingFnApiRunner)
 
@@ -119,7 +145,7 @@ def test_local_runner_counts_finished_and_running_bundles():
             _ = p | beam.Create(range(60)) | beam.Map(slow)
     counts = [int(m.group("n").replace(",", "")) for m in map(LINE.match, lines) if m and m.group("n")]
     assert counts and counts == sorted(counts) and counts[-1] <= 60, lines
-    assert progress.records_so_far() == 60
+    assert progress.records_so_far("demo") == 60
     assert any(0 < c < 60 for c in counts), f"no count while the bundle was running: {lines}"
 
 
@@ -133,14 +159,15 @@ def test_build_prints_progress_and_the_dataset_id_is_unchanged(built, tmp_path):
     config = load_config(SAMPLE_CONFIG).model_copy(update={"output_root": root})
     lines = []
     local_default = ["--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=2"]
-    result = CorpusBuild(config, PipelineOptions([*local_default, "--progress_interval=0.3"]),
-                         snapshot_id=built["manifest"]["snapshot_id"], log=lines.append).run()
+    result = CorpusBuild(config, PipelineOptions(local_default), snapshot_id=built["manifest"]["snapshot_id"],
+                         log=lines.append, progress_interval=0.3).run()
 
     assert result.dataset_id == built["manifest"]["dataset_id"]
     after = json.load(open(ledger))
     assert after["shards"] == before["shards"] and after["counts"] == before["counts"]
     progress = [m for m in map(LINE.match, lines) if m and m.group("stage") == "tokenize"]
     assert progress, lines
-    assert any(m.group("n") for m in progress), f"no record count in {[m.group(0) for m in progress]}"
     assert int(progress[-1].group("n").replace(",", "")) <= before["counts"]["in"]
-    assert lines.index(progress[0].group(0)) > lines.index(next(l for l in lines if l.startswith("[tokenize] running ->")))
+    assert lines.index(progress[0].group(0)) > lines.index(next(l for l in lines if l.startswith("[tokenize] runs in")))
+    (committed,) = [m for m in map(COMMITTED.match, lines) if m]  # the one layer this build computed
+    assert committed.group("stage") == "tokenize" and int(committed.group("in")) == before["counts"]["in"]
