@@ -7,10 +7,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
+from beam_pipeline.accounting import COUNTS, SumCounts, stage_counts
 from beam_pipeline.dedup.components import components, large_star, small_star, star_round, union_find
-from beam_pipeline.hashing import bucket_of
-from beam_pipeline.transforms.connected_components import ConnectedComponents
-from beam_pipeline.transforms.lsh_files import read_keyed_groups
+from beam_pipeline.transforms.connected_components import LABELS, ConnectedComponents
 
 OPTIONS = PipelineOptions(["--runner=DirectRunner", "--direct_running_mode=in_memory"])
 
@@ -63,64 +62,59 @@ def test_rounds_grow_slowly_with_path_length():
     assert rounds[4000] <= 14 and rounds[10] <= rounds[100] <= rounds[4000]
 
 
-def components_job(p, edges, max_rounds: int, directory, buckets: int = 3):
-    return {"edges": p | beam.Create(edges)} | ConnectedComponents(max_rounds, str(directory), buckets, "near_dedup")
+def components_job(p, edges, max_rounds: int):
+    """{"labels": (node, label), "counts": tallies} of the Beam transform on ``edges``."""
+    return (p | beam.Create(edges)) | ConnectedComponents(max_rounds, "near_dedup")
 
 
-def labels_of(spills, buckets: int = 3):
-    """(bucket, label spill file) -> (node, label); fails if a node's record is in another bucket."""
-    def read(spill):
-        bucket, path = spill
-        for node_id, parts in read_keyed_groups([path]):
-            assert bucket_of(node_id, buckets) == bucket, (node_id, bucket)
-            yield node_id, min(parts["label"])
-    return (spills | beam.FlatMap(read) | beam.GroupByKey()
-            | beam.MapTuple(lambda n, labels: (n, min(labels)) if len(set(labels)) == 1 else (n, sorted(labels))))
+def summed_counts(counts):
+    return counts | "SumCounts" >> beam.CombineGlobally(SumCounts())
 
 
-@pytest.mark.parametrize("buckets", [1, 3])
-def test_beam_components_match_union_find(tmp_path, buckets):
+def test_beam_components_match_union_find():
     rng = random.Random(99)
     edges = random_graph(rng, 300, 260) + [(node(i), node(i + 1)) for i in range(12)]  # a path too
     expected = sorted(union_find([e for e in edges if e[0] != e[1]]).items())
     _, rounds = components(edges)
     with TestPipeline(options=OPTIONS) as p:
-        labels = labels_of(components_job(p, edges, rounds + 1, tmp_path, buckets), buckets)
-        assert_that(labels, equal_to(expected))
+        assert_that(components_job(p, edges, rounds + 1)[LABELS], equal_to(expected))
 
 
-def test_edges_of_several_finders_make_one_graph(tmp_path):
-    """MinHash and SimHash edges are spilled apart; a component may need edges of both."""
+def test_edges_of_several_finders_make_one_graph():
+    """MinHash and SimHash edges come from two steps; a component may need edges of both."""
     rng = random.Random(7)
     edges = random_graph(rng, 200, 180) + [(node(i), node(i + 1)) for i in range(20)]
     expected = sorted(union_find([e for e in edges if e[0] != e[1]]).items())
     _, rounds = components(edges)
     with TestPipeline(options=OPTIONS) as p:
-        finders = {"minhash": p | "Odd" >> beam.Create(edges[1::2]), "simhash": p | "Even" >> beam.Create(edges[::2])}
-        labels = labels_of(finders | ConnectedComponents(rounds + 1, str(tmp_path), 3, "near_dedup"))
-        assert_that(labels, equal_to(expected))
+        finders = (p | "Odd" >> beam.Create(edges[1::2]), p | "Even" >> beam.Create(edges[::2]))
+        assert_that((finders | ConnectedComponents(rounds + 1, "near_dedup"))[LABELS], equal_to(expected))
 
 
-def test_beam_components_run_after_convergence_and_count_the_rounds(tmp_path):
+def test_beam_components_run_after_convergence_and_count_the_rounds_as_data():
     edges = [(node(i), node(i + 1)) for i in range(40)]
     _, rounds = components(edges)
-    p = beam.Pipeline(options=OPTIONS)
-    labels = labels_of(components_job(p, edges, rounds + 3, tmp_path))
-    assert_that(labels, equal_to([(node(i), node(0)) for i in range(41)]))
-    result = p.run()
-    result.wait_until_finish()
-    counters = {c.key.metric.name: c.committed for c in result.metrics().query()["counters"]}
-    assert counters["components_rounds"] == rounds
-    assert not any(counters.get(f"components_changed_r{i:02d}") for i in range(rounds, rounds + 4))
 
+    def counted(results):
+        (summed,) = results
+        other = stage_counts("near_dedup", summed)["other"]
+        assert other["components_rounds"] == rounds
+        changed = {name: n for name, n in other.items() if name.startswith("components_changed_r")}
+        assert changed and all(int(name[-2:]) < rounds for name in changed)  # nothing changes after convergence
 
-def test_beam_components_of_no_edges_is_empty(tmp_path):
     with TestPipeline(options=OPTIONS) as p:
-        assert_that(components_job(p, [("a", "a")], 1, tmp_path), equal_to([]))
+        found = components_job(p, edges, rounds + 3)
+        assert_that(found[LABELS], equal_to([(node(i), node(0)) for i in range(41)]), label="labels")
+        assert_that(summed_counts(found[COUNTS]), counted, label="counts")
 
 
-def test_not_converging_within_max_rounds_fails_loudly(tmp_path):
+def test_beam_components_of_no_edges_is_empty():
+    with TestPipeline(options=OPTIONS) as p:
+        assert_that(components_job(p, [("a", "a")], 1)[LABELS], equal_to([]))
+
+
+def test_not_converging_within_max_rounds_fails_loudly():
     edges = [(node(i), node(i + 1)) for i in range(64)]
     with pytest.raises(Exception, match=r"did not converge within near_dedup.max_rounds=2"):
         with TestPipeline(options=OPTIONS) as p:
-            _ = components_job(p, edges, 2, tmp_path)
+            _ = components_job(p, edges, 2)

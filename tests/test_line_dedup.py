@@ -11,9 +11,8 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from beam_pipeline.dedup.repetition import (countable_line_keys, line_key, line_keys, merge_ranges, strip_text,
                                       stripped_document, word_windows)
-from beam_pipeline.hashing import bucket_of
-from beam_pipeline.transforms.line_dedup import SPAN, BoilerplateLines, RepeatedSpans, partition_line_counts
-from beam_pipeline.transforms.lsh_files import read_keyed_groups
+from beam_pipeline.transforms.line_dedup import BoilerplateLines, RepeatedSpans, non_first_occurrences, \
+    partition_line_counts
 
 OPTIONS = PipelineOptions(["--runner=DirectRunner", "--direct_running_mode=in_memory"])
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -83,11 +82,14 @@ def test_boilerplate_lines_are_counted_per_document_across_the_corpus(tmp_path, 
     documents.append(doc("twice", "\n".join([texts[0].split("\n")[0]] * 40)))  # one document, one line 40 times
     paths = partitions_of(tmp_path, documents, count)
     with TestPipeline(options=OPTIONS) as p:
-        keys = p | BoilerplateLines(paths, str(tmp_path / "spill"), min_repeats=25, min_chars=20)
+        keys = p | BoilerplateLines(paths, min_repeats=25, min_chars=20)
         assert_that(keys, equal_to([tuple(sorted(line_key(line) for line in footer.split("\n")))]))
     with TestPipeline(options=OPTIONS) as p:  # 30 documents hold the footer: not more than 30
-        keys = p | BoilerplateLines(paths, str(tmp_path / "spill"), min_repeats=30, min_chars=20)
-        assert_that(keys, equal_to([()]))
+        keys = p | BoilerplateLines(paths, min_repeats=29, min_chars=20)
+        assert_that(keys, equal_to([tuple(sorted(line_key(line) for line in footer.split("\n")))]))
+    with TestPipeline(options=OPTIONS) as p:
+        keys = p | BoilerplateLines(paths, min_repeats=30, min_chars=20)
+        assert_that(keys, equal_to([]))  # no frequent line: no element (the stage reads it with default ())
 
 
 def test_partition_line_counts_count_documents_not_lines():
@@ -95,11 +97,12 @@ def test_partition_line_counts_count_documents_not_lines():
     assert keys.tolist() == [line_key("a long enough line")] and counts.tolist() == [2]
 
 
-def test_no_boilerplate_gives_an_empty_tuple(tmp_path):
-    paths = partitions_of(tmp_path, [doc("a", "x" * 40)], 1)
+def test_documents_without_text_are_counted_as_empty(tmp_path):
+    """A document with no text (the signing step dead-letters it) does not stop the line count."""
+    line = "a line long enough to be counted as boilerplate"
+    paths = partitions_of(tmp_path, [doc("a", line), doc("b", None), doc("c", line)], 1)
     with TestPipeline(options=OPTIONS) as p:
-        keys = p | BoilerplateLines(paths, str(tmp_path / "spill"), min_repeats=1, min_chars=20)
-        assert_that(keys, equal_to([()]))
+        assert_that(p | BoilerplateLines(paths, min_repeats=1, min_chars=20), equal_to([(line_key(line),)]))
 
 
 # --- spans -----------------------------------------------------------------------------
@@ -132,20 +135,24 @@ def test_repeated_spans_are_kept_in_the_first_document_and_cut_elsewhere(tmp_pat
         start = d["text"].index(shared)
         expected[d["doc_id"]] = [(start, start + len(shared))]
 
-    def check(spilled):  # (partition, span spill segment) pairs
-        cuts = {}
-        for partition, segment in spilled:
-            for doc_id, parts in read_keyed_groups([segment]):
-                assert bucket_of(doc_id, count) == partition  # spilled to the partition that holds the document
-                cuts.setdefault(doc_id, []).extend(parts[SPAN])
-        assert {doc_id: merge_ranges(spans) for doc_id, spans in cuts.items()} == expected
+    def check(cuts):  # (doc_id, (start, end)) pairs
+        found = {}
+        for doc_id, span in cuts:
+            found.setdefault(doc_id, []).append(span)
+        assert {doc_id: merge_ranges(spans) for doc_id, spans in found.items()} == expected
 
-    spill = tmp_path / "spill"
-    spill.mkdir()
     with TestPipeline(options=OPTIONS) as p:
-        spilled = p | RepeatedSpans(partitions_of(tmp_path, documents, count), ["web"], min_words=50, seed=0,
-                                    spill_directory=str(spill))
-        assert_that(spilled, check)
+        cuts = p | RepeatedSpans(partitions_of(tmp_path, documents, count), ["web"], min_words=50, seed=0)
+        assert_that(cuts, check)
     web1 = documents[1]
     start = web1["text"].index(shared)
     assert strip_text(web1["text"], [], [(start, start + len(shared))]) == f"{texts[1]}\n\n{texts[2]}"
+
+
+def test_the_first_occurrence_of_a_window_is_the_first_document_in_order_and_kept():
+    occurrences = [(5, False, "2020-01-01", "late", 0, 10), (5, True, "", "undated", 3, 13),
+                   (1, False, "2024-01-01", "curated", 7, 17), (5, False, "2019-06-01", "early", 2, 12)]
+    for order in (occurrences, occurrences[::-1]):
+        assert sorted(non_first_occurrences((42, order))) == [("early", (2, 12)), ("late", (0, 10)),
+                                                               ("undated", (3, 13))]
+    assert list(non_first_occurrences((42, occurrences[:1]))) == []

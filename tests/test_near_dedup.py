@@ -1,4 +1,5 @@
-"""The near-dedup stage on real text: planted clusters, hubs, short documents, chains, incremental, determinism."""
+"""The near-dedup stage on real text: planted clusters, hubs, short documents, chains, incremental,
+determinism, accounting, and byte-identity with the layers of the spill-file implementation."""
 import glob
 import hashlib
 import os
@@ -6,26 +7,32 @@ import random
 import re
 
 import apache_beam as beam
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from apache_beam.coders import coders
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.util import assert_that
 
-from beam_pipeline import schemas
-from beam_pipeline.config import ConfigError, NearDedupConfig, PolicyConfig, parse_config
-from beam_pipeline.hashing import bucket_of
-from beam_pipeline.layers import commit_layer, Layer, part_name, write_partition
+from beam_pipeline.accounting import COUNTS, DEAD_LETTER, SumCounts, check_stage, stage_counts
+from beam_pipeline.config import ConfigError, NearDedupConfig, PolicyConfig, load_config, parse_config
+from beam_pipeline.dedup.components import components
 from beam_pipeline.dedup.minhash import jaccard
-from beam_pipeline.policy import decide
 from beam_pipeline.dedup.repetition import line_key
 from beam_pipeline.dedup.shingling import shingle_hashes, words
+from beam_pipeline.hashing import bucket_of, canonical_json
+from beam_pipeline.layers import Layer, commit_layer, part_name
+from beam_pipeline.policy import decide
 from beam_pipeline.transforms import near_dedup
-from beam_pipeline.transforms.layer_io import WriteLayerOutput, WrittenPartitions
-from beam_pipeline.transforms.near_dedup import (NearDedupParams, build_stage, member_of, representative_order,
-                                                 resolve_against, sign_document)
-from conftest import apply_policy, grouping_coders, unexplained_flattens, unexplained_groupings
+from beam_pipeline.transforms.near_dedup import (AssembleFn, NearDedupParams, build_stage, member_of,
+                                                 representative_order, resolve_against, sign_document)
+from conftest import SAMPLE_CONFIG, apply_policy, grouping_key_coders
+from near_dedup_harness import MULTI_PROCESS, add_ingest, add_near_dedup, ingest_spec, ledger, near_dedup_spec, \
+    part_digests, read_output, run_near_dedup
 
 IN_PROCESS = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
+DETERMINISTIC_KEY_CODERS = (coders.StrUtf8Coder, coders.VarIntCoder, coders.BytesCoder)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WIKI = os.path.join(REPO, "sample", "data", "wikipedia", "part-0000.parquet")
 GPL_NOTICE = open(os.path.join(REPO, "sample", "data", "debian-copyright", "bash.txt"), encoding="utf-8").read()
@@ -97,37 +104,39 @@ def planted_corpus(originals: int = 8, singles: int = 25):
 
 # --- running the stage's job ---------------------------------------------------------
 
-def run_stage(tmp_path, documents, config: NearDedupConfig, previous=(), options=IN_PROCESS, name="run",
-              partitions=1):
-    """Documents -> the stage's outputs, written and read back as the build does.
-
-    The documents are split into ``partitions`` files by ``xxh3(doc_id) % partitions``, as ingest writes them.
-    """
-    root = tmp_path / name
-    docs_dir = str(root / "documents")
-    os.makedirs(docs_dir, exist_ok=True)
+def write_documents(directory, documents, partitions: int = 1) -> list[str]:
+    """The documents as ``partitions`` files split by ``xxh3(doc_id) % partitions``, sorted, as ingest writes them."""
+    os.makedirs(directory, exist_ok=True)
     rows = sorted(documents, key=lambda d: d["doc_id"])
-    paths = [os.path.join(docs_dir, part_name(i, partitions)) for i in range(partitions)]
+    paths = [os.path.join(directory, part_name(i, partitions)) for i in range(partitions)]
     for i, path in enumerate(paths):
         pq.write_table(pa.Table.from_pylist([r for r in rows if bucket_of(r["doc_id"], partitions) == i],
                                             schema=DOCS_SCHEMA), path)
-    p = beam.Pipeline(options=PipelineOptions(options))
-    layer = root / "layer"
-    outputs = build_stage(p, config, paths, list(previous), str(layer))
-    # only file names and a few small records go through the runner (conftest.GROUPINGS, FLATTENS)
-    assert unexplained_flattens(p) == [] and unexplained_groupings(grouping_coders(p)) == []
-    for output, schema in near_dedup.OUTPUTS.items():
-        if not isinstance(outputs[output], WrittenPartitions):  # annotations, signatures: written by the stage
-            outputs[output] | f"Write{output}" >> WriteLayerOutput(str(layer / output), schema, 2)
-    result = p.run()
-    result.wait_until_finish()
-    read = {}
-    for output in near_dedup.OUTPUTS:
-        parts = sorted(glob.glob(str(layer / output / "*.parquet")))
-        read[output] = [r for part in parts for r in pq.read_table(part).to_pylist()]
-        read[output + "_digests"] = [hashlib.sha256(open(part, "rb").read()).hexdigest() for part in parts]
-    read["metrics"] = {c.key.metric.name: c.committed for c in result.metrics().query()["counters"]
-                       if c.key.metric.namespace == near_dedup.STAGE}
+    return paths
+
+
+def run_stage(tmp_path, documents, config: NearDedupConfig, previous=(), options=IN_PROCESS, name="run",
+              partitions=1, max_dead_letter_fraction=0.01):
+    """Documents -> the stage's committed layer, read back: its outputs, their digests and its counts.
+
+    The layer is written and committed in one job as the build does it (``near_dedup_harness``):
+    the commit checks the accounting and that the annotations hold one row per document passed.
+    """
+    root = tmp_path / name
+    paths = write_documents(str(root / "documents"), documents, partitions)
+    seen = {}
+    layer = run_near_dedup(str(root), config, paths, previous=previous, options=options,
+                           before_run=lambda p: seen.update(grouping_key_coders(p)),
+                           max_dead_letter_fraction=max_dead_letter_fraction)
+    # every grouping key of the stage is a str or an int with a deterministic coder (never a pickled or numpy key)
+    ours = {name: coder for name, coder in seen.items() if name.startswith("near_dedup/NearDedup/")}
+    assert ours and all(isinstance(coder, DETERMINISTIC_KEY_CODERS) and coder.is_deterministic()
+                        for coder in ours.values()), {n: str(c) for n, c in ours.items()}
+    read = {"layer": layer, "counts": ledger(layer)["counts"]}
+    for output in (*near_dedup.OUTPUTS, DEAD_LETTER):
+        read[output] = read_output(layer, output)
+        read[output + "_digests"] = part_digests(layer, output)
+    read["metrics"] = read["counts"].get("other", {})
     return read
 
 
@@ -165,7 +174,8 @@ def test_planted_clusters_are_recovered_exactly(tmp_path):
                for r in singles)
     assert len(out["signatures"]) == len(documents)
     assert out["metrics"]["near_duplicates"] == sum(len(c) - 1 for c in expected)
-    assert out["metrics"]["components_rounds"] >= 1
+    assert out["metrics"]["clusters"] == len(expected) and out["metrics"]["components_rounds"] >= 1
+    assert out["counts"]["in"] == out["counts"]["passed"] == len(documents) and out["counts"]["dead_letter"] == 0
 
 
 def test_simhash_finds_the_closest_variants(tmp_path):
@@ -267,33 +277,37 @@ def test_chains_merge_into_one_cluster_but_large_clusters_check_against_the_repr
     assert capped["large_clusters"][0]["size"] == 3
 
 
-def test_incremental_dedup_finds_duplicates_of_a_previous_version(tmp_path):
+#: Per method, the kind of planted copy it finds (SimHash at 3 bits: formatting-only copies) for
+#: copies of v1 documents and for a cluster inside v2.
+INCREMENTAL_COPIES = {"minhash": ("edits", "header"), "simhash": ("spacing", "spacing"), "both": ("edits", "spacing")}
+
+
+@pytest.mark.parametrize("method", sorted(INCREMENTAL_COPIES))
+def test_incremental_dedup_finds_duplicates_of_a_previous_version(tmp_path, method):
     texts = [first_words(t, 200) for t in articles()[:24]]
-    config = NearDedupConfig(enabled=True, **LEAN)
+    config = NearDedupConfig(enabled=True, method=method, **LEAN)
+    copy_of_old, copy_inside = INCREMENTAL_COPIES[method]
     old = [doc(f"v1-{i:02d}", texts[i], source="wiki", rank=3) for i in range(12)]
     first = run_stage(tmp_path, old, config, name="v1")
-    # persist v1 as a layer on disk, exactly as the build commits it
-    layer = Layer(str(tmp_path / "root"), near_dedup.STAGE, "v1layerkey")
-    parts = [write_partition(layer.output_path(near_dedup.SIGNATURES), 0, 1, sorted(first["signatures"],
-                             key=lambda r: r["doc_id"]), schemas.NEAR_SIGNATURE)]
-    commit_layer(layer, version=near_dedup.VERSION, config=near_dedup.stage_config(config), inputs={},
-                 outputs={near_dedup.SIGNATURES: parts}, counts={})
-    previous = resolve_against(str(tmp_path / "root"), layer.path, config)
-    assert previous.key == "v1layerkey"
+    previous = resolve_against(str(tmp_path), first["layer"].path, config)  # the committed v1 layer
+    assert previous.key == first["layer"].key
 
-    new = [doc(f"v2-var{i:02d}", variants(texts[i], i)["edits"], rank=1) for i in range(5)]   # copies of v1 docs
+    new = [doc(f"v2-var{i:02d}", variants(texts[i], i)[copy_of_old], rank=1) for i in range(5)]  # copies of v1
     new += [doc("v1-07", texts[7], source="wiki", rank=3)]                                   # the same document again
     new += [doc(f"v2-new{i:02d}", texts[i]) for i in range(15, 24)]                           # new documents
-    new += [doc("v2-new15-copy", variants(texts[15], 15)["header"])]                          # a cluster inside v2
+    new += [doc("v2-new15-copy", variants(texts[15], 15)[copy_inside])]                       # a cluster inside v2
     second = run_stage(tmp_path, new, config, previous=[previous], name="v2")
     rows = by_id(second["annotations"])
     assert set(rows) == {d["doc_id"] for d in new}  # previous documents get no rows of their own
     for i in range(5):
         assert rows[f"v2-var{i:02d}"]["is_duplicate"] and rows[f"v2-var{i:02d}"]["representative"] == f"v1-{i:02d}"
+        assert rows[f"v2-var{i:02d}"]["cluster_size"] == 2  # the previous version's document counts
     assert rows["v1-07"]["is_duplicate"]  # already in the previous version
+    assert second["metrics"]["previous_version_copies"] == 1
     assert [d for d, r in rows.items() if r["is_duplicate"] and d.startswith("v2-new")] == ["v2-new15-copy"]
     assert not rows["v2-new15"]["is_duplicate"]
     assert {r["doc_id"] for r in second["signatures"]} == set(rows)  # only the new corpus is signed again
+    assert second["counts"]["in"] == second["counts"]["passed"] == len(new)
 
 
 def test_against_rejects_missing_and_incompatible_layers(tmp_path):
@@ -352,6 +366,133 @@ def test_a_document_in_the_wrong_partition_fails_the_stage(tmp_path):
         p.run().wait_until_finish()
 
 
+def chain_documents(length: int, seed: int) -> tuple[list[dict], list[tuple[str, str]]]:
+    """Real text cut into a chain: document k is words [30k, 30k + 300), so neighbours share 90% of
+    their words (J > 0.8) and documents three apart share 70% (J < 0.6); ids in random order."""
+    base = words(" ".join(articles()))[:30 * length + 300]
+    names = [f"c{n:02d}" for n in random.Random(seed).sample(range(100), length)]
+    documents = [doc(names[k], " ".join(base[30 * k:30 * k + 300])) for k in range(length)]
+    return documents, [(names[k], names[k + 1]) for k in range(length - 1)]
+
+
+def test_a_chain_needs_several_rounds_and_fails_loudly_when_max_rounds_is_too_low(tmp_path):
+    documents, chain = chain_documents(12, seed=5)
+    _, rounds = components(chain)
+    assert rounds >= 3  # star contraction of a 12-node path in random order
+    exact = dict(verify="jaccard", minhash={"num_perm": 100, "bands": 20, "rows": 5, "threshold": 0.7},
+                 lines={"enabled": False})
+    out = run_stage(tmp_path, documents, NearDedupConfig(enabled=True, max_rounds=rounds + 2, **exact))
+    assert clusters_of(out["annotations"]) == {frozenset(d["doc_id"] for d in documents)}
+    assert out["metrics"]["components_rounds"] >= 2
+    assert sum(n for name, n in out["metrics"].items() if name.startswith("components_changed_r")) > 0
+    with pytest.raises(Exception, match=r"did not converge within near_dedup.max_rounds=1 rounds"):
+        run_stage(tmp_path, documents, NearDedupConfig(enabled=True, max_rounds=1, **exact), name="one-round")
+    assert not glob.glob(str(tmp_path / "one-round" / "layers" / "near_dedup" / "*" / "_LEDGER.json"))
+
+
+def test_a_document_that_cannot_be_signed_is_dead_lettered_and_every_document_is_accounted_for(tmp_path):
+    documents, expected = planted_corpus(originals=2, singles=4)
+    poison = doc("poison", None)  # no text at all: signing raises, the document goes to the dead letter
+    documents.append(poison)
+    config = NearDedupConfig(enabled=True, substrings={"sources": ["web"], "min_words": 30}, **FAST)
+
+    # the counts output, summed as the commit step sums it (accounting.stage_counts)
+    paths = write_documents(str(tmp_path / "documents"), documents)
+    p = beam.Pipeline(options=PipelineOptions(IN_PROCESS))
+    produced = build_stage(p, config, paths, [], str(tmp_path / "layer"))
+    summed = tuple(produced[COUNTS]) | beam.Flatten() | beam.CombineGlobally(SumCounts())
+
+    def balanced(results):
+        (summed_counts,) = results
+        counts = stage_counts(near_dedup.STAGE, summed_counts)
+        assert counts["in"] == len(documents) and counts["dead_letter"] == 1
+        assert counts["in"] == counts["passed"] + sum(counts["filtered"].values()) + counts["dead_letter"]
+        for source, by_source in counts["by_source"].items():
+            assert by_source["in"] == by_source["passed"] + by_source["dead_letter"], source
+        check_stage(near_dedup.STAGE, counts, max_dead_letter_fraction=0.1)
+
+    assert_that(summed, balanced)
+    p.run().wait_until_finish()
+
+    # committed: the dead letter names the document, every other document has its annotation
+    out = run_stage(tmp_path, documents, config, name="committed", max_dead_letter_fraction=0.1)
+    (letter,) = out[DEAD_LETTER]
+    assert letter["doc_id"] == "poison" and letter["stage"] == near_dedup.STAGE and letter["error"]
+    assert {r["doc_id"] for r in out["annotations"]} == {d["doc_id"] for d in documents} - {"poison"}
+    assert clusters_of(out["annotations"]) == expected
+    assert (out["counts"]["in"], out["counts"]["passed"], out["counts"]["dead_letter"]) == (len(documents),
+                                                                                           len(documents) - 1, 1)
+
+
+# --- the sample: byte-identical to the spill-file implementation ----------------------------
+
+#: The sample's layers as the spill-file implementation (commit 1d4bd26) built them. The documents
+#: this stage reads, as sha256 of the canonical JSON of each partition's INPUT_COLUMNS (the files
+#: themselves hold the checkout's absolute paths in ``file``) ...
+SAMPLE_INGEST_DOCUMENTS = [
+    "7783acac110fc64d13143ebca83597d2d3519fd17ae49766fbf60976a6faf655",
+    "e915ad83c4606a5181a3d6598f833c529d0624d1794add5c0ea2263dcf9bd03e",
+    "d0868460e2d8f919f03eff71530a75927348b54caba6b1a6dd6513a5e0a1d7e7",
+    "9585c04f4272aec9ff2530183348fc9d0a19043511299ceee12b00a254e2b93d"]
+#: ... and the sha256 of the near-dedup layer's partitions, which this implementation must reproduce.
+EMPTY_LARGE_CLUSTERS = "4fc63e0dae1ef0804f8ddaef85b1a6f1f85d198c31324523fa9b1fd5b4de82ae"
+SAMPLE_NEAR_DEDUP = {
+    "annotations": ["f71132f97a02bdf895599469bc3fe7284161976ad7da0370898d8683509c5ca3",
+                    "bbb6baeb2e1ed20f099f8478fd9df840ce549a68885f503234ef2a76103a33b4",
+                    "141417fe2b0471607105eca5c57aa258183d77c5e09c33809f1288feefb73d77",
+                    "20cd4d204cc599276b5699413c8078d6bf4e0de31220140c8e8905309a66db03"],
+    "signatures": ["1a2db81f5a308f1767492e7b44a42c370d90393839c565d134a0f2308df6eb4e",
+                   "baff127da1966581ddd1242c2aba33fbbbe7755a49955ca7b5aa8e0aa1e1e061",
+                   "1a1b2e0c148c4e8262990920eaa7b8c8ac33caefc09c81bf359fa4a1b065e8ae",
+                   "cbd8a4b0c4d942de2b15e501809a7bd668d77e086285796ab87cee08ce61ba00"],
+    "large_clusters": [EMPTY_LARGE_CLUSTERS] * 4,
+}
+#: The counts of that layer's ledger (the spill-file implementation read them from Beam metrics).
+SAMPLE_NEAR_DEDUP_OTHER = {"boilerplate_documents": 317, "candidate_pairs": 844, "candidate_rejected": 12,
+                           "candidate_verified": 54, "clustered_documents": 108, "clusters": 54,
+                           "components_rounds": 1, "near_duplicates": 54, "signed": 768, "span_documents": 101}
+SAMPLE_PARTITIONS = 4
+
+
+@pytest.fixture(scope="module")
+def sample_layers(tmp_path_factory):
+    """The sample's ingest and near-dedup layers built in one job, as the build does: near dedup reads
+    the documents once the ingest layer is committed (``after``)."""
+    from beam_pipeline.snapshot import take_snapshot
+
+    root = str(tmp_path_factory.mktemp("sample"))
+    config = load_config(SAMPLE_CONFIG).model_copy(update={"output_root": root})
+    snapshot_id, manifest = take_snapshot(config, PipelineOptions(IN_PROCESS), log=lambda message: None)
+    ingested = ingest_spec(root, config, snapshot_id, SAMPLE_PARTITIONS)
+    near = near_dedup_spec(root, config.near_dedup, ingested.layer.key, SAMPLE_PARTITIONS)
+    documents = [os.path.join(ingested.layer.output_path("documents"), part_name(i, SAMPLE_PARTITIONS))
+                 for i in range(SAMPLE_PARTITIONS)]
+    p = beam.Pipeline(options=PipelineOptions(IN_PROCESS))
+    committed = add_ingest(p, ingested, config, manifest)
+    add_near_dedup(p, near, config.near_dedup, documents, after=[committed])
+    p.run().wait_until_finish()
+    return {"root": root, "config": config, "ingest": ingested.layer, "near": near.layer, "documents": documents}
+
+
+def test_the_sample_layers_are_byte_identical_to_the_spill_file_implementation(sample_layers):
+    assert [hashlib.sha256(canonical_json(pq.read_table(path, columns=near_dedup.INPUT_COLUMNS).to_pylist()))
+            .hexdigest() for path in sample_layers["documents"]] == SAMPLE_INGEST_DOCUMENTS  # the same input
+    near = sample_layers["near"]
+    for output, digests in SAMPLE_NEAR_DEDUP.items():
+        assert part_digests(near, output) == digests, output
+    counts = ledger(near)["counts"]
+    assert counts["other"] == SAMPLE_NEAR_DEDUP_OTHER
+    assert counts["in"] == counts["passed"] == 768 and counts["dead_letter"] == 0
+
+
+def test_the_sample_layers_are_the_same_on_two_worker_processes(sample_layers, tmp_path):
+    layer = run_near_dedup(str(tmp_path), sample_layers["config"].near_dedup, sample_layers["documents"],
+                           input_key=sample_layers["ingest"].key, options=MULTI_PROCESS)
+    for output, digests in SAMPLE_NEAR_DEDUP.items():
+        assert part_digests(layer, output) == digests, output
+    assert ledger(layer)["counts"] == ledger(sample_layers["near"])["counts"]
+
+
 # --- pure pieces: representative, signing, policy, select, config -----------------------------
 
 def test_representative_order():
@@ -368,7 +509,6 @@ def test_sign_document_leaves_boilerplate_lines_out():
     params = NearDedupParams.from_config(NearDedupConfig(enabled=True))
     body = paragraphs(60)[0]
     footer = "All rights reserved by the example publisher"
-    import numpy as np
     member, row = sign_document(doc("x", f"{body}\n{footer}"), params, np.array([line_key(footer)]))
     _, plain = sign_document(doc("x", body), params)
     assert row["minhash"] == plain["minhash"] and member[9] == (line_key(footer),)
@@ -415,23 +555,7 @@ def test_config_validation():
     assert stage["signature"]["normalization"].startswith("sh-v1") and "against" not in stage
 
 
-def test_assembly_fails_on_a_record_spilled_to_the_wrong_partition(tmp_path):
-    from beam_pipeline.transforms.lsh_files import keyed_record, write_keyed_spills
-    from beam_pipeline.transforms.near_dedup import AssemblePartitionFn, SpillDirectory
-
-    doc_id = next(f"d{i}" for i in range(100) if bucket_of(f"d{i}", 3) == 1)
-    member = member_of({"doc_id": doc_id, "source": "web", "source_rank": 1, "date": None})
-    (_, path), = write_keyed_spills({1: [keyed_record(doc_id, "member", member)]}, str(tmp_path), "member")
-    fn = AssemblePartitionFn(SpillDirectory(str(tmp_path), 3))
-    fn.setup()
-    assert [o.tag for o in fn.process((1, [path]))] == ["rows"]  # alone: its row, in its own partition
-    with pytest.raises(ValueError, match=f"document {doc_id} was spilled to partition 2"):
-        list(fn.process((2, [path])))
-
-
 def test_a_document_named_by_several_previous_versions_takes_the_first_in_representative_order():
-    from beam_pipeline.transforms.near_dedup import AssembleFn
-
     old = {"doc_id": "d1", "source": "web", "date": "2020-01-01"}
     members = [member_of({**old, "source_rank": rank}, previous=True) for rank in (3, 1, 2)]
     fn = AssembleFn()

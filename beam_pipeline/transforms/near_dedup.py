@@ -15,40 +15,41 @@ Outputs:
 * ``large_clusters`` (:data:`~beam_pipeline.schemas.LARGE_CLUSTER`): clusters
   above ``max_cluster_size``, with a deterministic sample of members.
 
-The data flow (``docs/near_dedup.md`` has the reasoning and the numbers)::
+The data flow, every grouping the runner's own (``docs/near_dedup.md`` has
+the reasoning and the numbers)::
 
-    documents partition i --SignSpillAndWrite (one task per partition)--> members spill file of partition i
-      |   (BoilerplateLines: side input)  |-- signatures partition i, written by the task
-      |                                   |-- band / block keys -> spill files by bucket key % n
-      |                                   |   (+ previous versions' signature partitions, spilled alike)
-      |                                   v
-      |        MinHashEdges: GroupByKey(bucket) of file names -> a star per band key
-      |                      -> VerifyPairs (pairs through files, signatures read from their partitions)
-      |        SimHashEdges: GroupByKey(bucket) of file names -> pairs <= k bits per block key
-      |                                   v
-      |                 ConnectedComponents (large-star/small-star rounds through edge spill files)
-      |                                   v  labels spilled by the partition of their doc_id
-      +--RepeatedSpans--> AssignClusters: one task per partition: member + label + spans
-                                |  -> documents in no cluster: annotation rows
-                     one task per bucket of cluster labels -> representative = min(previous version first,
-                                |     source rank, -quality, date (missing last), doc_id)
-                                +-- size <= max_cluster_size: every other member is a duplicate
-                                +-- larger: reported; a member is a duplicate only if it
-                                    verifies against the representative itself (VerifyPairs)
-                     annotation rows -> spill files by partition -> one task writes each partition
+    documents partition i --BoilerplateLines (CombinePerKey(sum) of line keys)--> side input
+      |                                    v
+      +--Sign (one task per partition): writes signatures partition i itself
+      |    -> (doc_id, member)  (doc_id, payload)  (band key, doc_id)  (block key, doc_id, fingerprint)
+      |       (+ previous versions' signature partitions: payloads and keys alike)
+      |                                    v
+      |    MinHashEdges: GroupByKey(band key) -> star edges (min doc_id, other)
+      |                  -> VerifyPairs: CoGroupByKey(a, signatures), CoGroupByKey(b, signatures)
+      |    SimHashEdges: GroupByKey(block key) -> pairs within max_hamming bits
+      |                                    v
+      |    ConnectedComponents: large-star / small-star rounds, a GroupByKey(node) per step
+      |                                    v  (doc_id, label)
+      +--RepeatedSpans: GroupByKey(window hash) -> (doc_id, range to cut)
+                                           v
+       AssignClusters: CoGroupByKey(doc_id) of member, label, previous-version members, spans
+           -> documents in no cluster: their row
+           -> GroupByKey(cluster label) -> representative = min(previous version first, source rank,
+                  -quality, date (missing last), doc_id)
+                  +-- size <= max_cluster_size: every other member is a duplicate
+                  +-- larger: reported; a member is a duplicate only if it verifies against the
+                      representative itself (VerifyPairs)
+           -> annotation rows (the build writes them, partitioned and sorted by doc_id)
 
-Everything per document of the corpus (text, signatures, band keys, candidate
-pairs, line counts, windows of repeated spans, edges, labels, members, annotation
-rows) goes through
-files (:mod:`~beam_pipeline.transforms.lsh_files`,
-:mod:`~beam_pipeline.transforms.connected_components`); the runner groups
-file names, and carries the verified edges and the pairs to check against a
-representative from the task that finds them to the one that spills them.
-Every grouping key is a str (doc_id, cluster label) or a non-negative 63-bit
-int (band, block, line and window keys), typed with ``StrKeyed``/``IntKeyed``.
-Representatives are minima over a total order ending in doc_id, and cluster
-ids are the smallest doc_id of the component, so neither depends on the
-runner, the parallelism or the order of delivery.
+What is grouped is small: doc_ids, band keys, member tuples (rank, date,
+doc_id, source), signatures (``num_perm`` x 4 bytes), labels and character
+ranges; text is read by the tasks of its partition only. Every grouping key is
+a str (doc_id, cluster label) or a non-negative 63-bit int (band, block, line
+and window keys), typed with ``StrKeyed``/``IntKeyed``. Representatives are
+minima over a total order ending in doc_id, and cluster ids are the smallest
+doc_id of the component, so neither depends on the runner, the parallelism or
+the order of delivery. Counts are data (:mod:`beam_pipeline.accounting`): every
+deciding step emits its tallies on a ``counts`` output.
 """
 from __future__ import annotations
 
@@ -61,22 +62,18 @@ from typing import Iterable, Iterator
 import apache_beam as beam
 import numpy as np
 
-from beam_pipeline.accounting import StageCounters
+from beam_pipeline.accounting import COUNTS, CountingDoFn, Tally
 from beam_pipeline.config import ConfigError, NearDedupConfig
 from beam_pipeline.dedup import minhash, simhash
 from beam_pipeline.dedup.repetition import LINES_VERSION, SPANS_VERSION, line_keys, merge_ranges
 from beam_pipeline.dedup.shingling import NORMALIZATION_VERSION, shingle_hashes
-from beam_pipeline.hashing import bucket_of, sha256_bytes, stable_hash64
+from beam_pipeline.hashing import bucket_of, stable_hash64
 from beam_pipeline.layers import join, part_name, read_bytes, read_partition_rows
 from beam_pipeline.schemas import LARGE_CLUSTER, NEAR_DEDUP, NEAR_SIGNATURE, dead_letter_row
-from beam_pipeline.transforms.connected_components import ConnectedComponents
-from beam_pipeline.transforms.keys import IntKeyed
-from beam_pipeline.transforms.layer_io import SPILL, GroupSpillFiles, PartitionIndexes, \
-    SpillByPartition, WriteSpilledPartitions, WrittenPartitions, write_layer_partition, write_partition_spills
-from beam_pipeline.transforms.line_dedup import SPAN, BoilerplateLines, RepeatedSpans
-from beam_pipeline.transforms.lsh_files import AttachFirstFn, LshBucketFilesFn, SignatureFiles, SpillKeyedFn, \
-    SpillPairsFn, decode_carry, keyed_record, read_keyed_groups, read_pair_spills, spill_lsh_records, \
-    write_keyed_spills
+from beam_pipeline.transforms.connected_components import LABELS, ConnectedComponents
+from beam_pipeline.transforms.keys import IntKeyed, StrKeyed
+from beam_pipeline.transforms.layer_io import PartitionIndexes, WrittenPartitions, write_layer_partition
+from beam_pipeline.transforms.line_dedup import BoilerplateLines, RepeatedSpans
 
 STAGE = "near_dedup"
 VERSION = "1"
@@ -84,8 +81,12 @@ ANNOTATIONS, SIGNATURES, LARGE_CLUSTERS, DEAD_LETTER = "annotations", "signature
 OUTPUTS = {ANNOTATIONS: NEAR_DEDUP, SIGNATURES: NEAR_SIGNATURE, LARGE_CLUSTERS: LARGE_CLUSTER}
 INPUT_COLUMNS = ["doc_id", "source", "source_rank", "date", "text"]
 
-_MEMBERS, _PREVIOUS, _CLUSTERED, _CHECK, _ROWS = "members", "previous", "clustered", "check", "rows"
-_BAND_SPILLS, _BLOCK_SPILLS = "band_spills", "block_spills"
+#: The columns of a signature row that verification reads (:class:`PairCheck`'s payload).
+PAYLOAD_COLUMNS = ["minhash", "simhash", "shingles"]
+
+_MEMBERS, _PAYLOADS, _BANDS, _BLOCKS = "members", "payloads", "bands", "blocks"
+_MEMBER, _PREVIOUS, _LABEL, _SPAN = "member", "previous", "label", "span"
+_CLUSTERED, _CHECK, _ROWS = "clustered", "check", "rows"
 _DATASET_ID = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -203,311 +204,353 @@ def resolve_against(root: str, entry: str, config: NearDedupConfig) -> PreviousL
     return PreviousLayer(ledger["key"], path, tuple(join(path, SIGNATURES, p["name"]) for p in parts))
 
 
-def build_stage(pipeline, config: NearDedupConfig, document_paths: list[str],
-                previous: list[PreviousLayer], layer_path: str) -> dict:
-    """The stage's job: read the layers, annotate, return the outputs by name.
+def build_stage(pipeline, config: NearDedupConfig, document_paths: list[str], previous: list[PreviousLayer],
+                layer_path: str, after: Iterable = ()) -> dict:
+    """The stage in the build's job: {"annotations", "signatures" (written by the signing tasks),
+    "large_clusters", "dead_letter", "counts"} (:class:`AnnotateNearDuplicates`).
 
     ``layer_path`` is the layer being built: the signing tasks write its
-    ``signatures`` partitions and the LSH spill files (under ``_spill/``, which
-    the driver deletes before the commit) themselves.
+    ``signatures`` partitions themselves. The documents are read once every
+    layer of ``after`` (PCollections of one ``Committed``) is committed.
     """
     return pipeline | "NearDedup" >> AnnotateNearDuplicates(
-        NearDedupParams.from_config(config), tuple(document_paths), tuple(previous), layer_path)
+        NearDedupParams.from_config(config), tuple(document_paths), tuple(previous), layer_path, tuple(after))
 
 
 class AnnotateNearDuplicates(beam.PTransform):
-    """pbegin -> {"annotations", "signatures" (WrittenPartitions), "large_clusters", "dead_letter"}.
+    """pbegin -> {"annotations": rows, "signatures": WrittenPartitions, "large_clusters": rows,
+    "dead_letter": rows, "counts": a tuple of PCollections of tallies}.
 
     ``document_paths`` are the partitions of the ingest layer's documents
-    (partition ``i`` holds the doc_ids with ``xxh3(doc_id) % n == i``);
-    ``previous`` the earlier layers to dedup against.
+    (partition ``i`` holds the doc_ids with ``xxh3(doc_id) % n == i``, sorted);
+    ``previous`` the earlier layers to dedup against (committed).
     """
 
     def __init__(self, params: NearDedupParams, document_paths: tuple[str, ...],
-                 previous: tuple[PreviousLayer, ...], layer_path: str):
+                 previous: tuple[PreviousLayer, ...], layer_path: str, after: tuple = ()):
         super().__init__()
         self._params = params
         self._documents = document_paths
         self._previous = previous
         self._layer_path = layer_path
+        self._after = after
 
     def expand(self, pbegin):
-        params = self._params
-        signatures_directory = join(self._layer_path, SIGNATURES)
-        files = SignatureFiles((tuple(join(signatures_directory, part_name(i, len(self._documents)))
-                                      for i in range(len(self._documents))),
-                                *(layer.signature_paths for layer in self._previous)))
-        spills = SpillDirectory(join(self._layer_path, SPILL), len(self._documents))
+        params, documents, after = self._params, self._documents, self._after
         side = []
         if params.lines:
-            # The boilerplate count reads the text once more: it must be complete before any document is signed.
+            # Counted over a read of its own: the keys must be complete before any document is signed,
+            # and signing reads its partition itself, so no document waits in the runner for them.
             boilerplate = pbegin | "BoilerplateLines" >> BoilerplateLines(
-                self._documents, spills.directory, params.line_min_repeats, params.line_min_chars)
-            side = [beam.pvalue.AsSingleton(boilerplate)]
+                documents, params.line_min_repeats, params.line_min_chars, after)
+            side = [beam.pvalue.AsSingleton(boilerplate, default_value=())]
         signed = (
             pbegin
-            | "Partitions" >> PartitionIndexes(len(self._documents))
-            | "SignSpillAndWrite" >> beam.ParDo(SignPartitionFn(params, self._documents, signatures_directory,
-                                                                spills), *side)
-            .with_output_types(IntKeyed).with_outputs(SIGNATURES, _BAND_SPILLS, _BLOCK_SPILLS, DEAD_LETTER, main=_MEMBERS)
+            | "Partitions" >> PartitionIndexes(len(documents), after)
+            | "Sign" >> beam.ParDo(SignPartitionFn(params, documents, join(self._layer_path, SIGNATURES)), *side)
+            .with_output_types(StrKeyed, **{_PAYLOADS: StrKeyed, _BANDS: IntKeyed, _BLOCKS: IntKeyed,
+                                            SIGNATURES: dict, DEAD_LETTER: dict, COUNTS: dict})
+            .with_outputs(SIGNATURES, _PAYLOADS, _BANDS, _BLOCKS, DEAD_LETTER, COUNTS, main=_MEMBERS)
         )
-        spilled = {kind: [signed[kind]] for kind in (_BAND_SPILLS, _BLOCK_SPILLS)}
+        payloads, bands, blocks = [signed[_PAYLOADS]], [signed[_BANDS]], [signed[_BLOCKS]]
         if self._previous:
-            paths = [path for layer in self._previous for path in layer.signature_paths]
-            previous = (
+            old = (
                 pbegin
-                | "PreviousSignaturePaths" >> beam.Create(paths)
-                | "SpreadPreviousPaths" >> beam.Reshuffle()
-                | "SpillPrevious" >> beam.ParDo(SpillPreviousFn(params, spills)).with_outputs(
-                    _BAND_SPILLS, _BLOCK_SPILLS))
-            for kind in spilled:
-                spilled[kind].append(previous[kind])
+                | "PreviousSignaturePartitions" >> beam.Create(
+                    [(layer, path) for layer, previous in enumerate(self._previous, 1)
+                     for path in previous.signature_paths])
+                | "SpreadPreviousPartitions" >> beam.Reshuffle()
+                | "ReadPreviousSignatures" >> beam.ParDo(PreviousSignaturesFn(params))
+                .with_output_types(StrKeyed, **{_BANDS: IntKeyed, _BLOCKS: IntKeyed})
+                .with_outputs(_BANDS, _BLOCKS, main=_PAYLOADS)
+            )
+            payloads.append(old[_PAYLOADS])
+            bands.append(old[_BANDS])
+            blocks.append(old[_BLOCKS])
+        signatures = _flatten(payloads, "AllSignatures")  # (doc_id, (layer, payload)); layer 0: this corpus
 
-        found = {}  # finder -> {"edges": (a, b), "previous": (doc_id, previous-version member)}
-        if params.use_minhash:
-            found["minhash"] = (spilled[_BAND_SPILLS] | "AllBandSpills" >> beam.Flatten()
-                                | "MinHashEdges" >> MinHashEdges(params, files, spills.directory))
-        if params.use_simhash:
-            found["simhash"] = (spilled[_BLOCK_SPILLS] | "AllBlockSpills" >> beam.Flatten()
-                                | "SimHashEdges" >> SimHashEdges(params))
-        labels = (
-            {finder: edges["edges"] for finder, edges in found.items()}
-            | "Components" >> ConnectedComponents(params.max_rounds, spills.directory, spills.buckets, STAGE)
-        )
-        # What the partition of a doc_id needs to annotate it, as (partition, spill file). Every per-document
-        # collection is spilled by the step that makes it: a Flatten joins file names only.
-        document_spills = [signed[_MEMBERS], labels]
+        counts, edges, previous_members = [signed[COUNTS]], [], []
+        for used, name, keys, finder in (
+                (params.use_minhash, "MinHash", bands, lambda: MinHashEdges(params)),
+                (params.use_simhash, "SimHash", blocks, lambda: SimHashEdges(params))):
+            if used:
+                found = {_KEYS: _flatten(keys, f"All{name}Keys"), _SIGNATURE: signatures} | f"{name}Edges" >> finder()
+                edges.append(found[_EDGES])
+                previous_members.append(found[_PREVIOUS])
+                counts.append(found[COUNTS])
+        components = tuple(edges) | "Components" >> ConnectedComponents(params.max_rounds, STAGE)
+        counts.append(components[COUNTS])
+
+        parts = {_MEMBER: signed[_MEMBERS], _LABEL: components[LABELS]}
         if self._previous:
-            document_spills += [
-                edges["previous"] | f"Spill{finder.title()}PreviousMembers" >> beam.ParDo(
-                    SpillKeyedFn(spills.directory, spills.buckets, "previous"))
-                for finder, edges in found.items()]
+            parts[_PREVIOUS] = _flatten(previous_members, "AllPreviousMembers")
         if params.span_sources:
-            document_spills.append(pbegin | "RepeatedSpans" >> RepeatedSpans(
-                self._documents, params.span_sources, params.span_min_words, params.seed, spills.directory))
-        clusters = (document_spills | "AllDocumentSpills" >> beam.Flatten()
-                    | "Clusters" >> AssignClusters(params, files, spills, join(self._layer_path, ANNOTATIONS)))
-        return {ANNOTATIONS: WrittenPartitions(clusters[ANNOTATIONS]), SIGNATURES: WrittenPartitions(signed[SIGNATURES]),
-                LARGE_CLUSTERS: clusters[LARGE_CLUSTERS], DEAD_LETTER: signed[DEAD_LETTER]}
+            parts[_SPAN] = pbegin | "RepeatedSpans" >> RepeatedSpans(
+                documents, params.span_sources, params.span_min_words, params.seed, after)
+        clusters = {**parts, _SIGNATURE: signatures} | "Clusters" >> AssignClusters(params)
+        counts.append(clusters[COUNTS])
+        return {ANNOTATIONS: clusters[ANNOTATIONS], SIGNATURES: WrittenPartitions(signed[SIGNATURES]),
+                LARGE_CLUSTERS: clusters[LARGE_CLUSTERS], DEAD_LETTER: signed[DEAD_LETTER], COUNTS: tuple(counts)}
+
+
+def _flatten(collections: list, label: str):
+    return collections[0] if len(collections) == 1 else tuple(collections) | label >> beam.Flatten()
+
+
+_KEYS, _SIGNATURE, _EDGES, _PAIRS, _CHECKED = "keys", "signature", "edges", "pairs", "checked"
 
 
 class MinHashEdges(beam.PTransform):
-    """PCollection[(bucket, band spill file)] -> {"edges": verified (a, b), "previous": (doc_id, member)}.
+    """{"keys": (band key, (doc_id, previous-version member or None)), "signature": (doc_id, (layer, payload))}
+    -> {"edges": verified (a, b), "previous": (doc_id, member), "counts"}.
 
-    The spill files of a bucket meet at one task, which groups their records
-    by band key and makes a star per band bucket; then each candidate pair is
-    verified (unless ``verify: none``) against the signatures in ``files``.
+    One ``GroupByKey`` on the band key makes a star per band bucket
+    (:class:`MinHashBucketFn`); each distinct candidate pair is then verified
+    (unless ``verify: none``) by joining both ends with their signatures (:class:`VerifyPairs`).
     """
-
-    def __init__(self, params: NearDedupParams, files: SignatureFiles, spill_directory: str):
-        super().__init__()
-        self._params = params
-        self._files = files
-        self._spill_directory = spill_directory
-
-    def expand(self, spills):
-        buckets = (
-            spills
-            | "GroupSpillsByBucket" >> GroupSpillFiles()
-            | "StarCandidates" >> beam.ParDo(LshBucketFilesFn(MinHashBucketFn(), _band_entry)).with_outputs(
-                _PREVIOUS, main="pairs")
-        )
-        edges = buckets["pairs"]
-        if self._params.verify != "none":
-            edges = (
-                edges
-                | "AsCandidatePairs" >> beam.Map(lambda e: (e[0], e[1], None))
-                | "VerifyCandidates" >> VerifyPairs(self._files, self._spill_directory,
-                                                    PairCheck(self._params, "minhash"), "candidate")
-                | "KeepVerified" >> beam.FlatMap(lambda r: [(r[0], r[1])] if r[3] else []))
-        return {"edges": edges, "previous": buckets[_PREVIOUS]}
-
-
-class SimHashEdges(beam.PTransform):
-    """PCollection[(bucket, block spill file)] -> {"edges": (a, b) within max_hamming bits,
-    "previous": (doc_id, member)}: pairs of each block key's documents, as for MinHash."""
 
     def __init__(self, params: NearDedupParams):
         super().__init__()
         self._params = params
 
-    def expand(self, spills):
-        close = (
-            spills
-            | "GroupSpillsByBucket" >> GroupSpillFiles()
-            | "ClosePairs" >> beam.ParDo(LshBucketFilesFn(SimHashBucketFn(self._params.max_hamming), _block_entry))
-            .with_outputs(_PREVIOUS, main="pairs")
+    def expand(self, inputs):
+        buckets = (
+            inputs[_KEYS]
+            | "GroupByBandKey" >> beam.GroupByKey()
+            | "StarCandidates" >> beam.ParDo(MinHashBucketFn())
+            .with_output_types(tuple[str, str], **{_PREVIOUS: StrKeyed, COUNTS: dict})
+            .with_outputs(_PREVIOUS, COUNTS, main=_PAIRS)
         )
-        return {"edges": close["pairs"], "previous": close[_PREVIOUS]}
+        edges, counts = buckets[_PAIRS], [buckets[COUNTS]]
+        if self._params.verify != "none":
+            verified = (
+                {_PAIRS: edges | "AsCandidatePairs" >> beam.Map(lambda e: (e[0], e[1], None)),
+                 _SIGNATURE: inputs[_SIGNATURE]}
+                | "VerifyCandidates" >> VerifyPairs(PairCheck(self._params, "minhash"), "candidate"))
+            edges = verified[_CHECKED] | "KeepVerified" >> beam.FlatMap(lambda r: [(r[0], r[1])] if r[3] else [])
+            counts.append(verified[COUNTS])
+        return {_EDGES: edges, _PREVIOUS: buckets[_PREVIOUS], COUNTS: _flatten(counts, "AllCounts")}
 
 
-class AssignClusters(beam.PTransform):
-    """PCollection[(partition, spill file of keyed records)]
-    -> {"annotations": sidecars of the partitions written, "large_clusters": rows}.
+class SimHashEdges(beam.PTransform):
+    """{"keys": (block key, (doc_id, member or None, fingerprint)), ...} -> {"edges": (a, b) within
+    max_hamming bits, "previous": (doc_id, member), "counts"}: every pair of a block bucket is
+    checked exactly (:class:`SimHashBucketFn`), so there is no join."""
 
-    The spill files (:data:`~beam_pipeline.transforms.lsh_files.KEYED_RECORD`)
-    hold, by the partition of their doc_id, what annotating a document needs:
-    its ``member`` (written by the signing task), its cluster ``label``,
-    ``previous``-version members and repeated ``span`` ranges. The runner
-    groups file names only. One task per partition assembles its documents:
-    those in no cluster get their annotation row, the others go to the bucket
-    of their cluster label. One task per bucket chooses each cluster's
-    representative; members of large clusters are verified against it
-    (:class:`VerifyPairs`). The annotation rows go to the partition of their
-    doc_id, and one task per partition writes it.
-    """
-
-    def __init__(self, params: NearDedupParams, files: SignatureFiles, spills: "SpillDirectory",
-                 annotations_directory: str):
+    def __init__(self, params: NearDedupParams):
         super().__init__()
         self._params = params
-        self._files = files
-        self._spills = spills
-        self._annotations = annotations_directory
 
-    def expand(self, document_spills):
-        spills, directory = self._spills, self._spills.directory
-        assembled = (
-            document_spills
-            | "GroupSpillsByPartition" >> GroupSpillFiles()
-            | "Assemble" >> beam.ParDo(AssemblePartitionFn(spills)).with_outputs(_ROWS, main=_CLUSTERED)
+    def expand(self, inputs):
+        close = (
+            inputs[_KEYS]
+            | "GroupByBlockKey" >> beam.GroupByKey()
+            | "ClosePairs" >> beam.ParDo(SimHashBucketFn(self._params.max_hamming))
+            .with_output_types(tuple[str, str], **{_PREVIOUS: StrKeyed, COUNTS: dict})
+            .with_outputs(_PREVIOUS, COUNTS, main=_PAIRS)
         )
-        clusters = (
-            assembled[_CLUSTERED]  # (bucket of the cluster label, spill file of (label, entry) records)
-            | "GroupSpillsByClusterBucket" >> GroupSpillFiles()
-            | "Representatives" >> beam.ParDo(ClusterBucketFn(self._params, spills)).with_outputs(
-                LARGE_CLUSTERS, _CHECK, main=_ROWS)
-        )
-        checked = (
-            clusters[_CHECK]  # (representative, member, carry)
-            | "VerifyAgainstRepresentative" >> VerifyPairs(self._files, directory,
-                                                            PairCheck(self._params, "any"), "large_cluster")
-            | "LargeClusterRows" >> beam.ParDo(LargeMemberRowFn())
-            | "SpillLargeClusterRows" >> SpillByPartition(directory, spills.buckets, NEAR_DEDUP, prefix="rows-large")
-        )
-        written = (
-            (assembled[_ROWS], clusters[_ROWS], checked)
-            | "AllAnnotationSpills" >> beam.Flatten()
-            | "WriteAnnotations" >> WriteSpilledPartitions(self._annotations, spills.buckets, NEAR_DEDUP)
-        )
-        return {ANNOTATIONS: written, LARGE_CLUSTERS: clusters[LARGE_CLUSTERS]}
+        return {_EDGES: close[_PAIRS], _PREVIOUS: close[_PREVIOUS], COUNTS: close[COUNTS]}
 
 
 class VerifyPairs(beam.PTransform):
-    """PCollection[(a, b, carry)] -> PCollection[(a, b, carry, ok)].
+    """{"pairs": (a, b, carry), "signature": (doc_id, (layer, payload))} -> {"checked": (a, b, carry, ok), "counts"}.
 
     ``b`` is a document of this corpus; ``a`` of this corpus or of an earlier
-    version. Each pair is written to a spill file of the partition of ``a``'s
-    signature in every layer of ``files`` (this corpus first); the task of
-    that partition drops repeated pairs and attaches ``a``'s payload. Then the
-    pair goes (again through a file) to the partition of ``b``'s signature,
-    whose task takes ``a``'s payload from the first layer that has it and
-    decides with ``check(payload_a, payload_b)``. Repeated (a, b, carry)
-    triples are checked once; only file names go through the runner
-    (:mod:`~beam_pipeline.transforms.lsh_files`).
+    version. The pairs meet the signature of ``a`` (``CoGroupByKey`` on a),
+    which drops repeated (b, carry) and attaches ``a``'s payload from the
+    first layer that has it (this corpus, then the ``against`` entries in
+    order), then the signature of ``b`` (``CoGroupByKey`` on b), where
+    ``check(payload_a, payload_b)`` decides. Counts ``<label>_verified`` and
+    ``<label>_rejected`` per distinct (a, b, carry).
     """
 
-    def __init__(self, files: SignatureFiles, spill_directory: str, check, label: str):
+    def __init__(self, check, label: str):
         super().__init__()
-        self._files = files
-        self._spill_directory = spill_directory
         self._check = check
         self._label = label
 
-    def expand(self, pairs):
-        files, directory, prefix = self._files, self._spill_directory, f"pairs_{self._label}"
-        return (
-            pairs
-            | "SpillByPartitionOfFirst" >> beam.ParDo(SpillPairsFn(files, directory, prefix))
-            .with_output_types(IntKeyed)
-            | "GroupByPartitionOfFirst" >> beam.GroupByKey()
-            | "AttachFirst" >> beam.ParDo(AttachFirstFn(files, directory, f"{prefix}_attached"))
-            .with_output_types(IntKeyed)
-            | "GroupByPartitionOfSecond" >> beam.GroupByKey()
-            | "Check" >> beam.ParDo(_CheckFn(files, self._check, self._label))
+    def expand(self, inputs):
+        signatures = inputs[_SIGNATURE]
+        attached = (
+            {_PAIRS: inputs[_PAIRS] | "KeyByFirst" >> beam.Map(lambda p: (p[0], (p[1], p[2])))
+                .with_output_types(StrKeyed),
+             _SIGNATURE: signatures}
+            | "JoinFirstSignature" >> beam.CoGroupByKey()
+            | "AttachFirst" >> beam.FlatMap(attach_first).with_output_types(StrKeyed)
         )
+        checked = (
+            {_PAIRS: attached, _SIGNATURE: signatures}
+            | "JoinSecondSignature" >> beam.CoGroupByKey()
+            | "Check" >> beam.ParDo(_CheckFn(self._check, self._label)).with_outputs(COUNTS, main=_CHECKED)
+        )
+        return {_CHECKED: checked[_CHECKED], COUNTS: checked[COUNTS]}
+
+
+def _payload(doc_id: str, signatures: Iterable[tuple[int, tuple]]) -> tuple:
+    """The payload of the first layer (lowest index) that holds ``doc_id``'s signature."""
+    found = min(signatures, key=lambda entry: entry[0], default=None)
+    if found is None:
+        raise ValueError(f"{STAGE}: no signature for document {doc_id} of a pair to verify")
+    return found[1]
+
+
+def attach_first(joined: tuple[str, dict]) -> Iterator[tuple[str, tuple]]:
+    """(a, {pairs: [(b, carry)], signature: [(layer, payload)]}) -> (b, (a, carry, payload of a))
+    per distinct (b, carry)."""
+    a, parts = joined
+    pairs = set(parts[_PAIRS])
+    if not pairs:
+        return
+    payload = _payload(a, parts[_SIGNATURE])
+    for b, carry in pairs:
+        yield b, (a, carry, payload)
+
+
+class _CheckFn(CountingDoFn):
+    """(b, {pairs: [(a, carry, payload of a)], signature}) -> (a, b, carry, ok) per pair."""
+
+    def __init__(self, check, label: str):
+        super().__init__(STAGE)
+        self._check = check
+        self._label = label
+
+    def process(self, joined: tuple[str, dict]) -> Iterator[tuple]:
+        b, parts = joined
+        pairs = list(parts[_PAIRS])
+        if not pairs:
+            return
+        payload_b = _payload(b, parts[_SIGNATURE])
+        for a, carry, payload_a in pairs:
+            ok = self._check(payload_a, payload_b)
+            self.tally.inc(f"{self._label}_{'verified' if ok else 'rejected'}")
+            yield a, b, carry, ok
+
+
+class AssignClusters(beam.PTransform):
+    """{"member", "label", "previous" (optional), "span" (optional): (doc_id, value), "signature"}
+    -> {"annotations": rows, "large_clusters": rows, "counts"}.
+
+    ``CoGroupByKey`` on doc_id brings together what annotating a document
+    needs: its ``member`` (from signing), its cluster ``label``,
+    ``previous``-version members and repeated ``span`` ranges
+    (:class:`AssembleFn`). Documents in no cluster get their row there; the
+    others are grouped by cluster label (``GroupByKey``), where each
+    cluster's representative is chosen (:class:`ClusterFn`); members of large
+    clusters are verified against it (:class:`VerifyPairs`).
+    """
+
+    def __init__(self, params: NearDedupParams):
+        super().__init__()
+        self._params = params
+
+    def expand(self, parts):
+        joined = {name: collection for name, collection in parts.items() if name != _SIGNATURE}
+        assembled = (
+            joined
+            | "JoinByDocId" >> beam.CoGroupByKey()
+            | "Assemble" >> beam.ParDo(AssembleFn()).with_output_types(StrKeyed, **{_ROWS: dict, COUNTS: dict})
+            .with_outputs(_ROWS, COUNTS, main=_CLUSTERED)
+        )
+        clusters = (
+            assembled[_CLUSTERED]  # (cluster label, (member, new, spans))
+            | "GroupByCluster" >> beam.GroupByKey()
+            | "Representatives" >> beam.ParDo(ClusterFn(self._params)).with_outputs(
+                LARGE_CLUSTERS, _CHECK, COUNTS, main=_ROWS)
+        )
+        checked = (
+            {_PAIRS: clusters[_CHECK], _SIGNATURE: parts[_SIGNATURE]}  # (representative, member, carry)
+            | "VerifyAgainstRepresentative" >> VerifyPairs(PairCheck(self._params, "any"), "large_cluster")
+        )
+        large = checked[_CHECKED] | "LargeClusterRows" >> beam.ParDo(LargeMemberRowFn()).with_outputs(
+            COUNTS, main=_ROWS)
+        rows = (assembled[_ROWS], clusters[_ROWS], large[_ROWS]) | "AllRows" >> beam.Flatten()
+        counts = (assembled[COUNTS], clusters[COUNTS], checked[COUNTS], large[COUNTS]) | "AllCounts" >> beam.Flatten()
+        return {ANNOTATIONS: rows, LARGE_CLUSTERS: clusters[LARGE_CLUSTERS], COUNTS: counts}
 
 
 # --- DoFns --------------------------------------------------------------------------
 
 class SignPartitionFn(beam.DoFn):
-    """partition index -> (index, spill file of its documents' members); tagged: the sidecar of its
-    ``signatures`` partition (written here), (bucket, spill file) of its band and block keys, dead letters."""
+    """partition index -> (doc_id, member) per document; tagged: the sidecar of its ``signatures``
+    partition (written here), (doc_id, (0, payload)) and the band and block keys of each signed
+    document, dead letters, and the partition's tally."""
 
-    def __init__(self, params: NearDedupParams, document_paths: tuple[str, ...], signatures_directory: str,
-                 spills: "SpillDirectory"):
+    def __init__(self, params: NearDedupParams, document_paths: tuple[str, ...], signatures_directory: str):
         self._params = params
         self._documents = document_paths
         self._signatures = signatures_directory
-        self._spills = spills
 
     def setup(self):
-        self._counters = StageCounters(STAGE)
+        self.tally = Tally(STAGE)
         self._boilerplate_source, self._boilerplate = None, None
 
     def process(self, index: int, boilerplate: tuple = ()) -> Iterator:
         if boilerplate is not self._boilerplate_source:
             self._boilerplate_source = boilerplate
             self._boilerplate = np.array(boilerplate, dtype=np.int64)
-        count = len(self._documents)
-        rows, members = [], []
+        params, count, tally = self._params, len(self._documents), self.tally
+        rows = []
         for document in read_partition_rows(self._documents[index], INPUT_COLUMNS):
-            if bucket_of(document["doc_id"], count) != index:
-                raise ValueError(f"{STAGE}: document {document['doc_id']} is in partition {index} of "
+            doc_id = document["doc_id"]
+            if bucket_of(doc_id, count) != index:
+                raise ValueError(f"{STAGE}: document {doc_id} is in partition {index} of "
                                  f"{self._documents[index]}, but its doc_id belongs to partition "
-                                 f"{bucket_of(document['doc_id'], count)} of {count}")
-            self._counters.entered(document["source"])
+                                 f"{bucket_of(doc_id, count)} of {count}")
+            tally.entered(document["source"])
             try:
-                member, row = sign_document(document, self._params, self._boilerplate)
+                member, row = sign_document(document, params, self._boilerplate)
             except Exception as err:  # noqa: BLE001 - one bad document costs that document only
-                self._counters.dead_letter(document.get("source"))
+                tally.dead_letter(document.get("source"))
                 yield beam.pvalue.TaggedOutput(DEAD_LETTER, dead_letter_row(
-                    STAGE, source=document.get("source"), doc_id=document.get("doc_id"),
+                    STAGE, source=document.get("source"), doc_id=doc_id,
                     error=f"{type(err).__name__}: {err}", raw_prefix=(document.get("text") or "").encode("utf-8")))
                 continue
-            self._counters.inc("signed" if row is not None else "unsigned_too_short")
+            tally.inc("signed" if row is not None else "unsigned_too_short")
             if member[_BOILERPLATE]:
-                self._counters.inc("boilerplate_documents")
-            members.append(keyed_record(member[_DOC_ID], "member", member))
-            if row is not None:
-                rows.append(row)
+                tally.inc("boilerplate_documents")
+            yield doc_id, member
+            if row is None:
+                continue
+            rows.append(row)
+            yield beam.pvalue.TaggedOutput(_PAYLOADS, (doc_id, (0, payload_of(row))))
+            yield from lsh_keys(row, None, params)
         yield beam.pvalue.TaggedOutput(SIGNATURES, write_layer_partition(
             self._signatures, index, count, rows, NEAR_SIGNATURE))
-        yield from self._spills.write(rows, self._params, previous=False, prefix=f"new{index:05d}")
-        if members:
-            yield from write_keyed_spills({index: members}, self._spills.directory, "member")
+        yield from tally.tagged()
 
 
-class SpillPreviousFn(beam.DoFn):
-    """A signature partition of an earlier version -> (bucket, spill file) of its band and block keys."""
+class PreviousSignaturesFn(beam.DoFn):
+    """(layer index, a signature partition of an earlier version) -> (doc_id, (layer, payload)) per row;
+    tagged: its band and block keys, with the document's member (it competes as a previous version)."""
 
-    def __init__(self, params: NearDedupParams, spills: "SpillDirectory"):
+    def __init__(self, params: NearDedupParams):
         self._params = params
-        self._spills = spills
 
-    def process(self, path: str) -> Iterator:
-        rows = list(read_partition_rows(path))
-        yield from self._spills.write(rows, self._params, previous=True, prefix=f"old-{sha256_bytes(path.encode())[:16]}")
-
-
-@dataclasses.dataclass(frozen=True)
-class SpillDirectory:
-    """Where the LSH spill files go, and into how many buckets their keys are split."""
-
-    directory: str
-    buckets: int
-
-    def write(self, rows: list[dict], params: NearDedupParams, previous: bool, prefix: str) -> Iterator:
-        """(bucket, path) of the band spill files (tagged ``band_spills``) and block spill files."""
-        for kind, column, used in ((_BAND_SPILLS, "band_keys", params.use_minhash),
-                                   (_BLOCK_SPILLS, "simhash_keys", params.use_simhash)):
-            if used:
-                for pair in spill_lsh_records(rows, column, previous, self.buckets, self.directory,
-                                              f"{kind}-{prefix}"):
-                    yield beam.pvalue.TaggedOutput(kind, pair)
+    def process(self, entry: tuple[int, str]) -> Iterator:
+        layer, path = entry
+        for row in read_partition_rows(path):
+            yield row["doc_id"], (layer, payload_of(row))
+            yield from lsh_keys(row, member_of(row, previous=True), self._params)
 
 
-class MinHashBucketFn(beam.DoFn):
+def payload_of(row: dict) -> tuple:
+    """What :class:`PairCheck` compares, from a signature row."""
+    return tuple(row[column] for column in PAYLOAD_COLUMNS)
+
+
+def lsh_keys(row: dict, previous_member: tuple | None, params: NearDedupParams) -> Iterator:
+    """A signature row's band keys (tagged ``bands``: (key, (doc_id, member or None))) and block keys
+    (tagged ``blocks``: (key, (doc_id, member or None, fingerprint)))."""
+    doc_id = row["doc_id"]
+    if params.use_minhash:
+        for key in row["band_keys"] or ():
+            yield beam.pvalue.TaggedOutput(_BANDS, (key, (doc_id, previous_member)))
+    if params.use_simhash:
+        for key in row["simhash_keys"] or ():
+            yield beam.pvalue.TaggedOutput(_BLOCKS, (key, (doc_id, previous_member, row["simhash"])))
+
+
+class MinHashBucketFn(CountingDoFn):
     """(band key, [(doc_id, previous member or None)]) -> star edges (a, b) to the bucket's smallest doc_id.
 
     ``b`` is always a document of this corpus (its payload is in the second
@@ -516,17 +559,14 @@ class MinHashBucketFn(beam.DoFn):
     ``previous`` output (their rank and date for the representative choice).
     """
 
-    def setup(self):
-        self._counters = StageCounters(STAGE)
+    def __init__(self):
+        super().__init__(STAGE)
 
     def process(self, keyed: tuple[int, Iterable[tuple]]) -> Iterator:
         new, old = _split_bucket(entry[:2] for entry in keyed[1])
         if not new:
             return
         ids = sorted(new | set(old))
-        if len(ids) < 2:
-            yield from _previous_members(old)
-            return
         anchor, produced = ids[0], 0
         for other in ids[1:]:
             if other in new:
@@ -536,18 +576,16 @@ class MinHashBucketFn(beam.DoFn):
             else:
                 continue
             produced += 1
-        self._counters.inc("candidate_pairs", n=produced)
+        self.tally.inc("candidate_pairs", n=produced)
         yield from _previous_members(old)
 
 
-class SimHashBucketFn(beam.DoFn):
+class SimHashBucketFn(CountingDoFn):
     """(block key, [(doc_id, previous member or None, fingerprint)]) -> pairs within ``max_hamming`` bits."""
 
     def __init__(self, max_hamming: int):
+        super().__init__(STAGE)
         self._max_hamming = max_hamming
-
-    def setup(self):
-        self._counters = StageCounters(STAGE)
 
     def process(self, keyed: tuple[int, Iterable[tuple]]) -> Iterator:
         entries = list(keyed[1])
@@ -561,21 +599,22 @@ class SimHashBucketFn(beam.DoFn):
             a, b = ids[i], ids[j]
             if a in new or b in new:
                 used.update((a, b))
-                self._counters.inc("simhash_pairs")
+                self.tally.inc("simhash_pairs")
                 yield a, b
-        yield from _previous_members({d: m for d, m in old.items() if d in used})
+        # a previous version's document is reported where it pairs with a new one, or is one (the same doc_id)
+        yield from _previous_members({d: m for d, m in old.items() if d in used or d in new})
 
 
-class AssembleFn(beam.DoFn):
+class AssembleFn(CountingDoFn):
     """(doc_id, {member, previous, label, span}) -> a row (not clustered) or (label, entry) to cluster."""
 
-    def setup(self):
-        self._counters = StageCounters(STAGE)
+    def __init__(self):
+        super().__init__(STAGE)
 
     def process(self, joined: tuple[str, dict]) -> Iterator:
         doc_id, parts = joined
-        members = list(parts.get("member", ()))
-        previous = list(parts.get("previous", ()))
+        members = list(parts.get(_MEMBER, ()))
+        previous = list(parts.get(_PREVIOUS, ()))
         if members:
             member = members[0]
             if previous:  # the same document is in a previous version
@@ -585,30 +624,28 @@ class AssembleFn(beam.DoFn):
         else:  # spans of a document that was dead-lettered
             return
         new = bool(members)
-        spans = tuple(merge_ranges(parts.get(SPAN, ())))
+        spans = tuple(merge_ranges(parts.get(_SPAN, ())))
         if spans:
-            self._counters.inc("span_documents")
-        labels = list(parts.get("label", ()))
+            self.tally.inc("span_documents")
+        labels = list(parts.get(_LABEL, ()))
         if labels:
             yield min(labels), (member, new, spans)
         elif new:
-            self._counters.passed(member[_SOURCE])
+            self.tally.passed(member[_SOURCE])
             if member[_PRIOR] == 0:
-                self._counters.inc("previous_version_copies")
+                self.tally.inc("previous_version_copies")
             yield beam.pvalue.TaggedOutput(_ROWS, annotation_row(member, None, 1, doc_id, member[_PRIOR] == 0,
                                                                  False, spans))
 
 
-class ClusterFn(beam.DoFn):
+class ClusterFn(CountingDoFn):
     """(cluster label, [(member, new, spans)]) -> rows; large clusters: a report and pairs to verify."""
 
     def __init__(self, params: NearDedupParams):
+        super().__init__(STAGE)
         self._cap = params.max_cluster_size
         self._sample = params.sample_members
         self._seed = params.seed
-
-    def setup(self):
-        self._counters = StageCounters(STAGE)
 
     def process(self, keyed: tuple[str, Iterable[tuple]]) -> Iterator:
         label, entries = keyed
@@ -616,7 +653,7 @@ class ClusterFn(beam.DoFn):
         size = len(entries)
         representative = entries[0][0][_DOC_ID]
         large = size > self._cap
-        self._counters.inc("large_clusters" if large else "clusters")
+        self.tally.inc("large_clusters" if large else "clusters")
         if large:
             sample = sorted(sorted((e[0][_DOC_ID] for e in entries),
                                    key=lambda d: (stable_hash64(self._seed, "sample", d), d))[:self._sample])
@@ -631,112 +668,26 @@ class ClusterFn(beam.DoFn):
                 yield beam.pvalue.TaggedOutput(_CHECK, (representative, doc_id, (member, spans, label, size)))
                 continue
             duplicate = doc_id != representative or in_previous
-            self._counters.passed(member[_SOURCE])
-            self._counters.inc("clustered_documents")
+            self.tally.passed(member[_SOURCE])
+            self.tally.inc("clustered_documents")
             if duplicate:
-                self._counters.inc("near_duplicates")
+                self.tally.inc("near_duplicates")
             yield annotation_row(member, label, size, representative, duplicate, large, spans)
 
 
-class LargeMemberRowFn(beam.DoFn):
+class LargeMemberRowFn(CountingDoFn):
     """(representative, doc_id, (member, spans, label, size), verified) -> the member's row."""
 
-    def setup(self):
-        self._counters = StageCounters(STAGE)
+    def __init__(self):
+        super().__init__(STAGE)
 
     def process(self, checked: tuple) -> Iterator[dict]:
         representative, _doc_id, (member, spans, label, size), verified = checked
-        self._counters.passed(member[_SOURCE])
-        self._counters.inc("clustered_documents")
+        self.tally.passed(member[_SOURCE])
+        self.tally.inc("clustered_documents")
         if verified:
-            self._counters.inc("near_duplicates")
+            self.tally.inc("near_duplicates")
         yield annotation_row(member, label, size, representative, verified, True, spans)
-
-
-class AssemblePartitionFn(beam.DoFn):
-    """(partition, spill files of its documents' members, labels, previous members and spans)
-    -> (bucket of a cluster label, spill file of its clustered entries); tagged ``rows``:
-    (partition, spill file of the annotation rows of its documents in no cluster)."""
-
-    def __init__(self, spills: "SpillDirectory"):
-        self._spills = spills
-
-    def setup(self):
-        self._assemble = AssembleFn()
-        self._assemble.setup()
-
-    def process(self, keyed: tuple[int, Iterable[str]]) -> Iterator:
-        index, paths = keyed
-        count, directory = self._spills.buckets, self._spills.directory
-        rows, entries = [], {}
-        for doc_id, parts in read_keyed_groups(paths):
-            if bucket_of(doc_id, count) != index:
-                raise ValueError(f"{STAGE}: a record of document {doc_id} was spilled to partition {index}, "
-                                 f"but its doc_id belongs to partition {bucket_of(doc_id, count)} of {count}")
-            for out in self._assemble.process((doc_id, parts)):
-                if isinstance(out, beam.pvalue.TaggedOutput):
-                    rows.append(out.value)
-                else:
-                    label, entry = out
-                    entries.setdefault(bucket_of(label, count), []).append(keyed_record(label, "entry", entry))
-        for pair in write_partition_spills({index: rows} if rows else {}, directory, NEAR_DEDUP, "rows-single"):
-            yield beam.pvalue.TaggedOutput(_ROWS, pair)
-        yield from write_keyed_spills(entries, directory, f"entries-{index:05d}")
-
-
-class ClusterBucketFn(beam.DoFn):
-    """(bucket, spill files of clustered entries) -> (partition, spill file of annotation rows);
-    tagged: large-cluster reports and pairs to verify against the representative (:class:`ClusterFn`)."""
-
-    def __init__(self, params: NearDedupParams, spills: "SpillDirectory"):
-        self._params = params
-        self._spills = spills
-
-    def setup(self):
-        self._cluster = ClusterFn(self._params)
-        self._cluster.setup()
-
-    def process(self, keyed: tuple[int, Iterable[str]]) -> Iterator:
-        bucket, paths = keyed
-        rows: dict[int, list[dict]] = {}
-        for label, parts in read_keyed_groups(paths):
-            for out in self._cluster.process((label, parts["entry"])):
-                if isinstance(out, beam.pvalue.TaggedOutput):
-                    yield out
-                else:
-                    rows.setdefault(bucket_of(out["doc_id"], self._spills.buckets), []).append(out)
-        yield from write_partition_spills(rows, self._spills.directory, NEAR_DEDUP, f"rows-clustered-{bucket:05d}")
-
-
-class _CheckFn(beam.DoFn):
-    """(partition of b, spill files of attached pairs) -> (a, b, carry, ok) per distinct pair."""
-
-    def __init__(self, files: SignatureFiles, check, label: str):
-        self._files = files
-        self._check = check
-        self._label = label
-
-    def setup(self):
-        self._counters = StageCounters(STAGE)
-
-    def process(self, keyed: tuple[int, Iterable[str]]) -> Iterator[tuple]:
-        partition, paths = keyed
-        unknown = len(self._files.layers)
-        first: dict[tuple, tuple] = {}  # (a, b, carry) -> (layer, payload): the first layer that has a
-        for row in read_pair_spills(paths):
-            pair = (row["a"], row["b"], row["carry"])
-            layer = unknown if row["layer"] is None else row["layer"]
-            if pair not in first or layer < first[pair][0]:
-                first[pair] = (layer, (row["minhash"], row["simhash"], row["shingles"]))
-        payloads = self._files.payloads(0, partition, {b for _, b, _ in first})
-        for (a, b, carry), (layer, payload_a) in sorted(first.items()):
-            if layer == unknown:
-                raise ValueError(f"{STAGE}: no signature for document {a} of a pair to verify")
-            if b not in payloads:
-                raise ValueError(f"{STAGE}: no signature for document {b} of a pair to verify")
-            ok = self._check(payload_a, payloads[b])
-            self._counters.inc(f"{self._label}_{'verified' if ok else 'rejected'}")
-            yield a, b, decode_carry(carry), ok
 
 
 # --- pure functions -------------------------------------------------------------------
@@ -840,23 +791,14 @@ def _sorted_jaccard(a: bytes, b: bytes) -> float:
     return common / union if union else 1.0
 
 
-def _band_entry(record: dict) -> tuple[str, tuple | None]:
-    """A spilled band record -> a MinHash bucket entry: (doc_id, previous-version member or None)."""
-    return record["doc_id"], member_of(record, previous=True) if record["previous"] else None
-
-
-def _block_entry(record: dict) -> tuple[str, tuple | None, int]:
-    """A spilled block record -> a SimHash bucket entry: (doc_id, member or None, fingerprint)."""
-    return (*_band_entry(record), record["simhash"])
-
-
 def _split_bucket(entries: Iterable[tuple[str, tuple | None]]) -> tuple[set, dict]:
-    """(doc_ids of this corpus, {doc_id: member} of previous versions) of one bucket."""
+    """(doc_ids of this corpus, {doc_id: member} of previous versions) of one bucket; a document
+    of several earlier versions keeps its first member in representative order."""
     new, old = set(), {}
     for doc_id, previous_member in entries:
         if previous_member is None:
             new.add(doc_id)
-        else:
+        elif doc_id not in old or representative_order(previous_member) < representative_order(old[doc_id]):
             old[doc_id] = previous_member
     return new, old
 
