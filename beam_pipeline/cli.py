@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         config = _load(args)
         options = PipelineOptions(LocalRunnerDefaults.apply(beam_args, _input_bytes(config, beam_args)))
         FileSystems.set_options(options)
+        _check_storage(config, beam_args)
         if args.command == "snapshot":
             return _snapshot(config, options)
         return _run(config, options, args.snapshot_id, driver=_driver_settings(args))
@@ -109,6 +110,21 @@ def main(argv: list[str] | None = None) -> int:
     except (SnapshotError, InputChangedError, AccountingError, StageFailed) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+
+
+def _check_storage(config: CorpusConfig, beam_args: list[str]) -> None:
+    """Refuse (Dataflow) or warn about (a Flink cluster) local paths that remote workers would need."""
+    from beam_pipeline.options.corpus_options import local_paths_for_remote_workers
+
+    local, fatal = local_paths_for_remote_workers(config, beam_args)
+    if not local:
+        return
+    message = ("these paths are on this machine, but the runner's workers run elsewhere and read and write them "
+               "themselves: " + "; ".join(local) + ". Put them on storage every worker reaches (gs://, s3://, "
+               "hdfs://, or one shared mount at the same path on every worker; docs/operations.md)")
+    if fatal:
+        raise ConfigError(message)
+    print(f"warning: {message}", file=sys.stderr)
 
 
 def _input_bytes(config: CorpusConfig, beam_args: list[str]) -> int | None:

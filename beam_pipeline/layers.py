@@ -100,6 +100,32 @@ def read_bytes(path: str) -> bytes:
         return f.read()
 
 
+def local_copy(path: str) -> str:
+    """A local file with the bytes of ``path``: itself when it is local, else a copy in a cache of this
+    machine (``$BEAM_PIPELINE_CACHE`` or ``~/.cache/beam_pipeline/side_files``), made once per URI.
+
+    For libraries that read only local files (fastText's ``load_model``): a model on s3:// or gs://
+    is copied where the worker runs, in ``DoFn.setup``. The copy is named by a digest of the URI and
+    written under a temporary name first, so concurrent workers on one machine never read half a file.
+    """
+    if "://" not in path or path.startswith("file://"):
+        return path[len("file://"):] if path.startswith("file://") else path
+    import os
+    import tempfile
+
+    cache = os.environ.get("BEAM_PIPELINE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "beam_pipeline")
+    folder = os.path.join(cache, "side_files", sha256_bytes(path.encode("utf-8"))[:24])
+    local = os.path.join(folder, path.rstrip("/").rsplit("/", 1)[-1] or "file")
+    if not os.path.exists(local):
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as out, FileSystems.open(path, compression_type="uncompressed") as src:
+            for chunk in iter(lambda: src.read(1 << 20), b""):
+                out.write(chunk)
+        os.replace(tmp, local)
+    return local
+
+
 def write_bytes_atomic(path: str, data: bytes) -> None:
     """Write ``data`` to a temporary sibling, then rename it onto ``path``."""
     directory, name = path.rsplit("/", 1)

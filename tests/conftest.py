@@ -177,9 +177,6 @@ def read_layer_rows(directory: str) -> list[dict]:
 def apply_policy(tmp_path, policy, documents: list[dict], annotations: dict[str, list[dict]] | None = None,
                  plan=None, partitions: int = 2) -> tuple[list[dict], list[dict], dict]:
     """Run select's ApplyPolicy over hand-made layers: (gold rows, decision rows, select counts)."""
-    import apache_beam as beam
-    from apache_beam.options.pipeline_options import PipelineOptions
-
     from beam_pipeline import schemas
     from beam_pipeline.transforms.layer_io import PartitionInputs
     from beam_pipeline.transforms.select import DECISIONS, GOLD, ApplyPolicy

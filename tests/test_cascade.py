@@ -1,18 +1,16 @@
 """The cascade: order validation, gates, absent scores for stopped documents (scoring/cascade.py, transforms/score.py)."""
 import os
 
-import apache_beam as beam
 import pytest
 import yaml
-from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_pipeline.accounting import counts_from_result
+from beam_pipeline import schemas
 from beam_pipeline.scoring.cascade import plan_of, scoring_digest, select_config
 from beam_pipeline.config import ConfigError, parse_config
 from beam_pipeline.scoring.config import CascadeConfig, check_order
-from beam_pipeline.transforms.score import Gate, PiiScorer, ScoreDocuments
+from beam_pipeline.transforms.score import Gate, PiiScorer, ScoreCascade
 from beam_pipeline.transforms.layer_io import PartitionInputs
-from conftest import IN_PROCESS, SAMPLE_CONFIG, apply_policy, read_layer_rows, write_layer_rows
+from conftest import SAMPLE_CONFIG, apply_policy, read_layer_rows, run_stage_job, write_layer_rows
 
 SAMPLE_DIR = os.path.dirname(SAMPLE_CONFIG)
 
@@ -99,13 +97,14 @@ def run_pii_stage(tmp_path, config, gate, expected_rows):
         layers["exact"] = (write_layer_rows(str(tmp_path / "exact"), exact), None)
         layers["language"] = (write_layer_rows(str(tmp_path / "language"), language), None)
     inputs = PartitionInputs.of(write_layer_rows(str(tmp_path / "documents"), documents()), None, layers)
-    p = beam.Pipeline(options=PipelineOptions(IN_PROCESS))
-    _ = p | ScoreDocuments(PiiScorer(config, cascade_before=("language",)), gate, inputs, str(tmp_path / "out"))
-    result = p.run()
-    result.wait_until_finish()
-    rows = read_layer_rows(str(tmp_path / "out"))
+    scorer = PiiScorer(config, cascade_before=("language",))
+    ledger = run_stage_job(
+        str(tmp_path / "out"), "pii",
+        lambda p, layer: (p | ScoreCascade([(scorer, gate, layer.output_path("annotations"))], inputs))["pii"],
+        {"annotations": schemas.PII, "dead_letter": schemas.DEAD_LETTER}, inputs.count, {"annotations": "passed"})
+    rows = read_layer_rows(str(tmp_path / "out" / "layers" / "pii" / "test" / "annotations"))
     assert sorted((r["doc_id"], r["source"], r["email"]) for r in rows) == expected_rows
-    return counts_from_result(result, "pii")
+    return ledger["counts"]
 
 
 def test_gate_stops_documents_before_the_expensive_stage(tmp_path):

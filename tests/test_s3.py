@@ -244,3 +244,43 @@ def test_filesystem_checksums_on_s3_use_the_etag(bucket, moto_endpoint, tmp_path
             verify_file(files[0]["path"], files[0]["checksum"])
     finally:
         bucket.put_object(Bucket=BUCKET, Key=victim, Body=original)
+
+
+@pytest.mark.timeout(900)
+def test_models_and_lists_on_s3_load_where_the_scorers_run(small_local, bucket, moto_endpoint, tmp_path, capsys):
+    """fastText reads local files only: a quality model on s3:// is copied to the worker in setup()
+    (layers.local_copy); blocklists and eval sets are read through Beam's filesystems. The scores equal
+    those of the same files on local disk."""
+    sample = os.path.join(REPO, "sample")
+    side = {"models/quality.bin": os.path.join(sample, "models", "quality.bin"),
+            "lists/domains.txt": os.path.join(sample, "blocklists", "domains.txt"),
+            "evalsets/passages.jsonl": os.path.join(sample, "evalsets", "passages.jsonl")}
+    for key, path in side.items():
+        bucket.upload_file(path, BUCKET, key)
+    scoring = ("cascade: [language, blocklist, quality, decontamination]\n"
+               "quality: {{model: {quality}}}\nblocklist: {{domain_files: [{domains}]}}\n"
+               "decontamination: {{evalsets: [{{name: passages, path: {evalset}}}]}}\n")
+    local = tmp_path / "local.yaml"
+    local.write_text(open(small_local["config"]).read().replace(str(small_local["base"] / "out"),
+                                                                 str(tmp_path / "local-out"))
+                     + scoring.format(quality=side["models/quality.bin"], domains=side["lists/domains.txt"],
+                                      evalset=side["evalsets/passages.jsonl"]))
+    remote = tmp_path / "remote.yaml"
+    remote.write_text(open(s3_config(tmp_path / "r")).read().replace(f"s3://{BUCKET}/out", f"s3://{BUCKET}/scored")
+                      + scoring.format(quality=f"s3://{BUCKET}/models/quality.bin",
+                                       domains=f"s3://{BUCKET}/lists/domains.txt",
+                                       evalset=f"s3://{BUCKET}/evalsets/passages.jsonl"))
+    cache = tmp_path / "worker-cache"
+    os.environ["BEAM_PIPELINE_CACHE"] = str(cache)  # the in-process workers' local copies go here
+    try:
+        assert cli.main(["run", "--config", str(local), *IN_PROCESS]) == 0
+        local_out = capsys.readouterr().out
+        assert cli.main(["run", "--config", str(remote), *IN_PROCESS, *s3_args(moto_endpoint)]) == 0
+        remote_out = capsys.readouterr().out
+    finally:
+        del os.environ["BEAM_PIPELINE_CACHE"]
+    assert dataset_id_from_output(remote_out) == dataset_id_from_output(local_out)
+    assert [os.path.basename(p) for p in glob.glob(str(cache / "side_files" / "*" / "*"))] == ["quality.bin"]
+    for stage in ("quality", "blocklist", "decontamination"):
+        line = next(l for l in remote_out.splitlines() if l.startswith(stage + " "))
+        assert line.split()[1:5] == next(l for l in local_out.splitlines() if l.startswith(stage + " ")).split()[1:5]

@@ -50,11 +50,14 @@ def model_path(configured: str) -> str:
 
 
 def load_model(path: str):
-    """Load a fastText model quietly (the binding prints a warning for old formats)."""
+    """Load a fastText model quietly (the binding prints a warning for old formats); a model on s3://,
+    gs:// or any Beam filesystem is copied to this machine first (fastText reads local files only)."""
     import fasttext
 
+    from beam_pipeline.layers import local_copy
+
     fasttext.FastText.eprint = lambda *args, **kwargs: None
-    return fasttext.load_model(path)
+    return fasttext.load_model(local_copy(path))
 
 
 def one_line(text: str) -> str:

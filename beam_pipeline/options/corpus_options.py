@@ -150,3 +150,29 @@ def flink_defaults(beam_args: list[str]) -> list[str]:
         if _flag(beam_args, "parallelism") is None:
             extra.append(f"--parallelism={os.cpu_count() or 1}")
     return extra
+
+
+def local_paths_for_remote_workers(config, beam_args: list[str]) -> tuple[list[str], bool]:
+    """(the config's local paths that remote workers would need, whether that is certain to fail).
+
+    Workers on Dataflow or on a Flink cluster (``--flink_master`` not ``[local]``) read the
+    inputs, the side files (tokenizer, models, lists, eval sets) and the output root themselves: a
+    local path of the submitting machine works there only if every worker mounts it at the same
+    path (NFS), and never on Dataflow. Locally (DirectRunner, embedded Flink) nothing is reported.
+    """
+    runner = (_flag(beam_args, "runner") or "DirectRunner").rsplit(".", 1)[-1]
+    master = _flag(beam_args, "flink_master")
+    if runner in ("DirectRunner", "SwitchingDirectRunner", "PrismRunner") or (
+            runner == "FlinkRunner" and master in (None, "[local]", "[auto]")):
+        return [], False
+    from beam_pipeline.filters.language import BUILTIN_LID
+
+    paths = [("output_root", config.output_root), ("tokenize.tokenizer", config.tokenize.tokenizer)]
+    paths += [(f"sources.{s.name}.uri", s.uri) for s in config.sources]
+    paths += [("language.model", config.language.model), ("quality.model", config.quality.model),
+              ("safety.toxicity_model", config.safety.toxicity_model)]
+    paths += [("blocklist", p) for p in config.blocklist.domain_files + config.blocklist.url_substring_files]
+    paths += [("safety.badword_files", p) for p in config.safety.badword_files.values()]
+    paths += [(f"decontamination.evalsets.{e.name}", e.path) for e in config.decontamination.evalsets]
+    local = [f"{name}: {path}" for name, path in paths if path and path != BUILTIN_LID and "://" not in path]
+    return local, runner in ("DataflowRunner", "TestDataflowRunner")
