@@ -87,6 +87,7 @@ PAYLOAD_COLUMNS = ["minhash", "simhash", "shingles"]
 _MEMBERS, _PAYLOADS, _BANDS, _BLOCKS = "members", "payloads", "bands", "blocks"
 _MEMBER, _PREVIOUS, _LABEL, _SPAN = "member", "previous", "label", "span"
 _CLUSTERED, _CHECK, _ROWS = "clustered", "check", "rows"
+_KEYS, _SIGNATURE, _EDGES, _PAIRS, _CHECKED = "keys", "signature", "edges", "pairs", "checked"
 _DATASET_ID = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -269,21 +270,18 @@ class AnnotateNearDuplicates(beam.PTransform):
             blocks.append(old[_BLOCKS])
         signatures = _flatten(payloads, "AllSignatures")  # (doc_id, (layer, payload)); layer 0: this corpus
 
-        counts, edges, previous_members = [signed[COUNTS]], [], []
-        for used, name, keys, finder in (
-                (params.use_minhash, "MinHash", bands, lambda: MinHashEdges(params)),
-                (params.use_simhash, "SimHash", blocks, lambda: SimHashEdges(params))):
-            if used:
-                found = {_KEYS: _flatten(keys, f"All{name}Keys"), _SIGNATURE: signatures} | f"{name}Edges" >> finder()
-                edges.append(found[_EDGES])
-                previous_members.append(found[_PREVIOUS])
-                counts.append(found[COUNTS])
-        components = tuple(edges) | "Components" >> ConnectedComponents(params.max_rounds, STAGE)
-        counts.append(components[COUNTS])
+        found = []  # per finder: {"edges", "previous" (previous-version members), "counts"}
+        if params.use_minhash:
+            found.append({_KEYS: _flatten(bands, "AllBandKeys"), _SIGNATURE: signatures}
+                         | "MinHashEdges" >> MinHashEdges(params))
+        if params.use_simhash:
+            found.append({_KEYS: _flatten(blocks, "AllBlockKeys")} | "SimHashEdges" >> SimHashEdges(params))
+        components = tuple(f[_EDGES] for f in found) | "Components" >> ConnectedComponents(params.max_rounds, STAGE)
+        counts = [signed[COUNTS], *(f[COUNTS] for f in found), components[COUNTS]]
 
         parts = {_MEMBER: signed[_MEMBERS], _LABEL: components[LABELS]}
         if self._previous:
-            parts[_PREVIOUS] = _flatten(previous_members, "AllPreviousMembers")
+            parts[_PREVIOUS] = _flatten([f[_PREVIOUS] for f in found], "AllPreviousMembers")
         if params.span_sources:
             parts[_SPAN] = pbegin | "RepeatedSpans" >> RepeatedSpans(
                 documents, params.span_sources, params.span_min_words, params.seed, after)
@@ -295,9 +293,6 @@ class AnnotateNearDuplicates(beam.PTransform):
 
 def _flatten(collections: list, label: str):
     return collections[0] if len(collections) == 1 else tuple(collections) | label >> beam.Flatten()
-
-
-_KEYS, _SIGNATURE, _EDGES, _PAIRS, _CHECKED = "keys", "signature", "edges", "pairs", "checked"
 
 
 class MinHashEdges(beam.PTransform):
@@ -333,7 +328,7 @@ class MinHashEdges(beam.PTransform):
 
 
 class SimHashEdges(beam.PTransform):
-    """{"keys": (block key, (doc_id, member or None, fingerprint)), ...} -> {"edges": (a, b) within
+    """{"keys": (block key, (doc_id, member or None, fingerprint))} -> {"edges": (a, b) within
     max_hamming bits, "previous": (doc_id, member), "counts"}: every pair of a block bucket is
     checked exactly (:class:`SimHashBucketFn`), so there is no join."""
 
