@@ -62,7 +62,7 @@ from typing import Iterable, Iterator
 import apache_beam as beam
 import numpy as np
 
-from beam_pipeline.accounting import COUNTS, CountingDoFn, Tally
+from beam_pipeline.accounting import COUNTS, LOST_IN_JOIN, CountingDoFn, Tally
 from beam_pipeline.config import ConfigError, NearDedupConfig
 from beam_pipeline.dedup import minhash, simhash
 from beam_pipeline.dedup.repetition import LINES_VERSION, SPANS_VERSION, line_keys, merge_ranges
@@ -385,7 +385,8 @@ def _payload(doc_id: str, signatures: Iterable[tuple[int, tuple]]) -> tuple:
     """The payload of the first layer (lowest index) that holds ``doc_id``'s signature."""
     found = min(signatures, key=lambda entry: entry[0], default=None)
     if found is None:
-        raise ValueError(f"{STAGE}: no signature for document {doc_id} of a pair to verify")
+        # every pair's ends were signed (or are in a committed previous layer): a runner lost records
+        raise ValueError(f"{STAGE}: no signature for document {doc_id} of a pair to verify ({LOST_IN_JOIN})")
     return found[1]
 
 
@@ -484,6 +485,7 @@ class SignPartitionFn(beam.DoFn):
             self._boilerplate_source = boilerplate
             self._boilerplate = np.array(boilerplate, dtype=np.int64)
         params, count, tally = self._params, len(self._documents), self.tally
+        tally.take()  # what an attempt that failed on this instance counted is not this element's
         rows = []
         for document in read_partition_rows(self._documents[index], INPUT_COLUMNS):
             doc_id = document["doc_id"]
