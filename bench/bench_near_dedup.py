@@ -53,14 +53,17 @@ sys.path.insert(0, REPO)
 import apache_beam as beam  # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 
+from beam_pipeline.accounting import COUNTS, SumCounts, stage_counts  # noqa: E402
 from beam_pipeline.dedup import minhash  # noqa: E402
 from beam_pipeline.config import NearDedupConfig  # noqa: E402
 from beam_pipeline.dedup.shingling import shingle_hashes  # noqa: E402
+from beam_pipeline.hashing import bucket_of  # noqa: E402
+from beam_pipeline.layers import part_name  # noqa: E402
 from beam_pipeline.transforms import near_dedup  # noqa: E402
-from beam_pipeline.transforms.layer_io import ReadLayerOutput, WriteLayerOutput  # noqa: E402
-from beam_pipeline.transforms.connected_components import ConnectedComponents  # noqa: E402
-from beam_pipeline.transforms.near_dedup import (NearDedupParams, SignPartitionFn, SpillDirectory,  # noqa: E402
-                                                 build_stage, sign_document)
+from beam_pipeline.transforms.layer_io import ReadLayerRows, WriteLayerOutput  # noqa: E402
+from beam_pipeline.transforms.connected_components import LABELS, ConnectedComponents  # noqa: E402
+from beam_pipeline.transforms.near_dedup import NearDedupParams, SignPartitionFn, build_stage, \
+    sign_document  # noqa: E402
 
 DATA = os.path.join(REPO, "sample", "data")
 IN_PROCESS = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
@@ -214,25 +217,43 @@ def labeled_set(originals: int = 150, singles: int = 150, replica: int = 0) -> t
 
 # --- running the stage and scoring --------------------------------------------------------
 
-def run_stage(documents: list[dict], config: NearDedupConfig, workdir: str) -> tuple[list[dict], dict, float]:
-    os.makedirs(workdir, exist_ok=True)
-    path = os.path.join(workdir, "documents.parquet")
-    pq.write_table(pa.Table.from_pylist(sorted(documents, key=lambda d: d["doc_id"]), schema=DOCS_SCHEMA), path)
-    started = time.monotonic()
+#: Partitions of the documents in the quality runs (a small build's count: every shuffle is exercised).
+PARTITIONS = 4
+
+
+def run_stage(documents: list[dict], config: NearDedupConfig, workdir: str) -> tuple[list[dict], dict, float, float]:
+    """The stage on ``documents`` in one job: (annotation rows, counts["other"], wall seconds, CPU seconds).
+
+    CPU seconds are the process's (the in-process runner runs every step in it).
+    """
+    os.makedirs(os.path.join(workdir, "documents"), exist_ok=True)
+    rows = sorted(documents, key=lambda d: d["doc_id"])
+    paths = [os.path.join(workdir, "documents", part_name(i, PARTITIONS)) for i in range(PARTITIONS)]
+    for i, path in enumerate(paths):
+        pq.write_table(pa.Table.from_pylist([r for r in rows if bucket_of(r["doc_id"], PARTITIONS) == i],
+                                            schema=DOCS_SCHEMA), path)
+    started, cpu = time.monotonic(), time.process_time()
     p = beam.Pipeline(options=PipelineOptions(IN_PROCESS))
-    outputs = build_stage(p, config, [path], [], os.path.join(workdir, "layer"))
-    outputs[near_dedup.ANNOTATIONS] | WriteLayerOutput(os.path.join(workdir, "annotations"),
-                                                       near_dedup.OUTPUTS[near_dedup.ANNOTATIONS], 4)
-    result = p.run()
-    result.wait_until_finish()
-    seconds = time.monotonic() - started
+    outputs = build_stage(p, config, paths, [], os.path.join(workdir, "layer"))
+    _ = outputs[near_dedup.ANNOTATIONS] | WriteLayerOutput(os.path.join(workdir, "annotations"),
+                                                           near_dedup.OUTPUTS[near_dedup.ANNOTATIONS], PARTITIONS)
+    counts_path = os.path.join(workdir, "counts.json")
+    _ = (tuple(outputs[COUNTS]) | "AllCounts" >> beam.Flatten() | beam.CombineGlobally(SumCounts())
+         | beam.Map(_write_counts, counts_path))
+    p.run().wait_until_finish()
+    seconds, cpu = time.monotonic() - started, time.process_time() - cpu
     rows = []
     for name in sorted(os.listdir(os.path.join(workdir, "annotations"))):
         if name.endswith(".parquet"):
             rows += pq.read_table(os.path.join(workdir, "annotations", name)).to_pylist()
-    metrics = {c.key.metric.name: c.committed for c in result.metrics().query()["counters"]
-               if c.key.metric.namespace == near_dedup.STAGE}
-    return rows, metrics, seconds
+    with open(counts_path, encoding="utf-8") as f:
+        counts = json.load(f)
+    return rows, counts.get("other", {}), seconds, cpu
+
+
+def _write_counts(summed: dict, path: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(stage_counts(near_dedup.STAGE, summed), f)
 
 
 def pairs_of(groups: dict) -> set:
@@ -296,7 +317,7 @@ def throughput(documents: list[dict], config: NearDedupConfig, workdir: str) -> 
         return time.process_time() - started
 
     def read():
-        return ReadLayerOutput([path], near_dedup.INPUT_COLUMNS)
+        return ReadLayerRows([path], near_dedup.INPUT_COLUMNS)
 
     def sign():
         return _Sign(params, path, os.path.join(workdir, "throughput-layer"))
@@ -311,7 +332,7 @@ def throughput(documents: list[dict], config: NearDedupConfig, workdir: str) -> 
 
 
 class _Sign(beam.PTransform):
-    """The stage's signing task: read a partition, sign, write signatures and band spill files."""
+    """The stage's signing task: read a partition, sign, write its signatures partition, emit members and keys."""
 
     def __init__(self, params, path: str, layer: str):
         super().__init__()
@@ -320,10 +341,10 @@ class _Sign(beam.PTransform):
         self._layer = layer
 
     def expand(self, pbegin):
-        spills = SpillDirectory(os.path.join(self._layer, "_spill"), 1)
         signed = (pbegin | beam.Create([0]) | beam.ParDo(SignPartitionFn(
-            self._params, (self._path,), os.path.join(self._layer, near_dedup.SIGNATURES), spills))
-            .with_outputs(near_dedup.SIGNATURES, near_dedup.DEAD_LETTER, "band_spills", main="members"))
+            self._params, (self._path,), os.path.join(self._layer, near_dedup.SIGNATURES)))
+            .with_outputs(near_dedup.SIGNATURES, near_dedup.DEAD_LETTER, COUNTS, "payloads", "bands", "blocks",
+                          main="members"))
         return signed["members"]
 
 
@@ -351,11 +372,10 @@ def verified_edges(documents: list[dict], params: NearDedupParams) -> list[tuple
 def time_components(edges: list[tuple[str, str]], max_rounds: int) -> tuple[float, int]:
     started = time.monotonic()
     p = beam.Pipeline(options=PipelineOptions(IN_PROCESS))
-    with tempfile.TemporaryDirectory() as spills:
-        _ = ({"edges": p | beam.Create(edges)} | ConnectedComponents(max_rounds, spills, 4, near_dedup.STAGE)
-             | beam.combiners.Count.Globally())
-        result = p.run()
-        result.wait_until_finish()
+    found = (p | beam.Create(edges)) | ConnectedComponents(max_rounds, near_dedup.STAGE)
+    _ = found[LABELS] | beam.combiners.Count.Globally()
+    result = p.run()
+    result.wait_until_finish()
     seconds = time.monotonic() - started
     rounds = next(c.committed for c in result.metrics().query()["counters"]
                   if c.key.metric.name == "components_rounds")
@@ -395,7 +415,7 @@ def main(argv=None) -> int:
               f"{len(documents)} documents of real text from `sample/data`: " +
               ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) + ".", "",
               "| method | precision | recall | F1 | true pairs | predicted pairs | removed | wrongly removed "
-              "| hard negatives merged | stage seconds |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| hard negatives merged | stage wall s | stage CPU s |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     per_kind = {}
     runs = [("minhash (default)", {"method": "minhash"}),
             ("minhash, equal FP/FN weights (12 x 9)", {"minhash": {"fp_weight": 0.5, "fn_weight": 0.5}}),
@@ -406,12 +426,12 @@ def main(argv=None) -> int:
             ("both (default)", {"method": "both"})]
     for index, (method, overrides) in enumerate(runs):
         config = NearDedupConfig(enabled=True, **overrides)
-        rows, metrics, seconds = run_stage(documents, config, os.path.join(work, f"quality-{index}"))
+        rows, metrics, seconds, cpu = run_stage(documents, config, os.path.join(work, f"quality-{index}"))
         s = score(rows, labels)
         per_kind[method] = s["recall_by_kind"]
         lines.append(f"| {method} | {s['precision']:.4f} | {s['recall']:.4f} | {s['f1']:.4f} | {s['true_pairs']} | "
                      f"{s['predicted_pairs']} | {s['removed']} | {len(s['wrongly_removed'])} | "
-                     f"{len(s['negatives_merged'])} | {seconds:.1f} |")
+                     f"{len(s['negatives_merged'])} | {seconds:.1f} | {cpu:.1f} |")
         print(lines[-1], flush=True)
         if s["wrongly_removed"] or s["negatives_merged"]:
             print("  wrongly removed:", s["wrongly_removed"][:10], "merged:", s["negatives_merged"][:10])
@@ -442,7 +462,7 @@ def main(argv=None) -> int:
               f"| bare: `sign_document` in a loop (normalize, shingle, MinHash, band keys) | {t['bare_seconds']:.2f} | "
               f"{t['bare_mb_s']:.2f} |",
               f"| Beam job: read the partition (baseline) | {t['baseline_seconds']:.2f} | |",
-              f"| Beam job: `SignPartitionFn` (read, sign, write signatures and band spill files) | "
+              f"| Beam job: `SignPartitionFn` (read, sign, write signatures, emit members, payloads, band keys) | "
               f"{t['beam_seconds']:.2f} | |",
               f"| signing step (job minus baseline) | {t['beam_seconds'] - t['baseline_seconds']:.2f} | "
               f"{t['beam_step_mb_s']:.2f} |", "",

@@ -38,6 +38,8 @@ import numpy as np
 
 from beam_pipeline.dedup.repetition import countable_line_keys, word_windows
 from beam_pipeline.layers import read_partition_rows
+from apache_beam.typehints import Tuple
+
 from beam_pipeline.transforms.keys import IntKeyed, StrKeyed
 from beam_pipeline.transforms.layer_io import PartitionIndexes
 
@@ -63,7 +65,7 @@ class BoilerplateLines(beam.PTransform):
             pbegin
             | "Partitions" >> PartitionIndexes(len(documents), self._after)
             | "CountLinesPerPartition" >> beam.FlatMap(
-                lambda index: _partition_counts(documents[index], min_chars)).with_output_types(IntKeyed)
+                lambda index: _partition_counts(documents[index], min_chars)).with_output_types(Tuple[int, int])
             | "SumPerLine" >> beam.CombinePerKey(sum)
             | "MoreThanMinRepeats" >> beam.FlatMap(
                 lambda counted: [(0, counted[0])] if counted[1] > min_repeats else []).with_output_types(IntKeyed)
@@ -131,7 +133,7 @@ class RepeatedSpans(beam.PTransform):
             pbegin
             | "Partitions" >> PartitionIndexes(len(self._documents), self._after)
             | "Windows" >> beam.ParDo(_WindowsFn(self._documents, self._sources, self._min_words, self._seed))
-            .with_output_types(IntKeyed)
+            .with_output_types(Tuple[int, Tuple[int, bool, str, str, int, int]])
             | "GroupByWindow" >> beam.GroupByKey()
             | "NonFirstOccurrences" >> beam.FlatMap(non_first_occurrences).with_output_types(StrKeyed)
         )

@@ -62,7 +62,7 @@ from typing import Iterable, Iterator
 import apache_beam as beam
 import numpy as np
 
-from beam_pipeline.accounting import COUNTS, CountingDoFn, Tally
+from beam_pipeline.accounting import COUNTS, LOST_IN_JOIN, CountingDoFn, Tally
 from beam_pipeline.config import ConfigError, NearDedupConfig
 from beam_pipeline.dedup import minhash, simhash
 from beam_pipeline.dedup.repetition import LINES_VERSION, SPANS_VERSION, line_keys, merge_ranges
@@ -87,6 +87,7 @@ PAYLOAD_COLUMNS = ["minhash", "simhash", "shingles"]
 _MEMBERS, _PAYLOADS, _BANDS, _BLOCKS = "members", "payloads", "bands", "blocks"
 _MEMBER, _PREVIOUS, _LABEL, _SPAN = "member", "previous", "label", "span"
 _CLUSTERED, _CHECK, _ROWS = "clustered", "check", "rows"
+_KEYS, _SIGNATURE, _EDGES, _PAIRS, _CHECKED = "keys", "signature", "edges", "pairs", "checked"
 _DATASET_ID = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -269,21 +270,18 @@ class AnnotateNearDuplicates(beam.PTransform):
             blocks.append(old[_BLOCKS])
         signatures = _flatten(payloads, "AllSignatures")  # (doc_id, (layer, payload)); layer 0: this corpus
 
-        counts, edges, previous_members = [signed[COUNTS]], [], []
-        for used, name, keys, finder in (
-                (params.use_minhash, "MinHash", bands, lambda: MinHashEdges(params)),
-                (params.use_simhash, "SimHash", blocks, lambda: SimHashEdges(params))):
-            if used:
-                found = {_KEYS: _flatten(keys, f"All{name}Keys"), _SIGNATURE: signatures} | f"{name}Edges" >> finder()
-                edges.append(found[_EDGES])
-                previous_members.append(found[_PREVIOUS])
-                counts.append(found[COUNTS])
-        components = tuple(edges) | "Components" >> ConnectedComponents(params.max_rounds, STAGE)
-        counts.append(components[COUNTS])
+        found = []  # per finder: {"edges", "previous" (previous-version members), "counts"}
+        if params.use_minhash:
+            found.append({_KEYS: _flatten(bands, "AllBandKeys"), _SIGNATURE: signatures}
+                         | "MinHashEdges" >> MinHashEdges(params))
+        if params.use_simhash:
+            found.append({_KEYS: _flatten(blocks, "AllBlockKeys")} | "SimHashEdges" >> SimHashEdges(params))
+        components = tuple(f[_EDGES] for f in found) | "Components" >> ConnectedComponents(params.max_rounds, STAGE)
+        counts = [signed[COUNTS], *(f[COUNTS] for f in found), components[COUNTS]]
 
         parts = {_MEMBER: signed[_MEMBERS], _LABEL: components[LABELS]}
         if self._previous:
-            parts[_PREVIOUS] = _flatten(previous_members, "AllPreviousMembers")
+            parts[_PREVIOUS] = _flatten([f[_PREVIOUS] for f in found], "AllPreviousMembers")
         if params.span_sources:
             parts[_SPAN] = pbegin | "RepeatedSpans" >> RepeatedSpans(
                 documents, params.span_sources, params.span_min_words, params.seed, after)
@@ -295,9 +293,6 @@ class AnnotateNearDuplicates(beam.PTransform):
 
 def _flatten(collections: list, label: str):
     return collections[0] if len(collections) == 1 else tuple(collections) | label >> beam.Flatten()
-
-
-_KEYS, _SIGNATURE, _EDGES, _PAIRS, _CHECKED = "keys", "signature", "edges", "pairs", "checked"
 
 
 class MinHashEdges(beam.PTransform):
@@ -333,7 +328,7 @@ class MinHashEdges(beam.PTransform):
 
 
 class SimHashEdges(beam.PTransform):
-    """{"keys": (block key, (doc_id, member or None, fingerprint)), ...} -> {"edges": (a, b) within
+    """{"keys": (block key, (doc_id, member or None, fingerprint))} -> {"edges": (a, b) within
     max_hamming bits, "previous": (doc_id, member), "counts"}: every pair of a block bucket is
     checked exactly (:class:`SimHashBucketFn`), so there is no join."""
 
@@ -390,7 +385,8 @@ def _payload(doc_id: str, signatures: Iterable[tuple[int, tuple]]) -> tuple:
     """The payload of the first layer (lowest index) that holds ``doc_id``'s signature."""
     found = min(signatures, key=lambda entry: entry[0], default=None)
     if found is None:
-        raise ValueError(f"{STAGE}: no signature for document {doc_id} of a pair to verify")
+        # every pair's ends were signed (or are in a committed previous layer): a runner lost records
+        raise ValueError(f"{STAGE}: no signature for document {doc_id} of a pair to verify ({LOST_IN_JOIN})")
     return found[1]
 
 
@@ -489,6 +485,7 @@ class SignPartitionFn(beam.DoFn):
             self._boilerplate_source = boilerplate
             self._boilerplate = np.array(boilerplate, dtype=np.int64)
         params, count, tally = self._params, len(self._documents), self.tally
+        tally.take()  # what an attempt that failed on this instance counted is not this element's
         rows = []
         for document in read_partition_rows(self._documents[index], INPUT_COLUMNS):
             doc_id = document["doc_id"]

@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Near-dedup stage cost: CPU seconds of the stage's job and the sha256 of its outputs.
+
+Usage::
+
+    .venv/bin/python bench/bench_near_dedup_stage.py --documents '<root>/layers/ingest/<key>/documents/part-*.parquet'
+    .venv/bin/python bench/bench_near_dedup_stage.py --labeled        # bench_near_dedup's labeled set, 6 configs
+
+Each run builds the stage and writes its outputs in one job on the in-process
+DirectRunner (``in_memory``), and reports the process's CPU seconds
+(``time.process_time``: the runner runs every step in this process; wall
+seconds are printed too but depend on the machine's load) and the sha256 of
+every partition of ``annotations``, ``signatures`` and ``large_clusters``.
+
+``--documents`` takes the partitions of an ingest layer (the sample's: 4) and
+the ``near_dedup`` section of ``--config`` (default: the sample's).
+``--labeled`` writes bench_near_dedup's labeled set (1,203 documents of real
+text with planted near duplicates) as 4 partitions and runs it with
+``method`` minhash, ``verify: jaccard``, simhash, both, both with
+``max_cluster_size: 3`` and ``verify: none`` (large clusters), and repeated
+spans.
+
+The spill-file implementation this stage replaced can be measured with the
+same script: export its code (``git archive 1d4bd26 | tar -x -C /tmp/old``)
+and run with ``PYTHONPATH=/tmp/old``; the script then wires the old stage
+(no commit step; the driver's part is done here). Equal digests mean
+byte-identical layers. Results: ``bench/results/near-dedup-runner-native-*.md``.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+    sys.path.append(REPO)
+
+import apache_beam as beam  # noqa: E402
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
+
+import beam_pipeline  # noqa: E402
+from beam_pipeline import schemas  # noqa: E402
+from beam_pipeline.config import NearDedupConfig, load_config  # noqa: E402
+from beam_pipeline.hashing import bucket_of  # noqa: E402
+from beam_pipeline.layers import Layer, part_name  # noqa: E402
+from beam_pipeline.transforms import layer_io, near_dedup  # noqa: E402
+
+IN_PROCESS = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
+SAMPLE_CONFIG = os.path.join(REPO, "sample", "corpus.yaml")
+OUTPUTS = ("annotations", "signatures", "large_clusters")
+LABELED_RUNS = [("minhash", {"method": "minhash"}), ("jaccard", {"verify": "jaccard"}),
+                ("simhash", {"method": "simhash"}), ("both", {"method": "both"}),
+                ("both, max_cluster_size 3, verify none", {"method": "both", "max_cluster_size": 3, "verify": "none"}),
+                ("minhash + spans of forum and web", {"substrings": {"sources": ["forum", "web"], "min_words": 30}})]
+SPILL_FILE_CODE = hasattr(layer_io, "remove_spills")  # the implementation before the runner's shuffles
+
+
+def _dead_letter_order(row: dict) -> tuple:
+    return (row["file"] or "", row["position"] if row["position"] is not None else -1,
+            row["doc_id"] or "", row["error"])
+
+
+def _dead_letter_partition(row: dict) -> str:
+    return row["file"] or ""
+
+
+def run_stage(root: str, config: NearDedupConfig, paths: list[str]) -> Layer:
+    """The stage's job on the documents partitions, its outputs written (and, with this code, committed)."""
+    layer = Layer(root, near_dedup.STAGE, "bench")
+    count = len(paths)
+    p = beam.Pipeline(options=PipelineOptions(IN_PROCESS))
+    if SPILL_FILE_CODE:
+        produced = near_dedup.build_stage(p, config, paths, [], layer.path)
+    else:
+        produced = near_dedup.build_stage(p, config, paths, [], layer.path, after=[])
+    sidecars = {}
+    for name, schema in near_dedup.OUTPUTS.items():
+        if isinstance(produced[name], layer_io.WrittenPartitions):
+            sidecars[name] = produced[name].sidecars
+        else:
+            sidecars[name] = produced[name] | f"Write_{name}" >> layer_io.WriteLayerOutput(
+                layer.output_path(name), schema, count)
+    dead_letter = produced[near_dedup.DEAD_LETTER] | "Write_dead_letter" >> layer_io.WriteLayerOutput(
+        layer.dead_letter_path, schemas.DEAD_LETTER, 1, sort_key=_dead_letter_order,
+        partition_key=_dead_letter_partition)
+    if not SPILL_FILE_CODE:
+        from beam_pipeline.accounting import COUNTS
+
+        spec = layer_io.LayerSpec(layer=layer, version=near_dedup.VERSION, config=near_dedup.stage_config(config),
+                                  inputs={}, outputs={**near_dedup.OUTPUTS, "dead_letter": schemas.DEAD_LETTER},
+                                  partitions=count, rows_match={near_dedup.ANNOTATIONS: "passed"},
+                                  max_dead_letter_fraction=0.01)
+        counts = tuple(produced[COUNTS]) | "AllCounts" >> beam.Flatten()
+        _ = {**sidecars, "dead_letter": dead_letter, COUNTS: counts} | "Commit" >> layer_io.CommitLayer(spec)
+    p.run().wait_until_finish()
+    if SPILL_FILE_CODE:  # what the old driver did after the job
+        from beam_pipeline.layers import collect_partitions
+
+        layer_io.remove_spills(layer.path)
+        for name, schema in near_dedup.OUTPUTS.items():
+            collect_partitions(layer.output_path(name), count, schema)
+    return layer
+
+
+def digests(layer: Layer) -> dict[str, list[str]]:
+    return {output: [hashlib.sha256(open(path, "rb").read()).hexdigest()
+                     for path in sorted(glob.glob(os.path.join(layer.output_path(output), "part-*.parquet")))]
+            for output in OUTPUTS}
+
+
+def measure(root: str, config: NearDedupConfig, paths: list[str]) -> dict:
+    started, cpu = time.monotonic(), time.process_time()
+    layer = run_stage(root, config, paths)
+    return {"cpu_seconds": round(time.process_time() - cpu, 2), "wall_seconds": round(time.monotonic() - started, 2),
+            "digests": digests(layer)}
+
+
+def labeled_partitions(directory: str, partitions: int = 4) -> list[str]:
+    # the labeled set of the bench_near_dedup.py next to the code measured (it imports that code's stage)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(beam_pipeline.__file__)), "bench"))
+    import bench_near_dedup
+
+    documents, _ = bench_near_dedup.labeled_set()
+    rows = sorted(documents, key=lambda d: d["doc_id"])
+    os.makedirs(directory, exist_ok=True)
+    paths = [os.path.join(directory, part_name(i, partitions)) for i in range(partitions)]
+    for i, path in enumerate(paths):
+        pq.write_table(pa.Table.from_pylist([r for r in rows if bucket_of(r["doc_id"], partitions) == i],
+                                            schema=bench_near_dedup.DOCS_SCHEMA), path)
+    return paths
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--documents", help="glob of an ingest layer's documents partitions")
+    parser.add_argument("--config", default=SAMPLE_CONFIG, help="corpus config whose near_dedup section is used")
+    parser.add_argument("--labeled", action="store_true", help="bench_near_dedup's labeled set, 6 configs")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per config (in this process)")
+    parser.add_argument("--json", help="write the results here")
+    args = parser.parse_args(argv)
+    if not args.documents and not args.labeled:
+        parser.error("give --documents or --labeled")
+    work = tempfile.mkdtemp(prefix="bench-near-dedup-stage-")
+    code = "spill files" if SPILL_FILE_CODE else "runner shuffles"
+    print(f"code: {os.path.dirname(beam_pipeline.__file__)} ({code}); load average {os.getloadavg()[0]:.1f}")
+    runs = []
+    if args.documents:
+        paths = sorted(glob.glob(args.documents))
+        runs.append(("documents", load_config(args.config).near_dedup, paths))
+    if args.labeled:
+        paths = labeled_partitions(os.path.join(work, "labeled"))
+        runs += [(name, NearDedupConfig(enabled=True, **overrides), paths) for name, overrides in LABELED_RUNS]
+    results = {}
+    for index, (name, config, paths) in enumerate(runs):
+        for attempt in range(args.repeat):
+            result = measure(os.path.join(work, f"run-{index}-{attempt}"), config, paths)
+            results.setdefault(name, []).append(result)
+            print(f"{name}: CPU {result['cpu_seconds']:.2f} s, wall {result['wall_seconds']:.2f} s, "
+                  f"digests {json.dumps(result['digests'])}", flush=True)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"code": code, "results": results}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
