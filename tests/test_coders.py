@@ -41,3 +41,16 @@ def test_the_shuffles_of_the_design_are_the_runners(tmp_path):
     assert grouped("Tokenize/", "GroupByShard")
     assert grouped("NearDedup/")
     assert grouped("Publish/", "WriteLineage/GroupByPartition")
+
+
+def test_no_flatten_takes_another_flattens_output(tmp_path):
+    """The Flink job server's fuser (Beam 2.62) rejects a Flatten of a Flatten's output ("PCollectionNodes
+    [...] were consumed but never produced"): a stage hands its counts to the commit as a flat tuple."""
+    from apache_beam.portability import common_urns
+
+    components = sample_job(tmp_path).to_runner_api().components
+    flattens = [t for t in components.transforms.values() if t.spec.urn == common_urns.primitives.FLATTEN.urn]
+    produced_by_flatten = {pcoll: t.unique_name for t in flattens for pcoll in t.outputs.values()}
+    nested = {t.unique_name: produced_by_flatten[p] for t in flattens for p in t.inputs.values()
+              if p in produced_by_flatten}
+    assert flattens and nested == {}

@@ -109,7 +109,7 @@ def test_killed_during_near_dup_clustering_resumes_to_the_same_dataset(built, tm
     root = str(tmp_path / "out")
     copy_layers_before("near_dedup", built["root"], root, list(built["stages"]))
     log_path = str(tmp_path / "killed-run.log")
-    due = seconds_after_line(log_path, "[near_dedup] running", 3.0)
+    due = seconds_after_line(log_path, "[near_dedup] runs in this job", 3.0)
     assert start_and_kill(root, log_path, due), open(log_path).read()[-3000:]
     assert not glob.glob(os.path.join(root, "layers", "near_dedup", "*", "_LEDGER.json")), "killed too late"
     rerun_matches_reference(root, built)

@@ -265,6 +265,7 @@ def test_models_and_lists_on_s3_load_where_the_scorers_run(small_local, bucket, 
                                                                  str(tmp_path / "local-out"))
                      + scoring.format(quality=side["models/quality.bin"], domains=side["lists/domains.txt"],
                                       evalset=side["evalsets/passages.jsonl"]))
+    (tmp_path / "r").mkdir()
     remote = tmp_path / "remote.yaml"
     remote.write_text(open(s3_config(tmp_path / "r")).read().replace(f"s3://{BUCKET}/out", f"s3://{BUCKET}/scored")
                       + scoring.format(quality=f"s3://{BUCKET}/models/quality.bin",

@@ -59,12 +59,12 @@ class ConnectedComponents(beam.PTransform):
         for index in range(1, self._max_rounds + 1):
             result = current | f"Round{index:02d}" >> _StarRound(index, rounds[-1] if rounds else None, self._stage)
             current = result["edges"]
-            rounds.append(result[COUNTS])
+            rounds.append(result[COUNTS])  # (large star's, small star's)
         converged = (
             edges.pipeline
             | "Once" >> beam.Create([None])
             | "CheckConverged" >> beam.ParDo(_ConvergedFn(self._max_rounds, self._stage),
-                                             *[beam.pvalue.AsList(c) for c in rounds])
+                                             *[beam.pvalue.AsList(c) for pair in rounds for c in pair])
         )
         labels = (
             current
@@ -72,8 +72,8 @@ class ConnectedComponents(beam.PTransform):
             .with_output_types(StrKeyed)
             | "SmallestPerNode" >> beam.CombinePerKey(min)
         )
-        counts = (*rounds, converged) | "AllComponentCounts" >> beam.Flatten()
-        return {LABELS: labels, COUNTS: counts}
+        # a flat tuple, never a Flatten's output: the Flink job server's fuser rejects a Flatten of Flattens
+        return {LABELS: labels, COUNTS: (*(c for pair in rounds for c in pair), converged)}
 
 
 def both_directions(edge: tuple[str, str]) -> list[tuple[str, str]]:
@@ -96,24 +96,23 @@ class _StarRound(beam.PTransform):
             work, done = edges, None
         else:
             routed = edges | "SkipIfConverged" >> beam.ParDo(
-                _RouteFn(), beam.pvalue.AsList(self._previous)).with_output_types(
+                _RouteFn(), *[beam.pvalue.AsList(c) for c in self._previous]).with_output_types(
                 StrKeyed, done=StrKeyed).with_outputs("done", main="work")
             work, done = routed["work"], routed["done"]
         large = (
             work
             | "GroupNeighbours" >> beam.GroupByKey()
             | "LargeStar" >> beam.ParDo(_StarFn(large_star, self._index, False, self._stage))
-            .with_output_types(StrKeyed, **{COUNTS: dict}).with_outputs(COUNTS, main="edges")
+            .with_output_types(StrKeyed).with_outputs(COUNTS, main="edges")
         )
         small = (
             large["edges"]  # (larger, smaller)
             | "GroupSmallerNeighbours" >> beam.GroupByKey()
             | "SmallStar" >> beam.ParDo(_StarFn(small_star, self._index, True, self._stage))
-            .with_output_types(StrKeyed, **{COUNTS: dict}).with_outputs(COUNTS, main="edges")
+            .with_output_types(StrKeyed).with_outputs(COUNTS, main="edges")
         )
-        counts = (large[COUNTS], small[COUNTS]) | "RoundCounts" >> beam.Flatten()
         out = small["edges"] if done is None else (small["edges"], done) | "WithSkipped" >> beam.Flatten()
-        return {"edges": out, COUNTS: counts}
+        return {"edges": out, COUNTS: (large[COUNTS], small[COUNTS])}
 
 
 class _StarFn(CountingDoFn):
@@ -143,8 +142,8 @@ def changed_edges(counts: Iterable[dict]) -> int:
 
 
 class _RouteFn(beam.DoFn):
-    def process(self, edge, previous_counts: list[dict]):
-        if changed_edges(previous_counts) == 0:
+    def process(self, edge, *previous_counts: list[dict]):
+        if changed_edges([c for counts in previous_counts for c in counts]) == 0:
             yield beam.pvalue.TaggedOutput("done", edge)
         else:
             yield edge
@@ -157,8 +156,8 @@ class _ConvergedFn(beam.DoFn):
         self._max_rounds = max_rounds
         self._stage = stage
 
-    def process(self, _unused, *counts_per_round: list[dict]):
-        totals = [changed_edges(counts) for counts in counts_per_round]
+    def process(self, _unused, *counts_per_step: list[dict]):
+        totals = [changed_edges(large + small) for large, small in zip(counts_per_step[::2], counts_per_step[1::2])]
         if totals[-1]:
             raise RuntimeError(
                 f"{self._stage}: connected components did not converge within near_dedup.max_rounds="

@@ -249,8 +249,7 @@ class AnnotateNearDuplicates(beam.PTransform):
             pbegin
             | "Partitions" >> PartitionIndexes(len(documents), after)
             | "Sign" >> beam.ParDo(SignPartitionFn(params, documents, join(self._layer_path, SIGNATURES)), *side)
-            .with_output_types(StrKeyed, **{_PAYLOADS: StrKeyed, _BANDS: IntKeyed, _BLOCKS: IntKeyed,
-                                            SIGNATURES: dict, DEAD_LETTER: dict, COUNTS: dict})
+            .with_output_types(StrKeyed, **{_PAYLOADS: StrKeyed, _BANDS: IntKeyed, _BLOCKS: IntKeyed})
             .with_outputs(SIGNATURES, _PAYLOADS, _BANDS, _BLOCKS, DEAD_LETTER, COUNTS, main=_MEMBERS)
         )
         payloads, bands, blocks = [signed[_PAYLOADS]], [signed[_BANDS]], [signed[_BLOCKS]]
@@ -277,7 +276,7 @@ class AnnotateNearDuplicates(beam.PTransform):
         if params.use_simhash:
             found.append({_KEYS: _flatten(blocks, "AllBlockKeys")} | "SimHashEdges" >> SimHashEdges(params))
         components = tuple(f[_EDGES] for f in found) | "Components" >> ConnectedComponents(params.max_rounds, STAGE)
-        counts = [signed[COUNTS], *(f[COUNTS] for f in found), components[COUNTS]]
+        counts = [signed[COUNTS], *(c for f in found for c in f[COUNTS]), *components[COUNTS]]
 
         parts = {_MEMBER: signed[_MEMBERS], _LABEL: components[LABELS]}
         if self._previous:
@@ -286,7 +285,7 @@ class AnnotateNearDuplicates(beam.PTransform):
             parts[_SPAN] = pbegin | "RepeatedSpans" >> RepeatedSpans(
                 documents, params.span_sources, params.span_min_words, params.seed, after)
         clusters = {**parts, _SIGNATURE: signatures} | "Clusters" >> AssignClusters(params)
-        counts.append(clusters[COUNTS])
+        counts.extend(clusters[COUNTS])
         return {ANNOTATIONS: clusters[ANNOTATIONS], SIGNATURES: WrittenPartitions(signed[SIGNATURES]),
                 LARGE_CLUSTERS: clusters[LARGE_CLUSTERS], DEAD_LETTER: signed[DEAD_LETTER], COUNTS: tuple(counts)}
 
@@ -313,7 +312,7 @@ class MinHashEdges(beam.PTransform):
             inputs[_KEYS]
             | "GroupByBandKey" >> beam.GroupByKey()
             | "StarCandidates" >> beam.ParDo(MinHashBucketFn())
-            .with_output_types(tuple[str, str], **{_PREVIOUS: StrKeyed, COUNTS: dict})
+            .with_output_types(tuple[str, str], **{_PREVIOUS: StrKeyed})
             .with_outputs(_PREVIOUS, COUNTS, main=_PAIRS)
         )
         edges, counts = buckets[_PAIRS], [buckets[COUNTS]]
@@ -324,7 +323,7 @@ class MinHashEdges(beam.PTransform):
                 | "VerifyCandidates" >> VerifyPairs(PairCheck(self._params, "minhash"), "candidate"))
             edges = verified[_CHECKED] | "KeepVerified" >> beam.FlatMap(lambda r: [(r[0], r[1])] if r[3] else [])
             counts.append(verified[COUNTS])
-        return {_EDGES: edges, _PREVIOUS: buckets[_PREVIOUS], COUNTS: _flatten(counts, "AllCounts")}
+        return {_EDGES: edges, _PREVIOUS: buckets[_PREVIOUS], COUNTS: tuple(counts)}
 
 
 class SimHashEdges(beam.PTransform):
@@ -341,10 +340,10 @@ class SimHashEdges(beam.PTransform):
             inputs[_KEYS]
             | "GroupByBlockKey" >> beam.GroupByKey()
             | "ClosePairs" >> beam.ParDo(SimHashBucketFn(self._params.max_hamming))
-            .with_output_types(tuple[str, str], **{_PREVIOUS: StrKeyed, COUNTS: dict})
+            .with_output_types(tuple[str, str], **{_PREVIOUS: StrKeyed})
             .with_outputs(_PREVIOUS, COUNTS, main=_PAIRS)
         )
-        return {_EDGES: close[_PAIRS], _PREVIOUS: close[_PREVIOUS], COUNTS: close[COUNTS]}
+        return {_EDGES: close[_PAIRS], _PREVIOUS: close[_PREVIOUS], COUNTS: (close[COUNTS],)}
 
 
 class VerifyPairs(beam.PTransform):
@@ -444,7 +443,7 @@ class AssignClusters(beam.PTransform):
         assembled = (
             joined
             | "JoinByDocId" >> beam.CoGroupByKey()
-            | "Assemble" >> beam.ParDo(AssembleFn()).with_output_types(StrKeyed, **{_ROWS: dict, COUNTS: dict})
+            | "Assemble" >> beam.ParDo(AssembleFn()).with_output_types(StrKeyed)
             .with_outputs(_ROWS, COUNTS, main=_CLUSTERED)
         )
         clusters = (
@@ -460,7 +459,7 @@ class AssignClusters(beam.PTransform):
         large = checked[_CHECKED] | "LargeClusterRows" >> beam.ParDo(LargeMemberRowFn()).with_outputs(
             COUNTS, main=_ROWS)
         rows = (assembled[_ROWS], clusters[_ROWS], large[_ROWS]) | "AllRows" >> beam.Flatten()
-        counts = (assembled[COUNTS], clusters[COUNTS], checked[COUNTS], large[COUNTS]) | "AllCounts" >> beam.Flatten()
+        counts = (assembled[COUNTS], clusters[COUNTS], checked[COUNTS], large[COUNTS])
         return {ANNOTATIONS: rows, LARGE_CLUSTERS: clusters[LARGE_CLUSTERS], COUNTS: counts}
 
 

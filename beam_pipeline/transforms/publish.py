@@ -7,6 +7,7 @@ is a side input here)::
             ─ WriteLineage (dataset/lineage.py): one part per layer partition, marker written last
             ─ WriteRunMetrics: runs/<run_id>/metrics.json (counts from the ledgers, commit times)
             ─ WriteReport: runs/<run_id>/report.html (a failure is logged, never fails the build)
+            ─ RemoveTemporaries: half-written files of failed (retried) attempts of these steps
 
 Everything here runs inside the job, so a launch that does not wait for the
 job (a Dataflow Flex Template) publishes exactly what ``run`` publishes.
@@ -67,8 +68,9 @@ class PublishDataset(beam.PTransform):
                                                            self._attempts, self._started),
                                               beam.pvalue.AsSingleton(lineage), *ledgers)
         )
-        _ = metrics | "WriteReport" >> beam.ParDo(WriteReportFn(self._config.output_root, self._run_id))
-        return metrics
+        report = metrics | "WriteReport" >> beam.ParDo(WriteReportFn(self._config.output_root, self._run_id))
+        return metrics | "RemoveTemporaries" >> beam.Map(_remove_temporaries, self._config.output_root, self._run_id,
+                                                          beam.pvalue.AsList(report))
 
 
 class PublishManifestFn(beam.DoFn):
@@ -159,6 +161,17 @@ def run_metrics(run_id: str, snapshot_id: str, config_digest: str, dataset_id: s
             timing[c.stage] = 0.0
     return {"run_id": run_id, "snapshot_id": snapshot_id, "dataset_id": dataset_id, "config_digest": config_digest,
             "stages": stages, "timing_seconds": {"total": round(finished - started, 3), **timing}}
+
+
+def _remove_temporaries(metrics: dict, root: str, run_id: str, _report) -> dict:
+    """Delete the half-written files that failed (retried) attempts of the steps above left in the
+    dataset and run folders; every writer there is done by now."""
+    from beam_pipeline.layers import TEMPORARY_PREFIX, remove_matching
+
+    dataset = dataset_path(root, metrics["dataset_id"])
+    remove_matching(*(join(folder, TEMPORARY_PREFIX + "*") for folder in (
+        dataset, join(dataset, "shards"), join(dataset, "lineage"), join(root, "runs", run_id))))
+    return metrics
 
 
 class WriteReportFn(beam.DoFn):
