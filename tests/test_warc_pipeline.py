@@ -16,8 +16,8 @@ from beam_pipeline.web.extract import html_to_text
 from beam_pipeline.web.records import payload_digest
 from conftest import IN_PROCESS, REPO, flatten_names, grouping_key_coders, layer_digests, stages_by_name, \
     unexplained_flattens, unexplained_groupings
-from web_fixtures import cut_record_in_member, handbook_dir, http_response, pywb_dir, reencode_page, warc_record, \
-    write_warc  # noqa: F401
+from web_fixtures import (cut_record_in_member, handbook_dir, http_response, pywb_dir,  # noqa: F401
+                          reencode_page, warc_record, write_warc)
 
 TOKENIZER = os.path.join(REPO, "sample", "tokenizer", "tokenizer.json")
 SPLIT_BYTES = 1 << 16  # the smallest allowed: crawl-a.warc.gz is read in several splits
@@ -262,3 +262,20 @@ def test_trace_rereads_web_records_with_the_source_extraction_settings(crawl, tm
     rereads = [reread_record(manifest, row) for row in rows]
     assert all(raw is not None for raw, _ in rereads)
     assert [matches for _, matches in rereads] == [True] * len(rows)
+
+
+def test_report_counts_dead_letters_as_drops_of_their_source(built):
+    """The run report of the crawl: dead letters are drops, and read - dropped = the dataset's documents."""
+    from collections import Counter
+
+    from beam_pipeline.report import locate
+    from beam_pipeline.report.gather import gather
+
+    root, stages, documents, dead = built
+    data = gather(locate(root), detail=False)
+    by_source = Counter(row["source"] for row in dead)  # the dead-letter Parquet rows
+    assert by_source == {"crawl": 2, "arcs": 3}
+    for source, n in by_source.items():
+        assert data["drops_by_source"][source]["ingest:dead_letter"] == n
+    assert data["warnings"] == []
+    assert data["run"]["records_in"] - data["run"]["records_dropped"] == data["run"]["documents"] == len(documents)
