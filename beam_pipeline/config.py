@@ -18,7 +18,8 @@ import re
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_serializer,
+                      model_validator)
 
 from beam_pipeline.hashing import digest_json
 from beam_pipeline.policy_rules import OverrideConfig, RedactConfig, RuleConfig, expand_policy_file
@@ -262,6 +263,7 @@ class CorpusConfig(_Strict):
     safety: SafetyConfig = SafetyConfig()
     pii: PiiConfig = PiiConfig()
     decontamination: DecontaminationConfig = DecontaminationConfig()
+    _base_dir: str | None = PrivateAttr(None)  # the config file's folder: relative paths were resolved against it
 
     @field_validator("name")
     @classmethod
@@ -293,9 +295,45 @@ class CorpusConfig(_Strict):
         raise KeyError(name)
 
     def digest(self) -> str:
-        """sha256 of the canonical config (what the build depends on, not where it writes)."""
-        # ``report`` only changes how a run is shown, never the data.
-        return digest_json(self.model_dump(mode="json", exclude={"output_root", "report"}))
+        """sha256 of the canonical config (what the build depends on, not where it writes or is checked out).
+
+        Over :meth:`portable_dump`: without ``output_root`` and ``report``
+        (``report`` only changes how a run is shown, never the data), paths
+        inside the config's folder relative to it.
+        """
+        return digest_json(self.portable_dump())
+
+    def portable_dump(self) -> dict:
+        """The config as JSON data without ``output_root`` and ``report``, free of the checkout's location.
+
+        Every string that is a path inside the config file's folder (as
+        resolved by :func:`parse_config`) is written relative to that folder,
+        as in the YAML: copying the config with its data elsewhere gives the
+        same dump. Other paths (absolute in the YAML, outside the folder, with
+        a scheme) are kept as they are.
+        """
+        return portable_paths(self.model_dump(mode="json", exclude={"output_root", "report"}), self._base_dir)
+
+    def portable_path(self, path: str) -> str:
+        """``path`` relative to the config's folder when it lies inside it, else unchanged."""
+        return portable_paths(path, self._base_dir)
+
+
+def portable_paths(value: Any, base_dir: str | None) -> Any:
+    """``value`` (JSON data) with every string under ``base_dir`` made relative to it (``base_dir`` itself: ".")."""
+    if base_dir is None:
+        return value
+    if isinstance(value, dict):
+        return {k: portable_paths(v, base_dir) for k, v in value.items()}
+    if isinstance(value, list):
+        return [portable_paths(v, base_dir) for v in value]
+    if isinstance(value, str):
+        base = base_dir.rstrip("/")
+        if value == base:
+            return "."
+        if value.startswith(base + "/"):
+            return value[len(base) + 1:]
+    return value
 
 
 def resolve_path(path: str, base_dir: str) -> str:
@@ -315,13 +353,15 @@ def parse_config(data: Any, *, base_dir: str = ".", source_name: str = "<config>
         raise ConfigError(_describe(err, source_name)) from None
     except ValueError as err:  # a policy file that cannot be read
         raise ConfigError(f"{source_name}: {err}") from None
-    return config.model_copy(update={
+    resolved = config.model_copy(update={
         "output_root": resolve_path(config.output_root, base_dir),
         "sources": [s.model_copy(update={"uri": resolve_path(s.uri, base_dir)}) for s in config.sources],
         "tokenize": config.tokenize.model_copy(
             update={"tokenizer": resolve_path(config.tokenize.tokenizer, base_dir)}),
         **resolve_paths(config, base_dir),  # models, lists, eval sets of the scoring stages
     })
+    resolved._base_dir = resolve_path(base_dir, os.getcwd()) if not _SCHEME.match(base_dir) else base_dir
+    return resolved
 
 
 def load_config(path: str) -> CorpusConfig:

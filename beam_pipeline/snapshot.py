@@ -11,9 +11,20 @@ above, a Beam job (:class:`FingerprintFiles`) reads them in parallel first.
 Inputs are immutable from then on: ``check_unchanged`` (driver,
 sizes) and the ingest readers (per file, checksums) stop the run with
 :class:`InputChangedError` when a file differs from its snapshot.
+
+The stored manifest holds no location (format 2): per source its format and
+files, each file's ``path`` relative to the source's *base*, the folder of the
+source's uri before its first wildcard (:func:`source_base`); not the uri. So
+the same files, wherever they lie and however the config names them, have the
+same snapshot id. In memory (what :func:`take_snapshot` returns and
+:func:`resolve_snapshot` makes of a loaded one) every file has its full path
+again, for the readers; a pinned snapshot must have the config's sources and
+formats, and its files must match the config's globs
+(:func:`check_sources_match`).
 """
 from __future__ import annotations
 
+import fnmatch
 import json
 from typing import Iterable
 
@@ -26,7 +37,8 @@ from beam_pipeline.config import CorpusConfig
 from beam_pipeline.hashing import digest_json, sha256_stream
 from beam_pipeline.layers import join, read_bytes, write_json_atomic
 
-SNAPSHOT_FORMAT = 1
+SNAPSHOT_FORMAT = 2  # 1: full paths (still read)
+_WILDCARDS = "*?["
 
 
 class InputChangedError(RuntimeError):
@@ -68,17 +80,27 @@ def _match_source(source_glob: tuple[str, str]) -> Iterable[dict]:
         yield {"source": source, "path": metadata.path, "size": metadata.size_in_bytes}
 
 
+def source_base(uri: str) -> str:
+    """The folder of ``uri`` before its first wildcard (``data/docs/*.jsonl`` -> ``data/docs``), without a slash."""
+    cut = min((i for i in (uri.find(c) for c in _WILDCARDS) if i >= 0), default=len(uri))
+    return uri[:cut].rsplit("/", 1)[0] if "/" in uri[:cut] else ""
+
+
+def _relative_to(path: str, base: str) -> str:
+    return path[len(base) + 1:] if base and path.startswith(base + "/") else path
+
+
 def build_manifest(config: CorpusConfig, entries: Iterable[dict]) -> dict:
-    """Canonical manifest: sources in config order, files sorted by path."""
+    """Canonical (stored) manifest: sources in config order, files relative to their source's base, sorted."""
+    bases = {s.name: source_base(s.uri) for s in config.sources}
     by_source: dict[str, list[dict]] = {s.name: [] for s in config.sources}
     for entry in entries:
-        by_source[entry["source"]].append(
-            {"path": entry["path"], "size": entry["size"], "checksum": entry["checksum"]})
+        by_source[entry["source"]].append({"path": _relative_to(entry["path"], bases[entry["source"]]),
+                                           "size": entry["size"], "checksum": entry["checksum"]})
     empty = [s for s in config.sources if not by_source[s.name]]
     if empty:
         raise SnapshotError("; ".join(f"source {s.name!r}: uri {s.uri!r} matched no files" for s in empty))
-    sources = {s.name: {"uri": s.uri, "format": s.format,
-                        "files": sorted(by_source[s.name], key=lambda f: f["path"])}
+    sources = {s.name: {"format": s.format, "files": sorted(by_source[s.name], key=lambda f: f["path"])}
                for s in config.sources}
     return {"format": SNAPSHOT_FORMAT, "checksum": config.snapshot.checksum, "sources": sources,
             "total_bytes": sum(f["size"] for s in sources.values() for f in s["files"])}
@@ -117,7 +139,7 @@ def take_snapshot(config: CorpusConfig, pipeline_options: PipelineOptions, *, lo
     manifest = build_manifest(config, entries)
     snapshot_id = snapshot_id_of(manifest)
     write_json_atomic(snapshot_path(config.output_root, snapshot_id), manifest)
-    return snapshot_id, manifest
+    return snapshot_id, resolve_snapshot(config, json.loads(json.dumps(manifest)))
 
 
 def fingerprint_locally(matched: list[dict], checksum: str, threads: int = 8) -> list[dict]:
@@ -164,12 +186,42 @@ def load_snapshot(root: str, snapshot_id: str) -> dict:
 
 
 def check_sources_match(config: CorpusConfig, manifest: dict) -> None:
-    """The pinned snapshot must describe exactly the config's sources."""
-    want = {s.name: s.uri for s in config.sources}
-    have = {name: s["uri"] for name, s in manifest["sources"].items()}
+    """The pinned snapshot must describe exactly the config's sources; its files then get their full paths.
+
+    (``manifest`` is a loaded snapshot: :func:`resolve_snapshot` is applied to it in place.)
+    """
+    field = "format" if manifest.get("format", 1) >= 2 else "uri"  # format 1 snapshots stored the uri
+    want = {s.name: getattr(s, field) for s in config.sources}
+    have = {name: s[field] for name, s in manifest["sources"].items()}
     if want != have:
         raise SnapshotError(f"the snapshot was taken for sources {have}, but the config has {want}; "
                             f"take a new snapshot for this config")
+    resolve_snapshot(config, manifest)
+    for source in config.sources:
+        stray = [f["path"] for f in manifest["sources"][source.name]["files"]
+                 if not fnmatch.fnmatchcase(f["path"], source.uri)]
+        if stray:
+            raise SnapshotError(f"source {source.name!r}: the snapshot's file {stray[0]} is not matched by the "
+                                f"config's uri {source.uri!r}; take a new snapshot for this config")
+
+
+def resolve_snapshot(config: CorpusConfig, manifest: dict) -> dict:
+    """``manifest`` (stored form) with every file's full path, from the config's sources; in place, returned.
+
+    Format 1 snapshots hold full paths already and are left as they are.
+    """
+    if manifest.get("format", 1) < 2:
+        return manifest
+    for source in config.sources:
+        base = source_base(source.uri)
+        for entry in manifest["sources"].get(source.name, {}).get("files", []):
+            if base and not _is_full_path(entry["path"]):  # (a full path stays: resolving twice changes nothing)
+                entry["path"] = f"{base}/{entry['path']}"
+    return manifest
+
+
+def _is_full_path(path: str) -> bool:
+    return path.startswith("/") or "://" in path
 
 
 def check_unchanged(manifest: dict) -> None:

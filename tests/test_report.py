@@ -16,7 +16,7 @@ from beam_pipeline.hashing import stable_hash64
 from beam_pipeline.layers import Layer, commit_layer, write_partition
 from beam_pipeline.report import locate, write_compare, write_report
 from beam_pipeline.report.compare import compare, compare_data
-from beam_pipeline.report.gather import SAMPLE_TEXT_CHARS, gather, thresholds_for, token_budget
+from beam_pipeline.report.gather import SAMPLE_TEXT_CHARS, gather, stage_flow, thresholds_for, token_budget
 
 
 @pytest.fixture(scope="module")
@@ -55,23 +55,36 @@ def test_stage_counts_are_the_metrics(built, data):
 
 
 def test_drops_by_source_add_up_to_the_metrics(built, data):
+    """Only stages that remove records from the flow drop them (the next stage reads what they passed)."""
+    stages = built["metrics"]["stages"]
     expected: dict = {}
-    for stage in built["metrics"]["stages"]:
-        for source, counts in stage["counts"]["by_source"].items():
+    for stage, following in zip(stages, stages[1:] + [None]):
+        c = stage["counts"]
+        if following is not None and following["counts"]["in"] != c["passed"]:
+            assert following["counts"]["in"] == c["in"]  # a scoring stage: its "filtered" were only not scored
+            continue
+        for source, counts in c["by_source"].items():
             for reason, n in counts["filtered"].items():
                 expected.setdefault(source, {})[f"{stage['name']}:{reason}"] = n
     actual = {s: {r: n for r, n in per.items()} for s, per in data["drops_by_source"].items() if per}
     assert actual == {s: per for s, per in expected.items() if per}
+    first, last = stages[0]["counts"]["by_source"], stages[-1]["counts"]["by_source"]
+    for source, per in actual.items():
+        assert sum(per.values()) == first[source]["in"] - last.get(source, {}).get("passed", 0)
     # the sample has verbatim repeats (ingest) and cross-source exact duplicates (select)
-    assert data["drops_by_source"]["python-docs-mirror"]["select:exact_duplicate"] == \
-        built["stages"]["select"]["counts"]["by_source"]["python-docs-mirror"]["filtered"]["exact_duplicate"]
+    assert data["drops_by_source"]["python-docs-mirror"] == {"select:exact_duplicate": 51} == {
+        "select:exact_duplicate": built["stages"]["select"]["counts"]["by_source"]["python-docs-mirror"]["filtered"][
+            "exact_duplicate"]}
 
 
 def test_funnel_documents_are_exact_and_tokens_end_at_the_dataset(built, data):
     steps = data["funnel"]["steps"]
     stages = built["metrics"]["stages"]
     assert steps[0]["documents"] == stages[0]["counts"]["in"]
-    assert [s["documents"] for s in steps[1:]] == [s["counts"]["passed"] for s in stages]
+    assert [s["documents"] for s in steps[1:]] == [s["counts"]["in"] for s in stages[1:]] + [
+        stages[-1]["counts"]["passed"]]
+    scorers = built["manifest"]["config"]["cascade"]["stages"]
+    assert [s["scored"] for s in steps[1:]] == [s["counts"]["passed"] if s["name"] in scorers else None for s in stages]
     manifest_tokens = sum(s["tokens"] for s in built["manifest"]["shards"])
     assert steps[-1]["tokens"] == manifest_tokens and not steps[-1]["estimated"]
     tokens = [s["tokens"] for s in steps]
@@ -282,6 +295,11 @@ def test_compare_shows_what_changed(built, run_dir):
     select["passed"] -= 10
     select["filtered"]["too_few_words"] = 10
     select["version"] = "2"
+    for stage in b["stages"][[s["name"] for s in b["stages"]].index("select") + 1:]:
+        stage["in"] -= 10
+        stage["passed"] -= 10
+    stage_flow(b["stages"])  # as gather() does (only the stage totals were changed: per-source warnings are moot)
+    assert select["dropped"]["too_few_words"] == 10
     b["mixture"]["buckets"]["docs"]["tokens"] -= 1000
     config_b = json.loads(json.dumps(ref.manifest["config"]))
     config_b["policy"]["min_words"] = 50

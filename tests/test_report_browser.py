@@ -118,3 +118,158 @@ def test_the_harness_sees_a_broken_plot_and_a_script_error(tmp_path):
     assert dom.root["data-script-errors"] != "0"
     assert dom.root["data-plots"] == "1" and dom.root["data-plots-ok"] == "0"
     assert dom.plots[0]["data-loaded"] == "broken"
+
+
+# --------------------------------------------------------------------------
+# Layout at a desktop and a phone width: nothing sticks out, nothing is cut off
+
+
+class DevTools:
+    """Headless Chromium driven over the DevTools protocol on a pipe (``--remote-debugging-pipe``).
+
+    ``--window-size`` cannot go below 500 px in headless Chromium; the
+    protocol's ``Emulation.setDeviceMetricsOverride`` sets the page's viewport
+    to any width (what the browser's device toolbar does). Messages are JSON,
+    each ended by a NUL byte: Chromium reads fd 3 and writes fd 4.
+    """
+
+    def __init__(self):
+        self._profile = tempfile.TemporaryDirectory(prefix="chromium-profile-")
+        commands_r, self._commands = os.pipe()
+        self._answers, answers_w = os.pipe()
+
+        def wire():  # in the child: the pipe ends on fds 3 and 4 (dup first: they may already sit there)
+            commands, answers = os.dup(commands_r), os.dup(answers_w)
+            os.dup2(commands, 3)
+            os.dup2(answers, 4)
+
+        self._process = subprocess.Popen(
+            [CHROMIUM, *FLAGS, f"--user-data-dir={self._profile.name}", "--remote-debugging-pipe", "about:blank"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=wire,
+            close_fds=False)
+        os.close(commands_r)
+        os.close(answers_w)
+        self._buffer, self._id = b"", 0
+
+    def __enter__(self) -> "DevTools":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self.send("Browser.close", timeout=10)
+        except (OSError, RuntimeError, TimeoutError):
+            pass
+        try:
+            self._process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        os.close(self._commands)
+        os.close(self._answers)
+        self._profile.cleanup()
+
+    def send(self, method: str, params: dict | None = None, session: str | None = None, timeout: float = 120):
+        import json
+
+        self._id += 1
+        message = {"id": self._id, "method": method, "params": params or {}}
+        if session:
+            message["sessionId"] = session
+        os.write(self._commands, json.dumps(message).encode() + b"\0")
+        while True:
+            answer = json.loads(self._read(timeout))
+            if answer.get("id") == self._id:  # (events in between are not needed)
+                if "error" in answer:
+                    raise RuntimeError(f"{method}: {answer['error']}")
+                return answer["result"]
+
+    def _read(self, timeout: float) -> bytes:
+        import select
+
+        while b"\0" not in self._buffer:
+            ready, _, _ = select.select([self._answers], [], [], timeout)
+            if not ready:
+                raise TimeoutError("chromium did not answer")
+            chunk = os.read(self._answers, 1 << 20)
+            if not chunk:
+                raise RuntimeError("chromium closed the DevTools pipe")
+            self._buffer += chunk
+        message, self._buffer = self._buffer.split(b"\0", 1)
+        return message
+
+    def render(self, path: str, width: int, max_height: int = 16000) -> tuple[dict, bytes, int]:
+        """(the attributes of <html> after the page's load handler ran, a PNG of the page, its height)."""
+        import base64
+        import json
+        import time
+
+        target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+        session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+
+        def evaluate(expression: str):
+            return self.send("Runtime.evaluate", {"expression": expression, "returnByValue": True},
+                             session)["result"].get("value")
+
+        metrics = {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False}
+        self.send("Emulation.setDeviceMetricsOverride", metrics, session)
+        self.send("Page.navigate", {"url": "file://" + os.path.abspath(path)}, session)
+        deadline = time.monotonic() + 60
+        while evaluate("document.documentElement.getAttribute('data-ready')") != "1":
+            assert time.monotonic() < deadline, "the page's load handler never ran"
+            time.sleep(0.1)
+        attributes = json.loads(evaluate("JSON.stringify(Object.fromEntries(Array.from("
+                                         "document.documentElement.attributes, a => [a.name, a.value])))"))
+        height = evaluate("document.documentElement.scrollHeight")
+        self.send("Emulation.setDeviceMetricsOverride", {**metrics, "height": min(height, max_height)}, session)
+        png = base64.b64decode(self.send("Page.captureScreenshot", {"format": "png"}, session)["data"])
+        self.send("Target.closeTarget", {"targetId": target})
+        return attributes, png, height
+
+
+def keep_screenshot(png: bytes, name: str, tmp_path) -> str:
+    """Write a screenshot next to the test (and to $BEAM_PIPELINE_SCREENSHOTS, to look at it)."""
+    path = tmp_path / name
+    path.write_bytes(png)
+    folder = os.environ.get("BEAM_PIPELINE_SCREENSHOTS")
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+        shutil.copy(path, os.path.join(folder, name))
+    return str(path)
+
+
+@pytest.mark.parametrize("width", [1400, 420])
+def test_no_horizontal_overflow_and_nothing_clipped(report, width, tmp_path):
+    from PIL import Image
+
+    with DevTools() as browser:
+        layout, png, height = browser.render(report, width)
+    shot = keep_screenshot(png, f"report-{width}.png", tmp_path)
+    assert layout["data-viewport-width"] == str(width)  # the page really was laid out at this width
+    assert layout["data-script-errors"] == "0" and layout["data-plots"] == layout["data-plots-ok"]
+    assert layout["data-page-width"] == str(width), "the page is wider than the window"
+    assert layout["data-overflowing"] == "0", layout["data-overflowing-what"]
+    assert layout["data-clipped"] == "0", layout["data-clipped-what"]
+    image = Image.open(shot).convert("RGB")
+    assert image.size == (width, min(height, 16000)) and height > 3000
+    colors = image.resize((width // 10, 400)).getcolors(maxcolors=width * 40)
+    assert len(colors) > 50, "the screenshot is (nearly) one colour"
+
+
+def test_the_layout_check_sees_overflow_and_clipping(tmp_path):
+    """Negative control: a wide plot outside a scroller, a table's box that hides its overflow."""
+    wide = ('<section><img class="plot" data-plot="wide" style="width:900px" '
+            'src="data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGD4DwABBAEAwS2OUAAAAABJRU5ErkJggg==">'
+            '<div style="overflow:hidden;width:200px"><table><tr><td style="white-space:nowrap">'
+            + "x" * 300 + '</td></tr></table></div>'
+            '<div class="scroll"><table><tr><td style="white-space:nowrap">' + "y" * 300 + "</td></tr></table></div>"
+            "</section>")
+    path = tmp_path / "wide.html"
+    path.write_text(page("wide", "<header></header>", [], [wide], ""), encoding="utf-8")
+    with DevTools() as browser:
+        layout, _, _ = browser.render(str(path), 420)
+    assert layout["data-viewport-width"] == "420"
+    assert int(layout["data-page-width"]) > 420
+    # the plot, and the table its box clips (table, tbody, tr, td); not the one in its own scroller
+    assert layout["data-overflowing"] == "5"
+    assert layout["data-overflowing-what"].split() == ["img.plot", "table", "tbody", "tr", "td"]
+    assert layout["data-clipped"] == "1" and layout["data-clipped-what"] == "div"

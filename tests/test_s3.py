@@ -29,7 +29,7 @@ import pytest
 
 from beam_pipeline import cli
 from beam_pipeline.config import load_config
-from beam_pipeline.snapshot import InputChangedError, take_snapshot, verify_file
+from beam_pipeline.snapshot import InputChangedError, source_base, take_snapshot, verify_file
 from conftest import IN_PROCESS, REPO, dataset_id_from_output
 
 boto3 = pytest.importorskip("boto3")
@@ -185,8 +185,9 @@ def test_build_on_s3_has_the_local_dataset_id(small_local, bucket, moto_endpoint
     (snapshot_key,) = [k for k in written if k.startswith("out/snapshots/") and k.endswith(".json")]
     import json
     manifest = json.loads(bucket.get_object(Bucket=BUCKET, Key=snapshot_key)["Body"].read())
-    entry = manifest["sources"]["legal"]["files"][0]
-    body = bucket.get_object(Bucket=BUCKET, Key=entry["path"][len(f"s3://{BUCKET}/"):])["Body"].read()
+    entry = manifest["sources"]["legal"]["files"][0]  # its path is relative to the source's base (docs/format.md)
+    base = source_base(load_config(s3_config(tmp_path)).source("legal").uri)
+    body = bucket.get_object(Bucket=BUCKET, Key=f"{base}/{entry['path']}"[len(f"s3://{BUCKET}/"):])["Body"].read()
     assert entry["checksum"] == "sha256:" + hashlib.sha256(body).hexdigest()
 
     # A fresh driver pinned to that snapshot reads s3:// before any pipeline exists (CorpusBuild

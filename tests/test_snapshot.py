@@ -7,7 +7,8 @@ import pytest
 
 from beam_pipeline import cli
 from beam_pipeline.config import load_config
-from beam_pipeline.snapshot import InputChangedError, check_unchanged, load_snapshot, snapshot_id_of
+from beam_pipeline.snapshot import (InputChangedError, check_unchanged, load_snapshot, resolve_snapshot, snapshot_id_of,
+                                    source_base)
 from conftest import IN_PROCESS, REPO
 
 SAMPLE = os.path.join(REPO, "sample")
@@ -63,9 +64,36 @@ def test_edited_snapshot_is_refused(small_corpus, capsys):
         load_snapshot(str(small_corpus / "out"), snapshot_id)
 
 
+def loaded(corpus, snapshot_id: str) -> dict:
+    """The stored snapshot with its files' full paths (as a build sees it)."""
+    return resolve_snapshot(load_config(str(corpus / "corpus.yaml")), load_snapshot(str(corpus / "out"), snapshot_id))
+
+
+def test_stored_snapshot_holds_no_location_of_the_checkout(small_corpus, capsys):
+    snapshot_id = snapshot(small_corpus, capsys)
+    stored = (small_corpus / "out" / "snapshots" / f"{snapshot_id}.json").read_text()
+    assert str(small_corpus) not in stored
+    manifest = json.loads(stored)
+    assert manifest["format"] == 2
+    assert manifest["sources"]["legal"].keys() == {"format", "files"}  # not the uri: where the files are
+    assert [f["path"] for f in manifest["sources"]["docs"]["files"]] == sorted(
+        os.listdir(small_corpus / "data" / "docs"))
+    full = loaded(small_corpus, snapshot_id)
+    assert all(os.path.isfile(f["path"]) and f["path"].startswith(str(small_corpus / "data" / "legal") + "/")
+               for f in full["sources"]["legal"]["files"])
+    assert snapshot_id_of(load_snapshot(str(small_corpus / "out"), snapshot_id)) == snapshot_id
+    assert resolve_snapshot(load_config(str(small_corpus / "corpus.yaml")), json.loads(json.dumps(full))) == full
+
+
+@pytest.mark.parametrize("uri, base", [("/a/b/*.txt", "/a/b"), ("s3://bucket/x/*/y.jsonl", "s3://bucket/x"),
+                                       ("/a/b/file.jsonl", "/a/b"), ("/a/b[12]/c", "/a"), ("data/*.txt", "data")])
+def test_source_base_is_the_folder_before_the_first_wildcard(uri, base):
+    assert source_base(uri) == base
+
+
 def test_size_change_is_caught_before_any_job(small_corpus, capsys):
     snapshot_id = snapshot(small_corpus, capsys)
-    manifest = load_snapshot(str(small_corpus / "out"), snapshot_id)
+    manifest = loaded(small_corpus, snapshot_id)
     victim = manifest["sources"]["legal"]["files"][1]["path"]
     with open(victim, "ab") as f:
         f.write(b"more")
@@ -78,7 +106,7 @@ def test_size_change_is_caught_before_any_job(small_corpus, capsys):
 
 def test_same_size_edit_is_caught_by_the_reader(small_corpus, capsys):
     snapshot_id = snapshot(small_corpus, capsys)
-    manifest = load_snapshot(str(small_corpus / "out"), snapshot_id)
+    manifest = loaded(small_corpus, snapshot_id)
     victim = manifest["sources"]["legal"]["files"][2]["path"]
     data = bytearray(open(victim, "rb").read())
     data[10] = ord("X") if data[10] != ord("X") else ord("Y")
@@ -98,6 +126,15 @@ def test_glob_matching_nothing_is_a_clear_error(small_corpus, capsys):
     assert "source 'legal'" in err and "matched no files" in err
 
 
+def test_pinned_snapshot_files_must_match_the_config_globs(small_corpus, capsys):
+    snapshot_id = snapshot(small_corpus, capsys)
+    config = small_corpus / "corpus.yaml"
+    config.write_text(config.read_text().replace("data/legal/*.txt", "data/legal/a*.txt"))
+    assert cli.main(["run", "--config", str(config), "--snapshot_id", snapshot_id, *IN_PROCESS]) == 1
+    err = capsys.readouterr().err
+    assert "source 'legal'" in err and "is not matched by the config's uri" in err
+
+
 def test_pinned_snapshot_must_match_the_config_sources(small_corpus, capsys):
     snapshot_id = snapshot(small_corpus, capsys)
     config = small_corpus / "corpus.yaml"
@@ -105,3 +142,24 @@ def test_pinned_snapshot_must_match_the_config_sources(small_corpus, capsys):
     assert load_config(str(config)).sources[1].name == "docs2"
     assert cli.main(["run", "--config", str(config), "--snapshot_id", snapshot_id, *IN_PROCESS]) == 1
     assert "take a new snapshot" in capsys.readouterr().err
+
+
+def test_the_same_sample_in_two_checkouts_has_the_same_ids(tmp_path):
+    """The sample and its config copied to two folders: one snapshot id, config digest, run id and dataset id."""
+    import glob
+
+    ids = []
+    for checkout in ("one", "elsewhere/two"):
+        folder = tmp_path / checkout
+        shutil.copytree(SAMPLE, folder / "sample")
+        root = folder / "out"
+        assert cli.main(["run", "--config", str(folder / "sample" / "corpus.yaml"), "--output_root", str(root),
+                         *IN_PROCESS]) == 0
+        (metrics,) = glob.glob(str(root / "runs" / "*" / "metrics.json"))
+        metrics = json.load(open(metrics))
+        manifest = json.load(open(root / "datasets" / metrics["dataset_id"] / "manifest.json"))
+        (snapshot_file,) = glob.glob(str(root / "snapshots" / "*.json"))
+        assert str(folder) not in open(snapshot_file).read()
+        assert load_config(str(folder / "sample" / "corpus.yaml")).digest() == manifest["config_digest"]
+        ids.append((metrics["snapshot_id"], manifest["config_digest"], metrics["run_id"], metrics["dataset_id"]))
+    assert ids[0] == ids[1]

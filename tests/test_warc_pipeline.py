@@ -15,7 +15,8 @@ from beam_pipeline.normalize import normalize_text
 from beam_pipeline.web.extract import html_to_text
 from beam_pipeline.web.records import payload_digest
 from conftest import IN_PROCESS, REPO, deterministic_key_coder, grouping_key_coders, layer_digests, stages_by_name
-from web_fixtures import handbook_dir, http_response, pywb_dir, reencode_page, warc_record, write_warc  # noqa: F401
+from web_fixtures import (cut_record_in_member, handbook_dir, http_response, pywb_dir,  # noqa: F401
+                          reencode_page, warc_record, write_warc)
 
 TOKENIZER = os.path.join(REPO, "sample", "tokenizer", "tokenizer.json")
 SPLIT_BYTES = 1 << 16  # the smallest allowed: crawl-a.warc.gz is read in several splits
@@ -78,6 +79,7 @@ def crawl(tmp_path_factory, handbook_dir, pywb_dir):
                     extra={"WARC-Payload-Digest": payload_digest(http_response(first_ko, "text/html; charset=euc-kr")
                                                                  .split(b"\r\n\r\n", 1)[1]),
                            "WARC-Profile": "http://netpreserve.org/warc/1.0/revisit/identical-payload-digest"}),
+        response("http://debian.example/en/cut", LATE, (handbook_dir / "en-US/sect.apt-get.html").read_bytes()),
         warc_record("conversion", "http://debian.example/wet/page", LATE,
                     "Plain text of a WET record.\nSecond line, ünïcode.".encode()),
     ]
@@ -85,7 +87,11 @@ def crawl(tmp_path_factory, handbook_dir, pywb_dir):
     data = bytearray((base / "web" / "crawl-b.warc.gz").read_bytes())
     damaged = offsets_b[2]
     data[damaged + 30:damaged + 40] = b"\xff" * 10
-    (base / "web" / "crawl-b.warc.gz").write_bytes(bytes(data))
+    # the record before the WET one was cut short by its writer, which then closed its gzip member
+    cut = offsets_b[4]
+    cut_data, _ = cut_record_in_member(bytes(data), cut, offsets_b[5] - cut, len(later[4]) * 6 // 10)
+    offsets_b[5] += len(cut_data) - len(data)
+    (base / "web" / "crawl-b.warc.gz").write_bytes(cut_data)
     for name in ("example.arc.gz", "bad.arc"):
         shutil.copy(pywb_dir / name, base / "arc" / name)
 
@@ -97,7 +103,7 @@ def crawl(tmp_path_factory, handbook_dir, pywb_dir):
         "ingest: {max_record_bytes: 1048576}\n"
         "accounting: {max_dead_letter_fraction: 1.0}\n"
         f"tokenize: {{tokenizer: {TOKENIZER}, seq_len: 256, shard_tokens: 65536}}\n")
-    expected.update(offsets_a=offsets_a, offsets_b=offsets_b, damaged=damaged)
+    expected.update(offsets_a=offsets_a, offsets_b=offsets_b, damaged=damaged, cut=cut)
     return base, expected
 
 
@@ -129,9 +135,9 @@ def test_counts_balance_per_source(built):
     _, stages, _, _ = built
     crawl = stages["ingest"]["counts"]["by_source"]["crawl"]
     # crawl-a: warcinfo + 9 x (request, response) + png + 404 + metadata = 22
-    # crawl-b: 5 records, one of them in the corrupt member
-    assert crawl["in"] == 27
-    assert crawl["dead_letter"] == 1
+    # crawl-b: 6 records, one of them in the corrupt member, one cut short
+    assert crawl["in"] == 28
+    assert crawl["dead_letter"] == 2
     assert crawl["filtered"] == {"record_type": 11, "content_type": 1, "http_status": 1, "revisit": 1,
                                  "older_capture": 2}
     assert crawl["passed"] == 10  # 9 pages (2 replaced by another capture of their URL, + 1 new) + WET
@@ -150,7 +156,7 @@ def test_provenance_of_every_document(built, crawl):
     assert page["source"] == "crawl" and page["license"] == "test"
     wet = documents["http://debian.example/wet/page"]
     assert wet["text"] == "Plain text of a WET record.\nSecond line, ünïcode."
-    assert wet["byte_offset"] == expected["offsets_b"][4]
+    assert wet["byte_offset"] == expected["offsets_b"][5]  # read intact right after the record cut short
     arc = documents["http://example.com/"]
     assert (arc["byte_offset"], arc["date"], arc["record_id"]) == (171, "2014-02-16T05:02:21Z", None)
 
@@ -179,11 +185,16 @@ def test_newest_capture_and_revisit(built, handbook_dir):
 def test_damage_is_dead_lettered_with_file_and_offset(built, crawl):
     _, _, documents, dead = built
     _, expected = crawl
-    (crawl_dead,) = [row for row in dead if row["source"] == "crawl"]
+    crawl_dead, cut = sorted((row for row in dead if row["source"] == "crawl"), key=lambda row: row["byte_offset"])
     assert crawl_dead["file"].endswith("web/crawl-b.warc.gz")
     assert crawl_dead["byte_offset"] == crawl_dead["position"] == expected["damaged"]
     assert crawl_dead["error"].startswith("corrupt gzip member")
     assert "http://debian.example/en/broken" not in documents
+    assert cut["file"].endswith("web/crawl-b.warc.gz")
+    assert cut["byte_offset"] == cut["position"] == expected["cut"]
+    assert cut["error"].startswith("truncated record:") and "its gzip member ends first" in cut["error"]
+    assert "http://debian.example/en/cut" not in documents
+    assert not any("WARC-Type" in doc["text"] or "WARC/1.1" in doc["text"] for doc in documents.values())
     assert sorted(row["byte_offset"] for row in dead if row["source"] == "arcs") == [0, 134, 262]
 
 
@@ -243,3 +254,20 @@ def test_trace_rereads_web_records_with_the_source_extraction_settings(crawl, tm
     rereads = [reread_record(manifest, row) for row in rows]
     assert all(raw is not None for raw, _ in rereads)
     assert [matches for _, matches in rereads] == [True] * len(rows)
+
+
+def test_report_counts_dead_letters_as_drops_of_their_source(built):
+    """The run report of the crawl: dead letters are drops, and read - dropped = the dataset's documents."""
+    from collections import Counter
+
+    from beam_pipeline.report import locate
+    from beam_pipeline.report.gather import gather
+
+    root, stages, documents, dead = built
+    data = gather(locate(root), detail=False)
+    by_source = Counter(row["source"] for row in dead)  # the dead-letter Parquet rows
+    assert by_source == {"crawl": 2, "arcs": 3}
+    for source, n in by_source.items():
+        assert data["drops_by_source"][source]["ingest:dead_letter"] == n
+    assert data["warnings"] == []
+    assert data["run"]["records_in"] - data["run"]["records_dropped"] == data["run"]["documents"] == len(documents)

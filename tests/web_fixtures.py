@@ -97,3 +97,23 @@ def write_warc(path: Path, records: list[bytes], *, gz: bool = True) -> list[int
         data += gzip.compress(record, compresslevel=6, mtime=0) if gz else record
     path.write_bytes(data)
     return offsets
+
+
+def cut_record_in_member(data: bytes, offset: int, length: int, keep: int) -> tuple[bytes, bytes]:
+    """A real per-record gzip WARC whose record at ``offset`` was cut short inside a *complete* member.
+
+    The gzip member ``[offset, offset + length)`` (from pywb's CDX) is
+    decompressed, cut to its first ``keep`` bytes and compressed again as a
+    whole member: the writer lost the end of the record but closed the member,
+    and the file goes on with the next record's member. Returns the damaged
+    file and the record's original bytes.
+    """
+    record = gzip.decompress(data[offset:offset + length])
+    assert keep < len(record)
+    return data[:offset] + gzip.compress(record[:keep], compresslevel=6, mtime=0) + data[offset + length:], record
+
+
+def edit_member(data: bytes, offset: int, length: int, edit) -> bytes:
+    """The file with the member ``[offset, offset + length)`` replaced by one holding ``edit(record)``."""
+    record = gzip.decompress(data[offset:offset + length])
+    return data[:offset] + gzip.compress(edit(record), compresslevel=6, mtime=0) + data[offset + length:]

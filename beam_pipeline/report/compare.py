@@ -99,18 +99,13 @@ def _count(stage: dict | None, field: str) -> int | None:
     if stage is None:
         return None
     if field == "dropped":
-        return sum(stage["filtered"].values())
+        return stage["dropped_total"]  # what the stage removed from the flow (gather.stage_flow)
     return stage[field]
 
 
 def _drop_totals(stages: list[dict]) -> dict[str, int]:
-    out = {}
-    for s in stages:
-        for reason, n in s["filtered"].items():
-            out[f"{s['name']}:{reason}"] = n
-        if s["dead_letter"]:
-            out[f"{s['name']}:dead_letter"] = s["dead_letter"]
-    return out
+    """{"<stage>:<reason>": records removed from the flow} (a scoring stage's gated documents are not drops)."""
+    return {f"{s['name']}:{reason}": n for s in stages for reason, n in s["dropped"].items()}
 
 
 def _merge_order(a: list[str], b: list[str]) -> list[str]:

@@ -81,16 +81,24 @@ def gather(ref: RunRef, *, report_config: dict | None = None, detail: bool = Tru
     settings = {"target_tokens": None, "mixture": {}, "max_epochs": 4.0, "samples_per_reason": 20,
                 **(config.get("report") or {}), **(report_config or {})}
     stages = _stages(ref)
+    flow_warnings = stage_flow(stages)
     data: dict[str, Any] = {
         "name": manifest.get("name"),
         "run": _run_info(ref, stages),
         "stages": stages,
         "settings": settings,
-        "warnings": [],
+        "warnings": flow_warnings,
         "notes": [],
     }
     data["drops_by_source"] = drops_by_source(stages)
     data["sources"] = sorted({s for stage in stages for s in stage["by_source"]})
+    data["read_by_source"] = {s: stages[0]["by_source"].get(s, {}).get("in", 0) for s in data["sources"]} \
+        if stages else {}
+    run = data["run"]
+    if stages and run["records_in"] - run["records_dropped"] != run["documents"]:
+        data["warnings"].append(
+            f"the counts do not add up: {run['records_in']:,} records read - {run['records_dropped']:,} dropped "
+            f"= {run['records_in'] - run['records_dropped']:,}, but the dataset holds {run['documents']:,} documents")
     data["mixture"] = mixture(manifest, settings)
     data["budget"] = token_budget(data["mixture"], settings)
     data["shards"] = [{"name": s["name"], "domain": s["domain"], "tokens": s["tokens"], "documents": s["documents"],
@@ -166,6 +174,7 @@ def _run_info(ref: RunRef, stages: list[dict]) -> dict:
         "sequences": sum(s["sequences"] for s in manifest["shards"]),
         "shards": len(manifest["shards"]),
         "records_in": stages[0]["in"] if stages else 0,
+        "records_dropped": sum(s["dropped_total"] for s in stages),
     }
 
 
@@ -180,28 +189,83 @@ def _snapshot_summary(ref: RunRef) -> dict | None:
                         for name, s in sorted(snapshot.get("sources", {}).items())}}
 
 
+def stage_flow(stages: list[dict]) -> list[str]:
+    """What each stage removed from the flow of records, from the counts alone; the warnings.
+
+    A stage's records go on to the next stage, whose ``in`` says what it kept:
+
+    * this stage's ``passed``: the stage *drops* what it filtered and
+      dead-lettered (ingest's verbatim repeats, select's decisions); the last
+      stage passes its ``passed`` to the dataset;
+    * this stage's ``in`` (less its dead letters): a *scoring* stage of the
+      cascade (docs/filters.md). Its ``filtered`` are the documents the policy
+      rules over earlier stages gate, which it did not score; they stay in the
+      flow until select drops them, so they are not drops (and they count again
+      at every later scorer: adding them up counts one document many times).
+
+    Sets on every stage ``kind`` ("drops" or "scores"), ``dropped`` ({reason:
+    n}, dead letters as ``dead_letter``), ``dropped_total``, ``gated`` ({reason:
+    n} not scored), ``scored`` (None for a stage that drops) and ``after``
+    (records in the flow after it), and the same per source in ``by_source``.
+    Counts that fit neither reading are reported, and taken as drops.
+    """
+    warnings = []
+    for i, stage in enumerate(stages):
+        following = stages[i + 1] if i + 1 < len(stages) else None
+        next_in = following["in"] if following else stage["passed"]
+        filtered = sum(stage["filtered"].values())
+        if stage["in"] != stage["passed"] + filtered + stage["dead_letter"]:
+            warnings.append(f"stage {stage['name']}: {stage['in']:,} in != {stage['passed']:,} passed + {filtered:,} "
+                            f"filtered + {stage['dead_letter']:,} dead letters")
+        removed = stage["in"] - next_in
+        if removed == filtered + stage["dead_letter"]:
+            kind = "drops"
+        elif removed == stage["dead_letter"]:
+            kind = "scores"
+        else:
+            kind = "drops"
+            warnings.append(f"stage {stage['name']}: {stage['in']:,} in, {stage['passed']:,} passed, {filtered:,} "
+                            f"filtered, {stage['dead_letter']:,} dead letters, but the next stage reads {next_in:,}")
+        stage["kind"] = kind
+        for where, counts, after in [(stage["name"], stage, next_in)] + [
+                (f"{stage['name']} ({source})", c,
+                 (following["by_source"].get(source, {}).get("in", 0) if following else c["passed"]))
+                for source, c in stage["by_source"].items()]:
+            counts.update(_removed(counts, kind))
+            counts["after"] = after
+            if counts is not stage and counts["in"] - counts["dropped_total"] != after:
+                warnings.append(f"stage {where}: {counts['in']:,} in - {counts['dropped_total']:,} dropped "
+                                f"!= {after:,} read by the next stage")
+    return warnings
+
+
+def _removed(counts: dict, kind: str) -> dict:
+    dead = counts.get("dead_letter", 0)
+    if kind == "drops":
+        dropped = {r: n for r, n in sorted(counts["filtered"].items()) if n}
+        gated, scored = {}, None
+    else:
+        dropped, scored = {}, counts["passed"]
+        gated = {r: n for r, n in sorted(counts["filtered"].items()) if n}
+    if dead:
+        dropped["dead_letter"] = dead
+    return {"dropped": dropped, "dropped_total": sum(dropped.values()), "gated": gated, "scored": scored}
+
+
 def drops_by_source(stages: list[dict]) -> dict[str, dict[str, int]]:
-    """{source: {"<stage>:<reason>": records}}; dead letters count as reason ``dead_letter``."""
+    """{source: {"<stage>:<reason>": records}}: what each stage removed from the flow (:func:`stage_flow`)."""
     out: dict[str, dict[str, int]] = {}
     for stage in stages:
         for source, counts in stage["by_source"].items():
             mine = out.setdefault(source, {})
-            for reason, n in sorted(counts["filtered"].items()):
-                if n:
-                    mine[f"{stage['name']}:{reason}"] = mine.get(f"{stage['name']}:{reason}", 0) + n
-            if counts["dead_letter"]:
-                mine[f"{stage['name']}:dead_letter"] = counts["dead_letter"]
+            for reason, n in counts["dropped"].items():
+                mine[f"{stage['name']}:{reason}"] = mine.get(f"{stage['name']}:{reason}", 0) + n
     return dict(sorted(out.items()))
 
 
 def drop_reasons(stages: list[dict]) -> list[str]:
-    """Every ``<stage>:<reason>`` that dropped something, in stage order."""
-    reasons = []
-    for stage in stages:
-        reasons += [f"{stage['name']}:{r}" for r, n in sorted(stage["filtered"].items()) if n]
-        if stage["dead_letter"]:
-            reasons.append(f"{stage['name']}:dead_letter")
-    return reasons
+    """Every ``<stage>:<reason>`` that removed something from the flow, in stage order."""
+    return [f"{stage['name']}:{r}" for stage in stages for r in stage["dropped"]]
 
 
 # --- manifest: mixture, budget ---------------------------------------------
@@ -426,14 +490,17 @@ def _joined(left: _Output, left_columns: list[str], right: _Output, right_column
 
 
 def funnel(stages: list[dict], layout: _Layout, tokens_by_source: dict, manifest: dict) -> dict:
-    """Documents (exact, from metrics) and tokens per cascade step.
+    """Documents (exact, from the counts) and tokens in the flow after each stage (:func:`stage_flow`).
 
-    Tokens are exact for the dataset (shard indexes). Documents dropped before
-    tokenization were never tokenized: their tokens are estimated from their
-    characters (documents layer) times their source's tokens per character
-    among kept documents (all sources pooled for a source with none kept);
-    records without a per-document record (dead letters) are estimated at the
-    mean tokens per kept document of the source. Estimates are flagged.
+    A step's documents are the records still in the flow: only stages that
+    drop records lower them; a scoring stage adds ``scored`` (the documents
+    the cascade let it score). Tokens are exact for the dataset (shard
+    indexes). Documents dropped before tokenization were never tokenized: their
+    tokens are estimated from their characters (documents layer) times their
+    source's tokens per character among kept documents (all sources pooled
+    for a source with none kept), plus one EOS each; records without a
+    per-document record (dead letters) are estimated at the mean tokens per
+    kept document of the source. Estimates are flagged.
     """
     dropped = _dropped_chars(layout)
     kept_chars = _kept_chars(layout)
@@ -452,20 +519,21 @@ def funnel(stages: list[dict], layout: _Layout, tokens_by_source: dict, manifest
         tokens = 0.0
         for source, counts in stage["by_source"].items():
             r = ratio.get(source, pooled) or 0.0
-            for reason, n in counts["filtered"].items():
+            for reason, n in counts["dropped"].items():
                 known = dropped.get((stage["name"], reason, source))
                 if known and known["documents"]:
                     tokens += known["chars"] * r + known["documents"]
                     n -= known["documents"]
                 tokens += max(n, 0) * per_doc.get(source, pooled_per_doc)
-            tokens += counts["dead_letter"] * per_doc.get(source, pooled_per_doc)
         return tokens
 
     steps = []
     if stages:
-        steps.append({"label": "records read", "stage": stages[0]["name"], "documents": stages[0]["in"]})
+        steps.append({"label": "records read", "stage": stages[0]["name"], "documents": stages[0]["in"],
+                      "scored": None})
     for stage in stages:
-        steps.append({"label": f"after {stage['name']}", "stage": stage["name"], "documents": stage["passed"]})
+        steps.append({"label": f"after {stage['name']}", "stage": stage["name"], "documents": stage["after"],
+                      "scored": stage["scored"]})
     # tokens: walk back from the dataset, adding what each stage dropped
     tokens_after = float(total_tokens)
     estimated_after = False

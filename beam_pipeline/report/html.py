@@ -5,9 +5,13 @@ the style sheet and a tiny script are inline, fonts are the viewer's own. A
 Content-Security-Policy forbids every other load, so the page works offline
 and a stray external reference would show up as a blocked load, not a silent
 dependency. The inline script only records, on ``<html>``, how many plots
-decoded (``data-plots``, ``data-plots-ok``) and any script error
-(``data-script-errors``): what ``tests/test_report_browser.py`` reads from
-headless Chromium. The page holds no timestamp: the same run gives the same
+decoded (``data-plots``, ``data-plots-ok``), any script error
+(``data-script-errors``) and the layout (``data-page-width`` against
+``data-viewport-width``, ``data-overflowing``: elements sticking out of the
+viewport outside a horizontal scroller, ``data-clipped``: boxes that cut off
+their content): what ``tests/test_report_browser.py`` reads from headless
+Chromium at 1400 and 420 px. Every table sits in its own horizontal
+scroller, so a wide table never widens the page. The page holds no timestamp: the same run gives the same
 bytes.
 """
 from __future__ import annotations
@@ -38,11 +42,17 @@ nav { position:sticky; top:0; z-index:2; background:#fff; border-bottom:1px soli
       padding:8px 32px; display:flex; flex-wrap:wrap; gap:4px 16px; font-size:13px; }
 nav a { color:var(--accent); text-decoration:none; }
 main { padding:16px 32px 40px; max-width:1500px; }
+header .sub, .kpi b, .note, p, li { overflow-wrap:anywhere; }
+td, th { overflow-wrap:break-word; }
+td.n, th.n { white-space:nowrap; }
+.scroll { overflow-x:auto; max-width:100%; }
 section { background:var(--card); border:1px solid var(--line); border-radius:10px; padding:16px 20px;
           margin:16px 0; }
 section h2 { margin:0 0 4px; font-size:18px; }
 p.lead { margin:0 0 12px; color:var(--muted); }
-.grid { display:grid; grid-template-columns:repeat(auto-fit, minmax(560px, 1fr)); gap:16px; align-items:start; }
+.grid { display:grid; grid-template-columns:repeat(auto-fit, minmax(min(560px, 100%), 1fr)); gap:16px;
+        align-items:start; }
+.grid > * { min-width:0; }
 figure { margin:0; }
 figure img { max-width:100%; height:auto; display:block; border:1px solid var(--line); border-radius:6px; }
 figcaption { color:var(--muted); font-size:12px; margin-top:4px; }
@@ -58,22 +68,30 @@ code, .mono { font-family:ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, mon
 details { border:1px solid var(--line); border-radius:8px; margin:8px 0; background:#fff; }
 details > summary { cursor:pointer; padding:8px 12px; font-weight:600; }
 details[open] > summary { border-bottom:1px solid var(--line); }
-.samples { padding:8px 12px 12px; display:grid; grid-template-columns:repeat(auto-fill, minmax(440px, 1fr)); gap:10px; }
+.samples { padding:8px 12px 12px; display:grid; grid-template-columns:repeat(auto-fill, minmax(min(440px, 100%), 1fr));
+           gap:10px; }
 .doc { border:1px solid var(--line); border-radius:6px; padding:8px; min-width:0; }
 .doc .meta { color:var(--muted); font-size:12px; margin-bottom:4px; word-break:break-all; }
 pre.text { white-space:pre-wrap; word-break:break-word; background:#fafbfc; border:1px solid var(--line);
            border-radius:4px; padding:8px; margin:0; max-height:180px; overflow:auto; font-size:12px; }
-.cluster { display:grid; grid-template-columns:repeat(auto-fit, minmax(280px, 1fr)); gap:10px; padding:10px 12px; }
-.member { border:1px solid var(--line); border-radius:6px; padding:8px; }
+.cluster { display:grid; grid-template-columns:repeat(auto-fit, minmax(min(280px, 100%), 1fr)); gap:10px;
+           padding:10px 12px; }
+.member { border:1px solid var(--line); border-radius:6px; padding:8px; min-width:0; }
 .member.rep { border-color:#009E73; box-shadow:inset 0 3px 0 #009E73; }
 .tag { display:inline-block; font-size:11px; padding:1px 6px; border-radius:8px; background:#e4e7eb; }
 .tag.keep { background:#d1f2e4; color:var(--ok); }
 .tag.drop { background:#fde2e1; color:#a61b1b; }
 .tag.warn { background:#ffe8c2; color:var(--warn); }
-footer { color:var(--muted); font-size:12px; padding:0 32px 32px; }
+footer { color:var(--muted); font-size:12px; padding:0 32px 32px; overflow-wrap:anywhere; }
+@media (max-width: 700px) {
+  header { padding:14px 12px 12px; } nav { padding:8px 12px; } main { padding:8px 8px 24px; }
+  section { padding:12px 10px; } footer { padding:0 12px 24px; } .kpi { min-width:0; flex:1 1 40%; }
+  .samples, .cluster { padding:8px 4px; }
+}
 """
 
-#: Records plot decoding and script errors on <html> for the browser test; nothing else.
+#: Records plot decoding, script errors and layout (what overflows the viewport, what a box clips) on <html>
+#: for the browser test; nothing else.
 SCRIPT = """
 (function () {
   var root = document.documentElement;
@@ -95,8 +113,36 @@ SCRIPT = """
     }
     root.setAttribute('data-plots', String(images.length));
     root.setAttribute('data-plots-ok', String(ok));
+    layout();
     root.setAttribute('data-ready', '1');
   });
+  function describe(el) {
+    var cls = typeof el.className === 'string' && el.className ? '.' + el.className.split(' ')[0] : '';
+    return el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') + cls;
+  }
+  // What sticks out of the viewport (outside a horizontal scroller) and what a box cuts off.
+  function layout() {
+    var width = document.documentElement.clientWidth, over = [], clipped = [];
+    var all = document.body.getElementsByTagName('*');
+    for (var i = 0; i < all.length; i++) {
+      var el = all[i], box = el.getBoundingClientRect();
+      if (!box.width && !box.height) { continue; }
+      var scroller = el.parentElement && el.parentElement.closest('.scroll, pre');
+      if (!scroller && (box.right > width + 1 || box.left < -1)) { over.push(describe(el)); }
+      var style = getComputedStyle(el);
+      var hidesX = style.overflowX === 'hidden' || style.overflowX === 'clip';
+      var hidesY = style.overflowY === 'hidden' || style.overflowY === 'clip';
+      if ((hidesX && el.scrollWidth > el.clientWidth + 1) || (hidesY && el.scrollHeight > el.clientHeight + 1)) {
+        clipped.push(describe(el));
+      }
+    }
+    root.setAttribute('data-viewport-width', String(width));
+    root.setAttribute('data-page-width', String(document.documentElement.scrollWidth));
+    root.setAttribute('data-overflowing', String(over.length));
+    root.setAttribute('data-overflowing-what', over.slice(0, 8).join(' '));
+    root.setAttribute('data-clipped', String(clipped.length));
+    root.setAttribute('data-clipped-what', clipped.slice(0, 8).join(' '));
+  }
 })();
 """
 
@@ -127,12 +173,17 @@ def figure(plot: Plot | None, caption: str = "") -> str:
             + (f"<figcaption>{caption}</figcaption>" if caption else "") + "</figure>")
 
 
-def table(headers: list[str], rows: Iterable[list], numeric: set[int] = frozenset()) -> str:
+def table(headers: list[str], rows: Iterable[list], numeric: set[int] = frozenset(), name: str = "") -> str:
+    """A table in its own horizontal scroller: a wide table scrolls inside the page, never widens it.
+
+    ``name`` (``data-table``) lets tests find the table; cells are HTML.
+    """
     head = "".join(f'<th class="n">{esc(h)}</th>' if i in numeric else f"<th>{esc(h)}</th>"
                    for i, h in enumerate(headers))
     body = "".join("<tr>" + "".join(f'<td class="n">{c}</td>' if i in numeric else f"<td>{c}</td>"
                                     for i, c in enumerate(row)) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    named = f' data-table="{esc(name)}"' if name else ""
+    return f'<div class="scroll"><table{named}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 def page(title: str, header: str, nav: list[tuple[str, str]], sections: list[str], footer: str) -> str:
@@ -156,24 +207,24 @@ def section(anchor: str, title: str, lead: str, body: str, extra_class: str = ""
 
 def render_run(data: dict, plots: dict) -> str:
     run = data["run"]
-    stages = data["stages"]
-    dropped = sum(sum(s["filtered"].values()) + s["dead_letter"] for s in stages)
+    dropped = run["records_dropped"]
     kpis = [
-        (num(run["records_in"]), "records read"),
-        (num(run["documents"]), "documents in the dataset"),
-        (num(run["tokens"]), "tokens (with EOS)"),
-        (f"{num(run['sequences'])} × {num(run['seq_len'])}", "sequences × seq_len"),
-        (num(run["shards"]), "shards"),
-        (f"{num(dropped)} ({pct(dropped, run['records_in'])})", "records dropped"),
+        ("records_read", num(run["records_in"]), "records read"),
+        ("documents", num(run["documents"]), "documents in the dataset"),
+        ("tokens", num(run["tokens"]), "tokens (with EOS)"),
+        ("sequences", f"{num(run['sequences'])} × {num(run['seq_len'])}", "sequences × seq_len"),
+        ("shards", num(run["shards"]), "shards"),
+        ("records_dropped", f"{num(dropped)} ({pct(dropped, run['records_in'])})", "records dropped"),
     ]
     timing = run.get("timing_seconds") or {}
     if timing.get("total") is not None:
-        kpis.append((f"{timing['total']:.1f} s", "build wall clock"))
+        kpis.append(("wall_clock", f"{timing['total']:.1f} s", "build wall clock"))
     header = (
         f'<header><h1>Run report · {esc(data["name"])}</h1>'
         f'<div class="sub">run <code>{esc(run["run_id"])}</code> · dataset <code>{esc(run["dataset_id"][:16])}…</code>'
         f' · snapshot <code>{esc(run["snapshot_id"])}</code> · config <code>{esc(run["config_digest"][:12])}</code></div>'
-        '<div class="kpis">' + "".join(f"<div class=\"kpi\"><b>{v}</b><span>{esc(k)}</span></div>" for v, k in kpis)
+        '<div class="kpis">' + "".join(f'<div class="kpi" data-kpi="{name}"><b>{v}</b><span>{esc(k)}</span></div>'
+                                       for name, v, k in kpis)
         + "</div></header>")
     nav = [("cascade", "Cascade"), ("drops", "Drops"), ("annotations", "Annotations"), ("language", "Language"),
            ("duplicates", "Duplicates"), ("mixture", "Mixture & budget"), ("shards", "Shards"),
@@ -199,33 +250,45 @@ def _warnings(data: dict) -> str:
 def _cascade(data: dict, plots: dict) -> str:
     rows = []
     for s in data["stages"]:
-        filtered = ", ".join(f"{esc(r)} {num(n)}" for r, n in s["filtered"].items() if n) or "–"
-        rows.append([f"<code>{esc(s['name'])}</code>", num(s["in"]), num(s["passed"]),
-                     num(sum(s["filtered"].values())), filtered, num(s["dead_letter"]),
+        dropped = ", ".join(f"{esc(r)} {num(n)}" for r, n in s["dropped"].items()) or "–"
+        gated = ", ".join(f"{esc(r)} {num(n)}" for r, n in s["gated"].items()) or "–"
+        rows.append([f"<code>{esc(s['name'])}</code>", num(s["in"]), num(s["dropped_total"]), dropped,
+                     num(s["after"]), num(s["scored"]) if s["scored"] is not None else "–",
+                     gated if s["kind"] == "scores" else "–",
                      "reused" if s["reused"] else ("ran" if s["reused"] is not None else "–"),
                      f"{s['seconds']:.1f}" if s["seconds"] is not None else "–"])
-    body = figure(plots.get("funnel"), "Documents are the run's counters. Tokens are exact for the dataset; "
+    body = figure(plots.get("funnel"), "Documents are the run's counts. Tokens are exact for the dataset; "
                   "for documents dropped before tokenization they are estimated (≈, hatched) from their "
                   "characters × their source's tokens per character among kept documents.")
-    body += table(["stage", "in", "passed", "dropped", "dropped by reason", "dead letter", "layer", "seconds"],
-                  rows, {1, 2, 3, 5, 7})
-    return section("cascade", "Cascade funnel", "Every record that entered a stage was passed, dropped with a "
-                   "reason, or dead-lettered (<code>in = passed + dropped + dead letter</code>, checked per stage).",
-                   body)
+    body += table(["stage", "in", "dropped", "dropped by reason (dead letters included)", "left in the flow",
+                   "scored", "not scored: gated by rules over earlier stages", "layer", "seconds"],
+                  rows, {1, 2, 4, 5, 8}, name="cascade")
+    return section("cascade", "Cascade funnel", "Every record that entered a stage was passed on, or dropped with a "
+                   "reason or dead-lettered: <code>in − dropped = left in the flow</code>, checked per stage and "
+                   "source. The scoring stages of the cascade drop nothing: each scores the documents that pass the "
+                   "policy rules over the stages before it; the others stay in the flow, unscored, until "
+                   "<code>select</code> drops them.", body)
 
 
 def _drops(data: dict, plots: dict) -> str:
     drops = data["drops_by_source"]
-    seen = {r for per in drops.values() for r in per}
-    reasons = [r for s in data["stages"] for r in [*(f"{s['name']}:{k}" for k in sorted(s["filtered"])),
-                                                   f"{s['name']}:dead_letter"] if r in seen]
-    reasons += sorted(seen - set(reasons))
+    sources = [s for s in data["sources"] if s in drops]
+    reasons = [f"{s['name']}:{r}" for s in data["stages"] for r in s["dropped"]]
     if not reasons:
         return section("drops", "Drops by reason per source", "", '<div class="note">Nothing was dropped.</div>')
-    rows = [[esc(source)] + [num(per.get(r, 0)) for r in reasons] + [num(sum(per.values()))]
-            for source, per in drops.items()]
-    body = figure(plots.get("drops")) + table(["source"] + reasons + ["total"], rows, set(range(1, len(reasons) + 2)))
-    return section("drops", "Drops by reason per source", "From the per-source counters of every stage.", body)
+    read = data["read_by_source"]
+    rows = [[f"<code>{esc(r)}</code>"] + [num(drops[s].get(r, 0)) for s in sources]
+            + [num(sum(drops[s].get(r, 0) for s in sources))] for r in reasons]
+    totals = {s: sum(drops[s].values()) for s in sources}
+    rows.append(["<b>dropped</b>"] + [f"<b>{num(totals[s])}</b>" for s in sources]
+                + [f"<b>{num(sum(totals.values()))}</b>"])
+    rows.append(["records read"] + [num(read[s]) for s in sources] + [num(sum(read[s] for s in sources))])
+    rows.append(["share dropped"] + [pct(totals[s], read[s]) for s in sources]
+                + [pct(sum(totals.values()), sum(read[s] for s in sources))])
+    body = figure(plots.get("drops")) + table(["stage:reason"] + sources + ["total"], rows,
+                                              set(range(1, len(sources) + 2)), name="drops")
+    return section("drops", "Drops by reason per source", "What each stage removed from the flow, per source "
+                   "(the scoring stages' gated documents are not drops: select drops them, once).", body)
 
 
 def _annotations(data: dict, plots: dict) -> str:
@@ -235,8 +298,8 @@ def _annotations(data: dict, plots: dict) -> str:
                        '<div class="note">No numeric annotation column in this run\'s layers.</div>')
     figures = []
     for h, plot in zip(hists, plots.get("histograms") or []):
-        limits = ", ".join(f"<code>{esc(t['name'])} = {esc(t['value'])}</code>" for t in h["thresholds"]) \
-            or "no policy threshold on this column"
+        limits = ", ".join(f"<code>{esc(t['name'])}{'' if t['name'][-1:] in '<>=' else ' ='} {esc(t['value'])}</code>"
+                           for t in h["thresholds"]) or "no policy threshold on this column"
         extra = f"; {num(h['zeros'])} zeros not on the log axis" if h.get("zeros") else ""
         extra += f"; {num(h['nulls'])} without a value" if h.get("nulls") else ""
         figures.append(figure(plot, f"<code>{esc(h['layer'])}.{esc(h['column'])}</code>: {num(h['n'])} documents, "
@@ -244,7 +307,7 @@ def _annotations(data: dict, plots: dict) -> str:
                               f"Policy: {limits}."))
     flag_rows = [[f"<code>{esc(f['layer'])}.{esc(f['column'])}</code>", num(f["true"]), num(f["of"]),
                   pct(f["true"], f["of"])] for f in data.get("flags") or []]
-    flag_table = ("<h3>Flags</h3>" + table(["column", "true", "documents", "share"], flag_rows, {1, 2, 3})
+    flag_table = ("<h3>Flags</h3>" + table(["column", "true", "documents", "share"], flag_rows, {1, 2, 3}, name="flags")
                   if flag_rows else "")
     return section("annotations", "Annotation scores",
                    "Every numeric column of the annotation layers, with the policy thresholds that act on it "
@@ -270,7 +333,8 @@ def _duplicates(data: dict, plots: dict) -> str:
     rows = [[f"<code>{esc(c['layer'])}</code>", num(c["clusters"]), num(c["members"]), num(c["redundant"]),
              num(c["largest"])] for c in found]
     body = figure(plots.get("clusters")) + table(
-        ["layer", "clusters (2+ members)", "documents in them", "redundant copies", "largest"], rows, {1, 2, 3, 4})
+        ["layer", "clusters (2+ members)", "documents in them", "redundant copies", "largest"], rows, {1, 2, 3, 4},
+        name="clusters")
     if not any(c["stage"].startswith("near") for c in found):
         body += ('<div class="note">Exact duplicates only: no near-duplicate layer in this run. '
                  "A <code>near_dedup</code> layer's cluster sizes appear here when it exists.</div>")
@@ -315,7 +379,7 @@ def _mixture(data: dict, plots: dict) -> str:
                      num(r["wanted_tokens"]), epochs])
     body = figure(plots.get("mixture"))
     body += table(["bucket", "documents", "shards", "unique tokens", "actual share", "target share",
-                   "tokens wanted", "epochs"], rows, {1, 2, 3, 4, 5, 6, 7})
+                   "tokens wanted", "epochs"], rows, {1, 2, 3, 4, 5, 6, 7}, name="mixture")
     if budget["target_tokens"]:
         body += (f'<p>Token budget: <code>report.target_tokens = {num(budget["target_tokens"])}</code>, split by '
                  f'{esc(budget["mixture_from"])}. Epochs = tokens wanted ÷ unique tokens of the bucket; more than '
@@ -340,15 +404,15 @@ def _shards(data: dict, plots: dict) -> str:
     rows = [[esc(d), num(len(v)), num(min(s["tokens"] for s in v)), num(sum(s["tokens"] for s in v) / len(v)),
              num(max(s["tokens"] for s in v)), num(sum(s["bytes"] for s in v))] for d, v in sorted(by_domain.items())]
     body = figure(plots.get("shards")) + table(
-        ["bucket", "shards", "min tokens", "mean tokens", "max tokens", "bytes on disk"], rows, {1, 2, 3, 4, 5})
+        ["bucket", "shards", "min tokens", "mean tokens", "max tokens", "bytes on disk"], rows, {1, 2, 3, 4, 5},
+        name="shards")
     return section("shards", "Shard sizes", "Tokens per shard from the manifest (shards are cut per domain bucket "
                    "to about <code>tokenize.shard_tokens</code>).", body)
 
 
 def _samples(data: dict) -> str:
     samples, dead = data.get("samples") or {}, data.get("dead_letters") or {}
-    reasons = [r for s in data["stages"] for r in
-               [f"{s['name']}:{k}" for k, n in s["filtered"].items() if n]]
+    reasons = [f"{s['name']}:{r}" for s in data["stages"] for r in s["dropped"] if r != "dead_letter"]
     body = ""
     seed = data["run"].get("seed")
     for reason in reasons + [r for r in samples if r not in reasons]:
@@ -358,7 +422,8 @@ def _samples(data: dict) -> str:
                      "The layers hold no per-document record of this drop.</div></div></details>")
             continue
         docs = "".join(_sample_doc(row) for row in sample["rows"])
-        body += (f"<details{' open' if not body else ''}><summary>{esc(reason)} · {num(sample['shown'])} of "
+        body += (f"<details{' open' if not body else ''} data-sample=\"{esc(reason)}\" data-shown=\"{sample['shown']}\" "
+                 f"data-total=\"{sample['total']}\"><summary>{esc(reason)} · {num(sample['shown'])} of "
                  f"{num(sample['total'])} dropped"
                  f"</summary><div class=\"samples\">{docs}</div></details>")
     for stage, sample in dead.items():
@@ -366,7 +431,9 @@ def _samples(data: dict) -> str:
             f'<div class="doc"><div class="meta"><b>{esc(r["source"])}</b> · {esc(r["file"])}:{esc(r["position"])}'
             f' · <span class="tag drop">{esc(r["error"])}</span></div><pre class="text">{esc(r["raw_prefix"])}</pre></div>'
             for r in sample["rows"])
-        body += (f"<details><summary>{esc(stage)}:dead_letter · {num(sample['shown'])} of {num(sample['total'])}"
+        body += (f"<details data-sample=\"{esc(stage)}:dead_letter\" data-shown=\"{sample['shown']}\" "
+                 f"data-total=\"{sample['total']}\"><summary>{esc(stage)}:dead_letter · {num(sample['shown'])} of "
+                 f"{num(sample['total'])}"
                  f"</summary><div class=\"samples\">{docs}</div></details>")
     if not body:
         body = '<div class="note">Nothing was dropped.</div>'

@@ -18,15 +18,23 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend is chosen first)
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.text import Text  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter  # noqa: E402
 
 #: Okabe & Ito's colour-blind-safe palette, then a few more distinct hues.
 COLORS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#332288",
           "#44AA99", "#882255", "#999933", "#AA4499", "#117733", "#6699CC", "#888888"]
 KEPT_COLOR = "#4C72B0"
+SCORED_COLOR = "#E69F00"
+OTHER_COLOR = "#BBBBBB"  # the folded rest when a plot has more categories than COLORS
 CLUSTER_COLORS = ["#D55E00", "#0072B2", "#009E73", "#CC79A7", "#332288"]
 ESTIMATE_COLOR = "#9DB7D5"
 THRESHOLD_COLORS = {"min": "#C0392B", "max": "#8E44AD"}
+#: Threshold lines of one histogram: a color and a dash pattern each, named in the legend below the plot.
+THRESHOLD_STYLES = [("#C0392B", (0, (5, 2))), ("#8E44AD", (0, (5, 2))), ("#117733", (0, (2, 1.5))),
+                    ("#D55E00", (0, (8, 2, 2, 2))), ("#332288", (0, (2, 1.5))), ("#882255", (0, (8, 2, 2, 2)))]
 DPI = 100
 
 _STYLE = {
@@ -43,6 +51,7 @@ class Plot:
     title: str
     png: bytes
     alt: str
+    overlaps: list = dataclasses.field(default_factory=list)  # pairs of texts drawn on top of each other
 
     @property
     def data_uri(self) -> str:
@@ -65,6 +74,10 @@ class Palette:
 
 def palette_for(data: dict) -> Palette:
     reasons = {r for per_source in data.get("drops_by_source", {}).values() for r in per_source}
+    if len(reasons) > len(COLORS) - 1:  # only the reasons drawn in a color of their own (fold_categories)
+        drops = data.get("drops_by_source", {})
+        ordered = sorted(reasons)
+        reasons = set(fold_categories(ordered, {r: sum(p.get(r, 0) for p in drops.values()) for r in ordered})[0])
     return Palette(source=data.get("sources", []), bucket=list(data.get("mixture", {}).get("buckets", {})),
                    reason=sorted(reasons))
 
@@ -84,8 +97,32 @@ _HUMAN = FuncFormatter(lambda v, _pos: human(v))
 def _finish(fig, plot_id: str, title: str, alt: str) -> Plot:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
+    overlaps = overlapping_texts(fig)
     plt.close(fig)
-    return Plot(plot_id, title, buffer.getvalue(), alt)
+    return Plot(plot_id, title, buffer.getvalue(), alt, overlaps)
+
+
+def overlapping_texts(fig) -> list[tuple[str, str]]:
+    """Pairs of drawn texts whose boxes overlap (labels on top of each other), from the last draw.
+
+    Every visible, non-empty text of the figure counts: titles, tick labels
+    inside the axis limits, bar labels, legend entries. The tests require none.
+    """
+    renderer = fig.canvas.get_renderer()
+    frame = fig.bbox
+    boxes = []
+    for text in fig.findobj(Text):
+        if not text.get_visible() or not text.get_text().strip():
+            continue
+        box = text.get_window_extent(renderer)
+        if box.width <= 0 or box.height <= 0 or not box.overlaps(frame):
+            continue
+        axes = text.axes
+        if axes is not None and text in axes.get_xticklabels() + axes.get_yticklabels() and \
+                not box.overlaps(axes.bbox.expanded(1.5, 1.5)):
+            continue
+        boxes.append((text.get_text(), box.shrunk(0.98, 0.9)))
+    return [(a, b) for i, (a, box_a) in enumerate(boxes) for b, box_b in boxes[i + 1:] if box_a.overlaps(box_b)]
 
 
 def _log_axis(axis) -> None:
@@ -102,17 +139,24 @@ def funnel(data: dict, colors: Palette) -> Plot | None:
     if not steps:
         return None
     with plt.rc_context(_STYLE):
-        fig, (ax_docs, ax_tokens) = plt.subplots(1, 2, figsize=(9.6, 0.55 * len(steps) + 1.6), sharey=True)
+        fig, (ax_docs, ax_tokens) = plt.subplots(1, 2, figsize=(9.6, 0.55 * len(steps) + 2.1), sharey=True)
         labels = [s["label"] for s in steps]
         y = list(range(len(steps)))[::-1]
         docs = [s["documents"] for s in steps]
         ax_docs.barh(y, docs, color=KEPT_COLOR, height=0.62)
-        for yi, n in zip(y, docs):
-            ax_docs.text(n, yi, f" {n:,} ({n / docs[0]:.0%})" if docs[0] else f" {n:,}", va="center", fontsize=9)
+        scored = [(yi, s["scored"]) for yi, s in zip(y, steps) if s.get("scored") is not None]
+        if scored:
+            ax_docs.barh([yi for yi, _ in scored], [n for _, n in scored], color=SCORED_COLOR, height=0.26)
+        for yi, n, step in zip(y, docs, steps):
+            label = f" {n:,} ({n / docs[0]:.0%})" if docs[0] else f" {n:,}"
+            if step.get("scored") is not None:
+                label += f" · scored {step['scored']:,}"
+            ax_docs.text(n, yi, label, va="center", fontsize=9)
         ax_docs.set_yticks(y, labels)
-        ax_docs.set_xlabel("documents (exact, run metrics)")
-        ax_docs.set_title("Documents per step")
-        ax_docs.set_xlim(0, max(docs) * 1.45 if max(docs) else 1)
+        ax_docs.set_xlabel("documents (exact, run counts)")
+        ax_docs.set_title("Documents in the flow")
+        ax_docs.set_xlim(0, max(docs) * (1.9 if scored else 1.45) if max(docs) else 1)
+        ax_docs.xaxis.set_major_locator(MaxNLocator(nbins=4))
         ax_docs.xaxis.set_major_formatter(_HUMAN)
         tokens = [s.get("tokens") or 0 for s in steps]
         estimated = [s.get("estimated", False) for s in steps]
@@ -121,45 +165,53 @@ def funnel(data: dict, colors: Palette) -> Plot | None:
                            hatch="///" if est else None, edgecolor="white" if est else None)
             ax_tokens.text(t, yi, f" {'≈' if est else ''}{human(t)}", va="center", fontsize=9)
         ax_tokens.set_xlabel("tokens (≈ estimated before tokenize)")
-        ax_tokens.set_title("Tokens per step")
+        ax_tokens.set_title("Tokens in the flow")
         ax_tokens.set_xlim(0, max(tokens) * 1.3 if max(tokens) else 1)
+        ax_tokens.xaxis.set_major_locator(MaxNLocator(nbins=4))
         ax_tokens.xaxis.set_major_formatter(_HUMAN)
         for ax in (ax_docs, ax_tokens):
             ax.grid(axis="y", visible=False)
+        handles = [Patch(color=KEPT_COLOR, label="in the flow after the step")]
+        if scored:
+            handles.append(Patch(color=SCORED_COLOR, label="scored by the stage (the cascade gates the rest)"))
+        if any(estimated):
+            handles.append(Patch(facecolor=ESTIMATE_COLOR, hatch="///", edgecolor="white", label="tokens estimated"))
+        fig.legend(handles=handles, loc="lower center", ncol=len(handles), bbox_to_anchor=(0.5, 0.0))
         fig.suptitle("Cascade funnel: what each stage passed on", fontweight="bold", fontsize=13)
-        fig.tight_layout()
+        fig.tight_layout(rect=(0, 0.06, 1, 1), w_pad=2.5)
     return _finish(fig, "funnel", "Cascade funnel",
                    "Documents and tokens remaining after each stage of the cascade")
 
 
 def drops_by_source(data: dict, colors: Palette) -> Plot | None:
     drops = data.get("drops_by_source") or {}
-    sources = list(drops)
+    sources = [s for s in data.get("sources", []) if drops.get(s)]
     seen = {r for per_source in drops.values() for r in per_source}
-    in_stage_order = [f"{st['name']}:{r}" for st in data.get("stages", []) for r in
-                      [*sorted(st["filtered"]), "dead_letter"]]
+    in_stage_order = [f"{st['name']}:{r}" for st in data.get("stages", []) for r in st.get("dropped", {})]
     reasons = [r for r in in_stage_order if r in seen] + sorted(seen - set(in_stage_order))
     if not sources or not reasons:
         return None
-    records_in = {s: next((st["by_source"][s]["in"] for st in data["stages"] if s in st["by_source"]), 0)
-                  for s in sources}
+    shown, folded = fold_categories(reasons, {r: sum(drops[s].get(r, 0) for s in sources) for r in reasons})
     with plt.rc_context(_STYLE):
-        fig, ax = plt.subplots(figsize=(9.6, max(0.5 * len(sources) + 1.9, 0.24 * len(reasons) + 1.4)))
+        fig, ax = plt.subplots(figsize=(9.6, max(0.5 * len(sources) + 1.9, 0.24 * len(shown) + 1.6)))
         y = list(range(len(sources)))[::-1]
         left = [0] * len(sources)
-        for reason in reasons:
-            values = [drops[s].get(reason, 0) for s in sources]
-            ax.barh(y, values, left=left, color=colors("reason", reason), label=reason, height=0.62)
+        for reason in shown + (["other"] if folded else []):
+            values = [sum(drops[s].get(r, 0) for r in folded) if reason == "other" else drops[s].get(reason, 0)
+                      for s in sources]
+            color = OTHER_COLOR if reason == "other" else colors("reason", reason)
+            label = f"other ({len(folded)} reasons)" if reason == "other" else reason
+            ax.barh(y, values, left=left, color=color, label=label, height=0.62)
             left = [a + b for a, b in zip(left, values)]
         top = max(left) or 1
+        labels = drop_bar_labels(data)
         for yi, s, total in zip(y, sources, left):
-            share = f" of {records_in[s]:,} read ({total / records_in[s]:.1%})" if records_in[s] else ""
-            ax.text(total + top * 0.01, yi, f"{total:,}{share}", va="center", fontsize=9)
+            ax.text(total + top * 0.01, yi, labels[s], va="center", fontsize=9)
         ax.set_yticks(y, sources)
-        ax.set_xlim(0, top * 1.45)
-        ax.set_xlabel("records dropped (stage:reason, run metrics)")
+        ax.set_xlim(0, top * 1.6)
+        ax.set_xlabel("records dropped (stage:reason)")
         ax.set_title("Drops by reason per source")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=6))
         ax.xaxis.set_major_formatter(_HUMAN)
         ax.grid(axis="y", visible=False)
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), title="stage:reason")
@@ -168,22 +220,47 @@ def drops_by_source(data: dict, colors: Palette) -> Plot | None:
                    "Stacked bars: records dropped per source, colored by stage and reason")
 
 
+def drop_bar_labels(data: dict) -> dict[str, str]:
+    """The label at the end of each source's bar: ``dropped of read (share)``."""
+    labels = {}
+    for source, per in (data.get("drops_by_source") or {}).items():
+        total, read = sum(per.values()), (data.get("read_by_source") or {}).get(source)
+        labels[source] = f"{total:,} of {read:,} read ({total / read:.1%})" if read else f"{total:,}"
+    return labels
+
+
+def fold_categories(names: list[str], sizes: dict[str, float], limit: int | None = None) -> tuple[list, list]:
+    """(shown, folded): at most ``limit`` names keep a color of their own (default: every color but one).
+
+    The largest are shown, in their given order; the rest are folded into one
+    grey "other", so no two categories of a plot ever share a color.
+    """
+    limit = len(COLORS) - 1 if limit is None else limit
+    if len(names) <= limit + 1:
+        return list(names), []
+    keep = set(sorted(names, key=lambda n: (-sizes.get(n, 0), names.index(n)))[:limit])
+    return [n for n in names if n in keep], [n for n in names if n not in keep]
+
+
 def histogram(h: dict, index: int) -> Plot:
     edges, counts = h["edges"], h["counts"]
+    thresholds = sorted(h["thresholds"], key=lambda t: (t["kind"] != "min", t["value"]))[:len(THRESHOLD_STYLES)]
+    legend_height = 0.24 * len(thresholds) + (0.1 if thresholds else 0)
     with plt.rc_context(_STYLE):
-        fig, ax = plt.subplots(figsize=(6.8, 3.4))
+        fig, ax = plt.subplots(figsize=(6.8, 3.4 + legend_height))
         widths = [b - a for a, b in zip(edges[:-1], edges[1:])]
         ax.bar(edges[:-1], counts, width=widths, align="edge", color=KEPT_COLOR, edgecolor="white", linewidth=0.5)
         if h["log"]:
             ax.set_xscale("log")
             _log_axis(ax.xaxis)
         lo, hi = edges[0], edges[-1]
-        for t in h["thresholds"]:
-            ax.axvline(t["value"], color=THRESHOLD_COLORS[t["kind"]], linestyle="--", linewidth=1.8)
-            ax.annotate(f"{t['name']} = {t['value']:,}", xy=(t["value"], 1.0), xycoords=("data", "axes fraction"),
-                        xytext=(4 if t["kind"] == "min" else -4, -4), textcoords="offset points", rotation=90,
-                        va="top", ha="left" if t["kind"] == "min" else "right", fontsize=9,
-                        color=THRESHOLD_COLORS[t["kind"]], fontweight="bold")
+        handles = []
+        for t, (color, dashes) in zip(thresholds, THRESHOLD_STYLES):
+            ax.axvline(t["value"], color=color, linestyle=dashes, linewidth=1.8)
+            value = f"{t['value']:,}" if isinstance(t["value"], int) else f"{t['value']:g}"
+            named = f"{t['name']} {value}" if t["name"][-1:] in "<>=" else f"{t['name']} = {value}"  # a rule: x >= v
+            handles.append(Line2D([], [], color=color, linestyle=dashes, linewidth=1.8,
+                                  label=f"{named} ({'drops below' if t['kind'] == 'min' else 'drops above'})"))
             lo, hi = min(lo, t["value"]), max(hi, t["value"])
         if h["log"]:
             ax.set_xlim(max(lo, edges[0] / 10 if lo <= 0 else lo) / 1.3, hi * 1.3)
@@ -196,10 +273,13 @@ def histogram(h: dict, index: int) -> Plot:
         ax.yaxis.set_major_formatter(_HUMAN)
         if not h["log"]:
             ax.xaxis.set_major_formatter(_HUMAN)
-            if h.get("integer"):
-                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.xaxis.set_major_locator(MaxNLocator(nbins=7, integer=bool(h.get("integer"))))
         ax.set_title(f"{h['column']}  ·  {h['layer']}")
-        fig.subplots_adjust(left=0.1, right=0.98, top=0.9, bottom=0.15)  # fixed: many histograms, no layout solve
+        height = 3.4 + legend_height
+        if handles:  # below the axes, one line each: labels never cross the bars or each other
+            fig.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.02, 0.0), fontsize=8.5)
+        fig.subplots_adjust(left=0.1, right=0.98, top=1 - 0.34 / height,
+                            bottom=(0.51 + legend_height) / height)  # fixed: many histograms, no layout solve
     return _finish(fig, f"hist-{index}", f"{h['layer']} {h['column']}",
                    f"Histogram of {h['column']} in {h['layer']} with policy thresholds")
 

@@ -24,9 +24,10 @@ per-record gzip, the standard). Both are independent of how the file was
 split, so the output does not depend on parallelism.
 
 Gzip is decoded here (``_GzipMembers``, zlib member by member, FastWARC gets
-the plain bytes): only so does the reader know where every member starts, and
-whether a member was cut short or does not decode. FastWARC's own gzip
-reader ends a file at a truncated member *silently*.
+the plain bytes of one member at a time): only so does the reader know where
+every member starts and ends, and whether a member was cut short or does not
+decode. FastWARC's own gzip reader ends a file at a truncated member
+*silently*, and reads a record on into the next member.
 
 Splits
 ------
@@ -59,15 +60,25 @@ Damage (each is ONE BadRecord; reading resumes at the next boundary)
   end of the record before it; a record without ``WARC-Type``,
   ``WARC-Record-ID``, ``Content-Length`` or a parseable ``WARC-Date``; an HTTP
   header that does not parse; an ARC header line with a bad length or date;
-* a record whose block is shorter than its ``Content-Length`` (a truncated
-  file): ``truncated record``.
+* a record that does not end where it says. Gzipped: a record must end
+  inside its gzip member; one cut short in a member its writer still closed
+  is a ``truncated record`` (its member ends first) and the next member is
+  read intact. Plain: a record must end at its ``Content-Length`` (then only
+  line ends, then a ``WARC/`` header or the end of the file): else ``record
+  does not end at its Content-Length`` (or ``truncated record`` at the end of
+  the file), and reading resumes at the next WARC header after the record's
+  start, also one that does not start a line (a record cut mid-line with the
+  next one written right after it). A capture is yielded only once what
+  follows it has parsed (or its member or file ended cleanly).
+
+Damage inside a gzip member that decodes costs the rest of that member only
+(in a whole-file gzip: the rest of the file).
 
 The BadRecord's ``raw_prefix`` holds the first 256 stored bytes at its offset.
 I/O errors of the file object propagate, so the runner can retry.
 """
 from __future__ import annotations
 
-import bisect
 import contextlib
 import dataclasses
 import datetime
@@ -150,27 +161,65 @@ def iter_captures(open_binary: Callable[[], BinaryIO], *, start: int = 0, end: i
     ``select(capture)`` sees each capture before its payload is read and
     returns a reason to skip the payload (the capture is still yielded, with
     ``skip`` set and ``payload`` None) or None to read it. The payload of a
-    yielded Capture is complete: a short one is a BadRecord instead.
+    yielded Capture is complete and the record ends where its Content-Length
+    says (gzipped: inside its own gzip member); any other record is a
+    BadRecord instead.
     """
     with contextlib.closing(open_binary()) as raw:
         gz, arc = sniff(raw)
         lo = 0 if start == 0 else _sync(raw, start, gz, arc)
         hi = None if end is None else _sync(raw, end, gz, arc)
+        reader = _iter_arc if arc else _iter_warc
         pos = lo
         while pos is not None and (hi is None or pos < hi):
-            stream = _GzipMembers(raw, pos) if gz else _Plain(raw, pos)
-            reader = _iter_arc if arc else _iter_warc
-            failure = yield from reader(stream, hi, select)
-            if failure is None:
+            if gz:
+                failure = yield from _iter_members(raw, pos, hi, reader, select)
+            else:
+                failure = yield from reader(_Plain(raw, pos), hi, select)
+            if failure is None or (hi is not None and failure.offset >= hi):
                 return
-            at, error = failure
-            if hi is not None and at >= hi:
-                return
-            resume = _sync(raw, at + 1, gz, arc)
-            if error is not None:  # None: the damage was already reported as the record it cut short
-                skipped = f"{resume - at} bytes" if resume is not None else "the rest of the file"
-                yield BadRecord(at, at, f"{error}; skipped {skipped} to the next record", _raw_at(raw, at))
+            resume = _sync(raw, failure.offset + 1, gz, arc, after_damage=True)
+            if failure.error is not None:  # None: already reported as the record it cut short
+                skipped = f"{resume - failure.offset} bytes" if resume is not None else "the rest of the file"
+                yield BadRecord(failure.position, failure.offset,
+                                f"{failure.error}; skipped {skipped} to the next record", _raw_at(raw, failure.offset))
             pos = resume
+
+
+@dataclasses.dataclass(frozen=True)
+class _Failure:
+    """Where reading a segment stopped; reading resumes at the first boundary after ``offset``."""
+
+    offset: int
+    position: int
+    error: str | None  # None: a BadRecord standing for it was yielded already
+
+
+def _iter_members(raw: BinaryIO, start: int, hi: int | None, reader, select: Select):
+    """The records of the gzip members from ``start``, each member read on its own.
+
+    A record cannot run on into the next member: one cut short ends with its
+    member (``truncated record``) and the next member is read intact. Damage
+    inside a member that decodes (a header that does not parse, bytes after a
+    record's Content-Length) costs the rest of that member only. Damage of the
+    gzip stream itself (a member that does not decode or is cut off by the end
+    of the file, bytes that are not a member) is returned: the caller resumes
+    at the next boundary.
+    """
+    members = _GzipMembers(raw, start)
+    while (offset := members.begin()) is not None:
+        if hi is not None and offset >= hi:
+            return None
+        failure = yield from reader(members, hi, select)
+        if members.damage is not None:
+            break
+        if failure is not None and failure.error is not None:
+            yield BadRecord(failure.position, failure.offset, f"{failure.error}; skipped the rest of its gzip member",
+                            _raw_at(raw, failure.offset))
+    damage = members.damage
+    if damage is None:
+        return None
+    return _Failure(damage.offset, damage.offset, None if damage.reported else damage.error)
 
 
 # --------------------------------------------------------------------------
@@ -178,30 +227,78 @@ def iter_captures(open_binary: Callable[[], BinaryIO], *, start: int = 0, end: i
 
 
 def _iter_warc(stream: "_Plain | _GzipMembers", hi: int | None, select: Select):
-    """Yield the captures of a stream; return None at a clean end, else (offset, error) of the damage."""
+    """Yield the records of one segment (a plain file from a boundary, or one gzip member).
+
+    Returns None at the segment's clean end, else a :class:`_Failure`. A capture
+    is held back until the segment goes on cleanly after it (the next header
+    parses, or the segment ends). When FastWARC cannot parse what follows, the
+    bytes after the capture's Content-Length decide: not the start of a record
+    (after line ends), the capture itself is broken (``record does not end at
+    its Content-Length``: a record cut short with the next one's bytes after
+    it, or a wrong length); else the header after it is.
+    """
     records = ArchiveIterator(stream, record_types=WarcRecordType.any_type, parse_http=False,
                               stream_detect=False, max_header_len=_HEADER_LIMIT)
     placed = _Placement()
-    last = None  # (stream position, byte_offset, declared block length) of the last record
-    item = None
+    held = None  # the last capture, not yet yielded
+    last = None  # (item, stream position) of the last record read
     try:
         for record in records:
             offset, position = placed.place(stream.locate(record.stream_pos))
+            if held is not None:
+                yield held  # a record starts right after it: it ended where it said
+                held = None
             if hi is not None and offset >= hi:
                 return None
-            last = (record.stream_pos, offset, record.content_length)
             item = _warc_capture(record, offset, position, select, stream)
+            last = (item, record.stream_pos)
+            if isinstance(item, Capture):
+                held = item
+                continue
             yield item
             if stream.damage is not None and stream.damage.reported:
-                return stream.damage.offset, None  # the bad record stood for the damage; resume after it
+                return _Failure(stream.damage.offset, stream.damage.offset, None)  # the bad record stood for it
+            if isinstance(stream, _Plain):  # its framing is not to be trusted: its block may hold the records after it
+                return _Failure(offset, position, None)
     except OSError as exc:  # FastWARC: a header it cannot parse
-        if stream.damage is None and isinstance(item, BadRecord):
-            return item.byte_offset, None  # the broken record before lost the framing: one damage, reported
         if stream.damage is None:
-            return _after(stream, last), f"broken WARC record: {exc}"
+            if last is None:
+                return _Failure(stream.start, stream.start, f"broken WARC record: {exc}")
+            item, stream_pos = last
+            if isinstance(item, BadRecord):
+                return _Failure(item.byte_offset, item.position, None)  # the broken record before lost the framing
+            end = _block_end(stream, stream_pos, item.payload_size)
+            after = stream.reread(end, 64)
+            if not _starts_record(after):
+                yield BadRecord(item.position, item.byte_offset,
+                                f"record does not end at its Content-Length ({item.payload_size} bytes): "
+                                f"followed by {after[:40]!r}", _raw_at(stream.raw, item.byte_offset))
+                return _Failure(item.byte_offset, item.position, None)
+            yield item
+            at = stream.locate(end)
+            return _Failure(at, placed.next_position(at), f"broken WARC record: {exc}")
+    if held is not None:
+        yield held  # the segment ended cleanly after it
     if stream.damage is not None:
-        return stream.damage.offset, stream.damage.error
+        return _Failure(stream.damage.offset, stream.damage.offset,
+                        None if stream.damage.reported else stream.damage.error)
     return None
+
+
+def _block_end(stream: "_Plain | _GzipMembers", stream_pos: int, declared: int) -> int:
+    """Stream position right after the block of the record whose header starts at ``stream_pos``."""
+    head = stream.reread(stream_pos, _HEADER_LIMIT + 4)
+    ends = [(found, len(mark)) for mark in (b"\r\n\r\n", b"\n\n") if (found := head.find(mark)) >= 0]
+    if not ends:
+        return stream_pos
+    found, mark = min(ends)
+    return stream_pos + found + mark + declared
+
+
+def _starts_record(data: bytes) -> bool:
+    """Whether ``data`` (what follows a record's block) is only line ends, then a WARC header or the end."""
+    rest = data.lstrip(b"\r\n")
+    return not rest or rest.startswith(b"WARC/")
 
 
 def _warc_capture(record, offset: int, position: int, select: Select, stream) -> Capture | BadRecord:
@@ -261,7 +358,8 @@ def _bad_record(record, offset: int, position: int, stream, error: str) -> BadRe
 
 
 def _truncated(stream, offset: int, position: int, got: int, declared: int) -> BadRecord:
-    return _damaged(stream, offset, position, f"truncated record: {got} of {declared} payload bytes")
+    where = " (its gzip member ends first)" if isinstance(stream, _GzipMembers) and stream.damage is None else ""
+    return _damaged(stream, offset, position, f"truncated record: {got} of {declared} payload bytes{where}")
 
 
 def _damaged(stream, offset: int, position: int, error: str) -> BadRecord:
@@ -270,20 +368,6 @@ def _damaged(stream, offset: int, position: int, error: str) -> BadRecord:
         error = f"{stream.damage.error}: {error}"
         stream.damage.reported = True
     return BadRecord(position, offset, error, _raw_at(stream.raw, offset))
-
-
-def _after(stream, last) -> int:
-    """Stored offset where the record after ``last`` (the last good one) starts."""
-    if last is None:
-        return stream.start
-    stream_pos, offset, declared = last
-    if isinstance(stream, _GzipMembers):
-        return stream.next_member_after(stream_pos, default=offset)
-    raw = stream.raw  # plain: the record's header length is needed, so read it again
-    raw.seek(offset)
-    head = raw.read(_HEADER_LIMIT + 4)
-    end = head.find(b"\r\n\r\n")
-    return offset + end + 4 + declared if end >= 0 else offset
 
 
 def _warc_timestamp(value: str | None) -> int | None:
@@ -330,9 +414,9 @@ def _iter_arc(stream: "_Plain | _GzipMembers", hi: int | None, select: Select):
             return None
         yield _arc_capture(line, offset, position, lines, select, stream)
         if stream.damage is not None and stream.damage.reported:
-            return stream.damage.offset, None
+            return _Failure(stream.damage.offset, stream.damage.offset, None)
     if stream.damage is not None:
-        return stream.damage.offset, stream.damage.error
+        return _Failure(stream.damage.offset, stream.damage.offset, stream.damage.error)
     return None
 
 
@@ -446,6 +530,10 @@ class _Placement:
         self._offset = offset
         return offset, offset + self._index
 
+    def next_position(self, offset: int) -> int:
+        """The position a record at ``offset`` would get next (without placing it)."""
+        return offset + (self._index + 1 if offset == self._offset else 0)
+
 
 class _Plain:
     """A plain file from ``start``; stream positions are file offsets."""
@@ -467,30 +555,39 @@ class _Plain:
     def locate(self, stream_position: int) -> int:
         return stream_position
 
+    def reread(self, stream_position: int, size: int) -> bytes:
+        """``size`` bytes at a stream position already read (the reading position is kept)."""
+        here = self.raw.tell()
+        self.raw.seek(stream_position)
+        data = self.raw.read(size)
+        self.raw.seek(here)
+        return data
+
     def close(self) -> None:
         pass
 
 
 class _GzipMembers:
-    """The decompressed bytes of the gzip members from ``start``, member by member.
+    """The gzip members of a file from ``start``, one member at a time.
 
-    Stream positions count decompressed bytes from 0; :meth:`locate` maps one
-    to the stored offset of its member. On damage it sets ``damage`` and
-    reports end of file, so FastWARC finishes the records before the damage
-    cleanly and the caller resumes at the next boundary.
+    :meth:`begin` starts the next member and returns its stored offset (None at
+    the end of the file or at damage); :meth:`read` hands out the decompressed
+    bytes of that member only and b"" at its end, so a parser cannot run on
+    into the next member. Stream positions count decompressed bytes from the
+    member's start; :meth:`locate` gives the member's stored offset. On damage
+    (a member that does not decode, is cut off by the end of the file, or
+    bytes that are not a member) it sets ``damage`` and reads as the end.
     """
 
     def __init__(self, raw: BinaryIO, start: int):
         raw.seek(start)
-        self.raw, self.start = raw, start
+        self.raw = raw
         self.damage: _Damage | None = None
+        self.start = start  # stored offset of the current member
         self._pending = b""  # raw bytes read, not yet decompressed
         self._pending_offset = start  # stored offset of _pending[0]
-        self._member = None  # decompressobj of the member being read
-        self._member_offset = start
-        self._out = 0  # decompressed bytes handed out
-        self._starts: list[int] = []  # decompressed position of each member's start
-        self._offsets: list[int] = []  # stored offset of each member
+        self._member = None  # decompressobj of the member being read; None at its end
+        self._out = 0  # decompressed bytes of the current member handed out
 
     def tell(self) -> int:
         return self._out
@@ -499,82 +596,105 @@ class _GzipMembers:
         pass
 
     def locate(self, stream_position: int) -> int:
-        index = bisect.bisect_right(self._starts, stream_position) - 1
-        return self._offsets[max(index, 0)] if self._offsets else self.start
+        return self.start
 
-    def next_member_after(self, stream_position: int, default: int) -> int:
-        index = bisect.bisect_right(self._starts, stream_position)
-        return self._offsets[index] if index < len(self._offsets) else (
-            self._member_offset if self._member_offset > default else default)
+    def begin(self) -> int | None:
+        """Start the next member (the rest of the current one is skipped); its stored offset, or None."""
+        while self._member is not None and self.damage is None:
+            self.read(_READ)
+        if self.damage is not None:
+            return None
+        while len(stripped := self._pending.lstrip(b"\0")) < len(GZIP_MAGIC):  # zero padding is allowed (gzip)
+            more = self.raw.read(_READ)
+            if not more:
+                break
+            self._pending += more
+        self._pending_offset += len(self._pending) - len(stripped)
+        self._pending = stripped
+        if not stripped:
+            return None  # clean end of the file
+        if not stripped.startswith(GZIP_MAGIC):
+            self.damage = _Damage(self._pending_offset, "not a gzip member")
+            return None
+        self._member = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self.start, self._out = self._pending_offset, 0
+        return self.start
 
     def read(self, size: int = -1) -> bytes:
-        """Up to ``size`` decompressed bytes, across member boundaries; b"" at the end or after damage."""
+        """Up to ``size`` decompressed bytes of the current member; b"" at its end or after damage."""
         size = _READ if size is None or size < 0 else size
         parts, got = [], 0
-        while got < size and self.damage is None:
+        while got < size and self._member is not None and self.damage is None:
             if not self._pending:
                 self._pending = self.raw.read(_READ)
-                if not self._pending:
-                    tail = self._end_of_file()
+                if not self._pending:  # the file ends inside the member
+                    tail = self._member.flush()
+                    self.damage = _Damage(self.start, "truncated gzip member")
+                    self._member = None
                     parts.append(tail)
                     got += len(tail)
                     break
-            if self._member is None and not self._start_member():
-                continue
             data = self._pending
             try:
                 out = self._member.decompress(data, size - got)
             except zlib.error as exc:
-                self.damage = _Damage(self._member_offset, f"corrupt gzip member: {exc}")
+                self.damage = _Damage(self.start, f"corrupt gzip member: {exc}")
+                self._member = None
                 break
-            rest = self._member.unused_data if self._member.eof else self._member.unconsumed_tail
+            ended = self._member.eof
+            rest = self._member.unused_data if ended else self._member.unconsumed_tail
             self._pending_offset += len(data) - len(rest)
             self._pending = rest
-            if self._member.eof:
+            if ended:
                 self._member = None
-            if out:
-                parts.append(out)
-                got += len(out)
-                self._out += len(out)
+            parts.append(out)
+            got += len(out)
+        self._out += got
         return b"".join(parts)
 
-    def _start_member(self) -> bool:
-        """Begin the member at the head of _pending; False if more input is needed first."""
-        stripped = self._pending.lstrip(b"\0")  # zero padding between members is allowed (as gzip does)
-        self._pending_offset += len(self._pending) - len(stripped)
-        self._pending = stripped
-        if len(stripped) < len(GZIP_MAGIC):
-            more = self.raw.read(_READ)
-            if more:
-                self._pending += more
-                return False
-            if not stripped:
-                return False  # clean end of file; the next read() reports it
-        if not self._pending.startswith(GZIP_MAGIC):
-            self.damage = _Damage(self._pending_offset, "not a gzip member")
-            return False
-        self._member = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        self._member_offset = self._pending_offset
-        self._starts.append(self._out)
-        self._offsets.append(self._pending_offset)
-        return True
+    def reread(self, stream_position: int, size: int) -> bytes:
+        """``size`` decompressed bytes at a position of the current member, decoded again from its start.
 
-    def _end_of_file(self) -> bytes:
-        if self._member is None:
-            return b""
-        tail = self._member.flush()  # the file ends inside a member
-        self.damage = _Damage(self._member_offset, "truncated gzip member")
-        self._member = None
-        self._out += len(tail)
-        return tail
+        Only the damage paths call it; the reading position is kept.
+        """
+        here = self.raw.tell()
+        self.raw.seek(self.start)
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        parts, skip, need = [], stream_position, size
+        pending = b""
+        try:
+            while need > 0 and not inflater.eof:
+                if not pending:
+                    pending = self.raw.read(_READ)
+                    if not pending:
+                        break
+                out = inflater.decompress(pending, _READ)
+                pending = inflater.unconsumed_tail
+                if skip >= len(out):
+                    skip -= len(out)
+                    continue
+                piece = out[skip:skip + need]
+                skip = 0
+                parts.append(piece)
+                need -= len(piece)
+        except zlib.error:
+            pass
+        self.raw.seek(here)
+        return b"".join(parts)
 
 
 # --------------------------------------------------------------------------
 # Record boundaries
 
 
-def _sync(raw: BinaryIO, start: int, gz: bool, arc: bool) -> int | None:
-    """Stored offset of the first record boundary at or after ``start``; None at end of file."""
+def _sync(raw: BinaryIO, start: int, gz: bool, arc: bool, *, after_damage: bool = False) -> int | None:
+    """Stored offset of the first record boundary at or after ``start``; None at end of file.
+
+    ``after_damage``: resuming after a record that did not end where it said,
+    a plain WARC header also counts where it does not start a line (a record
+    cut short mid-line, the next one written right after it). Split points
+    keep the stricter rule; both neighbours of a split point compute it alike.
+    """
     marker = GZIP_MAGIC if gz else (b"\n" if arc else b"WARC/1.")
     offset = start
     while True:
@@ -585,7 +705,7 @@ def _sync(raw: BinaryIO, start: int, gz: bool, arc: bool) -> int | None:
         found = chunk.find(marker)
         while found >= 0:
             candidate = offset + found + (1 if marker == b"\n" else 0)
-            if _is_boundary(raw, candidate, gz, arc):
+            if _is_boundary(raw, candidate, gz, arc, line_start=not after_damage):
                 return candidate
             found = chunk.find(marker, found + 1)
         if len(chunk) < _SCAN:
@@ -593,7 +713,7 @@ def _sync(raw: BinaryIO, start: int, gz: bool, arc: bool) -> int | None:
         offset += len(chunk) - len(marker) + 1
 
 
-def _is_boundary(raw: BinaryIO, offset: int, gz: bool, arc: bool) -> bool:
+def _is_boundary(raw: BinaryIO, offset: int, gz: bool, arc: bool, *, line_start: bool = True) -> bool:
     raw.seek(max(offset - 1, 0))
     data = raw.read(_HEADER_LIMIT + 1)
     before, data = (data[:1], data[1:]) if offset else (b"\n", data)
@@ -603,7 +723,7 @@ def _is_boundary(raw: BinaryIO, offset: int, gz: bool, arc: bool) -> bool:
     if arc:
         return bool(_ARC_LINE.match(data))
     end = data.find(b"\r\n\r\n")
-    if before != b"\n" or end < 0 or not data.startswith((b"WARC/1.0\r\n", b"WARC/1.1\r\n")):
+    if (line_start and before != b"\n") or end < 0 or not data.startswith((b"WARC/1.0\r\n", b"WARC/1.1\r\n")):
         return False
     header = data[:end].lower()
     return all(name in header for name in (b"\nwarc-type:", b"\nwarc-record-id:", b"\ncontent-length:"))

@@ -1,0 +1,452 @@
+#!/usr/bin/env python3
+"""Near-duplicate recall without false merges: a labeled set of real text, scored through the real stage.
+
+Usage::
+
+    .venv/bin/python bench/near_dup_recall.py [--originals 120] [--date YYYYMMDD] [--workdir DIR]
+
+Writes ``bench/results/near_dup_recall-<date>.md`` and ``.json`` (and prints the tables).
+
+1. **The labeled set** (deterministic, offline, from the bundled sample's real
+   text: Wikipedia articles and Python doc pages, ``sample/data``): each
+   original (its first 400-700 words; natural near duplicates among the
+   originals removed first, true Jaccard >= 0.3) gets 1-3 planted copies of
+   graded strength: ``sentence_drop`` (20-45% of the sentences dropped),
+   ``truncate`` (the first 50-90% kept), ``template`` (wrapped in a site
+   template of 80-150 words: navigation, sidebar, footer, the same template
+   for every copy of one site), ``ads`` (2-4 ad blocks of 25-50 words
+   inserted between paragraphs), ``header_footer`` (a per-copy header and
+   footer of 20-40 words), ``edits`` (1-3% of the words replaced) and
+   ``mixed`` (truncate + template). The true word-5-gram Jaccard of every
+   planted pair is recorded (the stage's own ``sh-v1`` shingles).
+   Hard negatives: ``boilerplate`` (distinct paragraphs that share one long
+   site template, 80-150 words), ``quote`` (distinct paragraphs that share one
+   long quoted passage), ``short`` (distinct sentences of 5-25 words) and
+   ``single`` (distinct long texts).
+2. **The stage**: the set is written as three JSONL sources (originals rank 1,
+   negatives rank 2, copies rank 5; the label rides in ``url``) and built with
+   ``beam_pipeline.cli.main(["run", ...])`` with ``near_dedup: {enabled:
+   true}`` and every other near-dedup setting at its default (MinHash 112
+   permutations, threshold 0.7 -> 16 bands x 7 rows, verified by estimated
+   Jaccard >= 0.7, line dedup on). The ``near_dedup`` annotations layer is
+   joined with the ingest documents (doc_id -> label).
+3. **Scores**: pairwise precision / recall / F1 over "same cluster" pairs, by
+   true-Jaccard band and by kind of edit; removal precision / recall / F1
+   (a document marked duplicate is a correct removal when its representative
+   is from its own planted cluster; each planted cluster of k documents should
+   lose k - 1); distinct documents wrongly removed; documents removed although
+   they only share boilerplate (or a quote) with another.
+4. **Prototype verification rules** (pure functions, ``beam_pipeline/dedup/verify.py``),
+   scored offline over the same set with the same candidate generation idea
+   (LSH candidates at a lower threshold, then the rule, then connected
+   components, representative = lowest source rank then doc id).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime
+import glob
+import itertools
+import json
+import os
+import random
+import re
+import sys
+import tempfile
+import time
+
+import numpy as np
+import pyarrow.parquet as pq
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, "bench"))
+
+from beam_pipeline import cli  # noqa: E402
+from beam_pipeline.dedup import minhash, verify  # noqa: E402
+from beam_pipeline.dedup.shingling import shingle_hashes  # noqa: E402
+from bench_near_dedup import first_words, license_lines, python_docs, wikipedia  # noqa: E402
+
+RESULTS = os.path.join(REPO, "bench", "results")
+TOKENIZER = os.path.join(REPO, "sample", "tokenizer", "tokenizer.json")
+IN_PROCESS = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
+KINDS = ("sentence_drop", "truncate", "template", "ads", "header_footer", "edits", "mixed")
+BANDS = [(0.0, 0.3), (0.3, 0.5), (0.5, 0.6), (0.6, 0.7), (0.7, 0.8), (0.8, 0.9), (0.9, 1.01)]
+VOCAB = ("the of and to in is was for on with as by at from that this which are be it an or his their "
+         "new old city river year time first world music game film system data value code line page").split()
+
+
+# --- real text and planted copies ----------------------------------------------------------
+
+def jaccard(a: np.ndarray, b: np.ndarray) -> float:
+    return minhash.jaccard(a, b)
+
+
+def shingles_of(text: str) -> np.ndarray:
+    found = shingle_hashes(text)
+    return np.unique(found) if found is not None else np.zeros(0, dtype=np.uint64)
+
+
+def base_texts(rng: random.Random, limit: int) -> list[tuple[str, str]]:
+    """(kind of source, text) of distinct long real texts; none is a near duplicate of another (J < 0.3)."""
+    candidates = [("wiki", first_words(t, rng.randint(400, 700))) for t in wikipedia() if len(t.split()) >= 400]
+    candidates += [("pydocs", first_words(t, rng.randint(400, 700))) for t in python_docs() if len(t.split()) >= 400]
+    rng.shuffle(candidates)
+    kept, sets = [], []
+    for source, text in candidates:
+        s = shingles_of(text)
+        if len(s) < 200 or any(jaccard(s, other) >= 0.3 for other in sets):
+            continue
+        kept.append((source, text))
+        sets.append(s)
+        if len(kept) >= limit:
+            break
+    return kept
+
+
+def filler(rng: random.Random, words: int) -> str:
+    """Made-up boilerplate prose (menus, ads, footers) from a small vocabulary, capitalized into lines."""
+    out, line = [], []
+    for _ in range(words):
+        line.append(rng.choice(VOCAB))
+        if len(line) >= rng.randint(5, 12):
+            out.append(" ".join(line).capitalize() + ".")
+            line = []
+    if line:
+        out.append(" ".join(line).capitalize() + ".")
+    return "\n".join(out)
+
+
+def sentences(text: str) -> list[str]:
+    return [s for s in re.split(r"(?<=[.!?])\s+", text) if s]
+
+
+def make_copy(text: str, kind: str, rng: random.Random, templates: list[tuple[str, str]]) -> str:
+    if kind == "sentence_drop":
+        share = rng.uniform(0.2, 0.45)
+        kept = [s for s in sentences(text) if rng.random() >= share]
+        return " ".join(kept)
+    if kind == "truncate":
+        words = text.split(" ")
+        return " ".join(words[: int(len(words) * rng.uniform(0.5, 0.9))])
+    if kind == "template":
+        head, foot = rng.choice(templates)
+        return f"{head}\n\n{text}\n\n{foot}"
+    if kind == "ads":
+        paragraphs = text.split("\n\n")
+        for _ in range(rng.randint(2, 4)):
+            at = rng.randint(0, len(paragraphs))
+            paragraphs.insert(at, "Advertisement. " + filler(rng, rng.randint(25, 50)))
+        return "\n\n".join(paragraphs)
+    if kind == "header_footer":
+        return f"{filler(rng, rng.randint(20, 40))}\n\n{text}\n\n{filler(rng, rng.randint(20, 40))}"
+    if kind == "edits":
+        rate = rng.uniform(0.01, 0.03)
+        return " ".join(rng.choice(VOCAB) if rng.random() < rate else w for w in text.split(" "))
+    if kind == "mixed":
+        return make_copy(make_copy(text, "truncate", rng, templates), "template", rng, templates)
+    raise ValueError(kind)
+
+
+def labeled_set(originals: int, seed: int = 20261204) -> tuple[list[dict], dict]:
+    """Documents ``{label, source, text}`` and the truth ``{label: (cluster or None, kind)}``."""
+    rng = random.Random(seed)
+    singles, negatives_per_kind = originals // 2, originals
+    bases = base_texts(rng, originals + singles)
+    templates = [(filler(rng, rng.randint(40, 75)), filler(rng, rng.randint(40, 75))) for _ in range(6)]
+    documents, truth = [], {}
+
+    def add(label, source, text, cluster, kind):
+        documents.append({"label": label, "source": source, "text": text})
+        truth[label] = (cluster, kind)
+
+    for i, (_, text) in enumerate(bases[:originals]):
+        cluster = f"c{i:04d}"
+        add(f"{cluster}/original", "originals", text, cluster, "original")
+        for kind in rng.sample(KINDS, rng.randint(1, 3)):
+            add(f"{cluster}/{kind}", "copies", make_copy(text, kind, rng, templates), cluster, kind)
+    for j, (_, text) in enumerate(bases[originals:]):
+        add(f"single{j:04d}", "negatives", text, None, "single")
+    paragraphs = [p.strip() for t in wikipedia() for p in t.split("\n\n") if 60 <= len(p.split()) <= 150]
+    rng.shuffle(paragraphs)
+    site_head, site_foot = filler(rng, 60), filler(rng, 60)  # one site's template, 120 words
+    for k, paragraph in enumerate(paragraphs[:negatives_per_kind]):
+        add(f"boilerplate{k:04d}", "negatives", f"{site_head}\n\n{paragraph}\n\n{site_foot}", None, "boilerplate")
+    quote = " ".join(license_lines()[:6])  # a long passage many posts quote
+    for k, paragraph in enumerate(paragraphs[negatives_per_kind:2 * negatives_per_kind]):
+        add(f"quote{k:04d}", "negatives", f"{paragraph}\n\nAs the license says: \"{quote}\"", None, "quote")
+    shorts = [s for p in paragraphs[2 * negatives_per_kind:] for s in sentences(p) if 5 <= len(s.split()) <= 25]
+    for k, sentence in enumerate(dict.fromkeys(shorts).keys()):
+        if k >= negatives_per_kind:
+            break
+        add(f"short{k:04d}", "negatives", sentence, None, "short")
+    return documents, truth
+
+
+# --- the real stage ----------------------------------------------------------------------
+
+def build(documents: list[dict], workdir: str) -> dict[str, dict]:
+    """Build the set with the real stage; {label: annotation row (+ doc_id)}."""
+    for source in ("originals", "negatives", "copies"):
+        os.makedirs(os.path.join(workdir, "data"), exist_ok=True)
+        with open(os.path.join(workdir, "data", f"{source}.jsonl"), "w", encoding="utf-8") as f:
+            for d in documents:
+                if d["source"] == source:
+                    f.write(json.dumps({"text": d["text"], "url": f"bench://{d['label']}"}) + "\n")
+    config = os.path.join(workdir, "corpus.yaml")
+    with open(config, "w") as f:
+        f.write(f"""name: near-dup-recall
+output_root: out
+sources:
+  - {{name: originals, uri: data/originals.jsonl, format: jsonl, rank: 1, license: x, domain: text}}
+  - {{name: negatives, uri: data/negatives.jsonl, format: jsonl, rank: 2, license: x, domain: text}}
+  - {{name: copies, uri: data/copies.jsonl, format: jsonl, rank: 5, license: x, domain: text}}
+near_dedup: {{enabled: true}}
+tokenize: {{tokenizer: {TOKENIZER}, seq_len: 1024, shard_tokens: 1000000}}
+""")
+    root = os.path.join(workdir, "out")
+    assert cli.main(["run", "--config", config, "--output_root", root, *IN_PROCESS]) == 0
+    label_of = {}
+    for path in glob.glob(os.path.join(root, "layers", "ingest", "*", "documents", "*.parquet")):
+        for row in pq.read_table(path, columns=["doc_id", "url"]).to_pylist():
+            label_of[row["doc_id"]] = row["url"][len("bench://"):]
+    rows = {}
+    for path in glob.glob(os.path.join(root, "layers", "near_dedup", "*", "annotations", "*.parquet")):
+        for row in pq.read_table(path).to_pylist():
+            rows[label_of[row["doc_id"]]] = {**row, "representative": label_of.get(row["representative"])}
+    return rows
+
+
+# --- scores --------------------------------------------------------------------------------
+
+def band_of(j: float) -> str:
+    lo, hi = next((lo, hi) for lo, hi in BANDS if lo <= j < hi)
+    return f"{lo:.1f}-{min(hi, 1.0):.1f}"
+
+
+def score(clusters: dict[str, str | None], duplicate_of: dict[str, str | None], truth: dict,
+          pair_j: dict) -> dict:
+    """``clusters``: label -> predicted cluster key; ``duplicate_of``: label -> representative label if removed."""
+    true_groups, predicted_groups = collections.defaultdict(list), collections.defaultdict(list)
+    for label, (cluster, _) in truth.items():
+        if cluster:
+            true_groups[cluster].append(label)
+        if clusters.get(label):
+            predicted_groups[clusters[label]].append(label)
+    true_pairs = {tuple(sorted(p)) for g in true_groups.values() for p in itertools.combinations(g, 2)}
+    predicted = {tuple(sorted(p)) for g in predicted_groups.values() for p in itertools.combinations(g, 2)}
+    tp = true_pairs & predicted
+
+    def prf(hit: int, guessed: int, wanted: int) -> dict:
+        p = hit / guessed if guessed else 1.0
+        r = hit / wanted if wanted else 1.0
+        return {"precision": p, "recall": r, "f1": 2 * p * r / (p + r) if p + r else 0.0, "tp": hit,
+                "predicted": guessed, "true": wanted}
+
+    out = {"pairs": prf(len(tp), len(predicted), len(true_pairs)), "pairs_by_band": {}, "pairs_by_kind": {}}
+    for band in [band_of(lo) for lo, _ in BANDS]:
+        wanted = {p for p in true_pairs if band_of(pair_j[p]) == band}
+        guessed = {p for p in predicted if p in pair_j and band_of(pair_j[p]) == band}
+        if wanted or guessed:
+            out["pairs_by_band"][band] = prf(len(wanted & guessed), len(guessed), len(wanted))
+    for kind in KINDS:
+        wanted = {p for p in true_pairs if f"/{kind}" in p[0] + p[1] and "/original" in p[0] + p[1]}
+        out["pairs_by_kind"][kind] = prf(len(wanted & predicted), len(wanted & predicted), len(wanted))
+    # removal: each planted cluster of k documents should lose k - 1
+    removed = {label: rep for label, rep in duplicate_of.items() if rep is not None}
+    correct = {label for label, rep in removed.items()
+               if truth[label][0] is not None and rep in truth and truth[rep][0] == truth[label][0]}
+    should = sum(len(g) - 1 for g in true_groups.values())
+    out["removal"] = prf(len(correct), len(removed), should)
+    for key, select in (("removal_by_kind", lambda lab: truth[lab][1]),
+                        ("removal_by_band", lambda lab: band_of(pair_j.get(
+                            tuple(sorted((lab, f"{truth[lab][0]}/original"))), 1.0)))):
+        table = {}
+        copies = [lab for lab, (c, kind) in truth.items() if c and kind != "original"]
+        for group in sorted({select(lab) for lab in copies}):
+            members = [lab for lab in copies if select(lab) == group]
+            hit = sum(lab in correct for lab in members)
+            table[group] = {"recall": hit / len(members), "removed": hit, "copies": len(members)}
+        out[key] = table
+    wrong = sorted(set(removed) - correct)
+    out["wrongly_removed"] = len(wrong)
+    out["wrongly_removed_share"] = len(wrong) / len(truth)
+    out["removed_for_boilerplate"] = sum(truth[lab][1] in ("boilerplate", "quote") for lab in wrong)
+    out["negatives_removed"] = dict(collections.Counter(truth[lab][1] for lab in wrong if truth[lab][0] is None))
+    return out
+
+
+def stage_scores(rows: dict, truth: dict, pair_j: dict) -> dict:
+    clusters = {label: row["cluster_id"] for label, row in rows.items()}
+    duplicate_of = {label: row["representative"] if row["is_duplicate"] else None for label, row in rows.items()}
+    missing = set(truth) - set(rows)
+    assert not missing, f"not annotated: {sorted(missing)[:5]}"
+    return score(clusters, duplicate_of, truth, pair_j)
+
+
+# --- offline: prototype verification rules ---------------------------------------------------
+
+def offline(documents: list[dict], truth: dict, sets: dict, rule, pair_j: dict, *, bands: int, rows: int,
+            line_filter: bool) -> dict:
+    """LSH candidates (bands x rows over the filtered shingles), the rule, connected components, representatives."""
+    labels = [d["label"] for d in documents]
+    text_of = {d["label"]: d["text"] for d in documents}
+    rank = {"originals": 1, "negatives": 2, "copies": 5}
+    rank_of = {d["label"]: rank[d["source"]] for d in documents}
+    if line_filter:
+        # lines in 10 or more documents: boilerplate, never a cluster's own paragraphs (its copies share those)
+        repeated = verify.repeated_lines([text_of[lab] for lab in labels], min_documents=10)
+        used = {lab: verify.shingles_without_lines(text_of[lab], repeated) for lab in labels}
+    else:
+        used = sets
+    buckets = collections.defaultdict(list)
+    for lab in labels:
+        if len(used[lab]):
+            for key in minhash.band_keys(minhash.signature(used[lab], bands * rows, 0), bands, rows, 0):
+                buckets[key].append(lab)
+    candidates = {tuple(sorted(p)) for members in buckets.values() for p in itertools.combinations(
+        sorted(set(members)), 2)}
+    parent = {lab: lab for lab in labels}
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in sorted(candidates):
+        if rule(used[a], used[b]):
+            ra, rb = find(a), find(b)
+            if ra != rb:
+                parent[max(ra, rb)] = min(ra, rb)
+    groups = collections.defaultdict(list)
+    for lab in labels:
+        groups[find(lab)].append(lab)
+    clusters, duplicate_of = {}, {}
+    for members in groups.values():
+        rep = min(members, key=lambda lab: (rank_of[lab], lab))
+        for lab in members:
+            clusters[lab] = rep if len(members) > 1 else None
+            duplicate_of[lab] = rep if len(members) > 1 and lab != rep else None
+    result = score(clusters, duplicate_of, truth, pair_j)
+    result["candidates"] = len(candidates)
+    return result
+
+
+# --- report ------------------------------------------------------------------------------------
+
+def table(rows: list[list], head: list[str]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(head))) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--originals", type=int, default=120)
+    parser.add_argument("--date", default=datetime.date.today().strftime("%Y%m%d"))
+    parser.add_argument("--workdir", default=None)
+    args = parser.parse_args()
+    started = time.monotonic()
+    documents, truth = labeled_set(args.originals)
+    sets = {d["label"]: shingles_of(d["text"]) for d in documents}
+    pair_j = {}
+    for cluster in {c for c, _ in truth.values() if c}:
+        members = sorted(lab for lab, (c, _) in truth.items() if c == cluster)
+        for a, b in itertools.combinations(members, 2):
+            pair_j[(a, b)] = jaccard(sets[a], sets[b])
+    kinds = collections.Counter(kind for _, kind in truth.values())
+    print(f"{len(documents)} documents: {dict(sorted(kinds.items()))}", flush=True)
+
+    workdir = args.workdir or tempfile.mkdtemp(prefix="near-dup-recall-")
+    t0 = time.monotonic()
+    rows = build(documents, workdir)
+    build_seconds = time.monotonic() - t0
+    predicted_extra = {}
+    by_cluster = collections.defaultdict(list)
+    for lab, row in rows.items():
+        if row["cluster_id"]:
+            by_cluster[row["cluster_id"]].append(lab)
+    for members in by_cluster.values():  # true Jaccard of predicted pairs too (precision by band)
+        for a, b in itertools.combinations(sorted(members), 2):
+            if (a, b) not in pair_j:
+                predicted_extra[(a, b)] = jaccard(sets[a], sets[b])
+    all_j = {**pair_j, **predicted_extra}
+    results = {"command": "python bench/near_dup_recall.py --originals %d" % args.originals,
+               "documents": len(documents), "kinds": dict(sorted(kinds.items())),
+               "stage": stage_scores(rows, truth, all_j), "stage_build_seconds": build_seconds}
+
+    rules = {
+        "jaccard >= 0.7 (today's rule, exact)": (lambda a, b: verify.jaccard(a, b) >= 0.7, 16, 7, False),
+        "two tiers: J >= 0.7, or J >= 0.4 and containment >= 0.8 (short: J >= 0.9)": (
+            lambda a, b: verify.two_tier(a, b), 28, 4, False),
+        "two tiers over shingles without lines found in >= 10 documents": (
+            lambda a, b: verify.two_tier(a, b), 28, 4, True),
+    }
+    results["offline"] = {}
+    for name, (rule, bands, rws, line_filter) in rules.items():
+        t0 = time.monotonic()
+        scored = offline(documents, truth, sets, rule, all_j, bands=bands, rows=rws, line_filter=line_filter)
+        scored["seconds"] = time.monotonic() - t0
+        scored["lsh"] = f"{bands} x {rws}"
+        results["offline"][name] = scored
+    results["seconds"] = time.monotonic() - started
+    write(results, args.date)
+    return 0
+
+
+def write(results: dict, date: str) -> None:
+    os.makedirs(RESULTS, exist_ok=True)
+    with open(os.path.join(RESULTS, f"near_dup_recall-{date}.json"), "w") as f:
+        json.dump(results, f, indent=1, sort_keys=True)
+    s = results["stage"]
+    fmt = lambda x: f"{x:.3f}"  # noqa: E731
+    out = [f"# Near-duplicate recall without false merges ({date})", "",
+           f"Command: `.venv/bin/python {results['command'].split(' ', 1)[1]}` (bench/near_dup_recall.py says what "
+           "it builds and how it scores). Machine: 2 cores, shared.", "",
+           f"{results['documents']} documents of real text from `sample/data`: "
+           + ", ".join(f"{n} {k}" for k, n in results["kinds"].items()) + ".", "",
+           "## Today's stage (near_dedup defaults: MinHash 16 x 7, verified by estimated Jaccard >= 0.7), "
+           f"built with `cli.main([\"run\", ...])` in {results['stage_build_seconds']:.0f} s", "",
+           table([["pairs", fmt(s["pairs"]["precision"]), fmt(s["pairs"]["recall"]), fmt(s["pairs"]["f1"]),
+                   s["pairs"]["true"], s["pairs"]["predicted"]],
+                  ["removal", fmt(s["removal"]["precision"]), fmt(s["removal"]["recall"]),
+                   fmt(s["removal"]["f1"]), s["removal"]["true"], s["removal"]["predicted"]]],
+                 ["", "precision", "recall", "F1", "true", "predicted"]), "",
+           f"Distinct documents wrongly removed: **{s['wrongly_removed']}** "
+           f"({s['wrongly_removed_share']:.2%} of the set); removed only for sharing boilerplate or a quote: "
+           f"**{s['removed_for_boilerplate']}**; negatives removed by kind: {s['negatives_removed'] or 'none'}.", "",
+           "Pairs by true 5-gram Jaccard of the pair:", "",
+           table([[band, fmt(v["precision"]), fmt(v["recall"]), fmt(v["f1"]), v["true"], v["predicted"]]
+                  for band, v in s["pairs_by_band"].items()], ["J", "precision", "recall", "F1", "true", "predicted"]),
+           "", "Recall by kind of edit (copy-original pairs; copies removed):", "",
+           table([[kind, fmt(s["pairs_by_kind"][kind]["recall"]), s["pairs_by_kind"][kind]["true"],
+                   fmt(s["removal_by_kind"].get(kind, {}).get("recall", 0.0))] for kind in KINDS],
+                 ["kind", "pair recall", "pairs", "removal recall"]), "",
+           "Removal recall by the copy's true Jaccard with its original:", "",
+           table([[band, fmt(v["recall"]), v["copies"]] for band, v in s["removal_by_band"].items()],
+                 ["J", "removal recall", "copies"]), "",
+           "## Prototype verification rules, offline (beam_pipeline/dedup/verify.py)", "",
+           "Pure Python over the same set: LSH candidates (bands x rows over 112-value MinHash), the rule on the "
+           "exact shingle sets, connected components, representative = lowest source rank, then label. Not the "
+           "stage: numbers to choose a rule with before wiring it in.", "",
+           table([[name, r["lsh"], r["candidates"], fmt(r["pairs"]["precision"]), fmt(r["pairs"]["recall"]),
+                   fmt(r["pairs"]["f1"]), fmt(r["removal"]["precision"]), fmt(r["removal"]["recall"]),
+                   fmt(r["removal"]["f1"]), r["wrongly_removed"], r["removed_for_boilerplate"], f"{r['seconds']:.1f}"]
+                  for name, r in results["offline"].items()],
+                 ["rule", "LSH", "candidates", "pair P", "pair R", "pair F1", "removal P", "removal R",
+                  "removal F1", "wrongly removed", "boilerplate-only", "s"]), ""]
+    for name, r in results["offline"].items():
+        out += [f"Pairs by J, {name}:", "",
+                table([[band, fmt(v["precision"]), fmt(v["recall"]), v["true"], v["predicted"]]
+                       for band, v in r["pairs_by_band"].items()], ["J", "precision", "recall", "true", "predicted"]),
+                ""]
+    text = "\n".join(out)
+    with open(os.path.join(RESULTS, f"near_dup_recall-{date}.md"), "w") as f:
+        f.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

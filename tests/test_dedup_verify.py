@@ -1,0 +1,66 @@
+"""Prototype near-duplicate verification rules (beam_pipeline/dedup/verify.py), on real text from the sample."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from beam_pipeline.dedup import verify
+from conftest import REPO
+
+WIKI = os.path.join(REPO, "sample", "data", "wikipedia", "part-0000.parquet")
+
+
+def articles(n: int = 3) -> list[str]:
+    texts = pq.read_table(WIKI, columns=["text"]).column("text").to_pylist()
+    return [t for t in texts if len(t.split()) >= 600][:n]
+
+
+def shingles(text: str) -> np.ndarray:
+    return verify.shingles_without_lines(text, set())
+
+
+def test_jaccard_and_containment_of_a_truncated_copy():
+    page = articles(1)[0]
+    words = page.split(" ")
+    half = " ".join(words[: len(words) // 2])
+    a, b = shingles(page), shingles(half)
+    both = len(np.intersect1d(a, b))
+    assert verify.jaccard(a, b) == both / (len(a) + len(b) - both)
+    assert 0.4 < verify.jaccard(a, b) < 0.6  # today's rule (>= 0.7) misses it
+    assert verify.containment(a, b) > 0.98 and verify.containment(b, a) == verify.containment(a, b)
+    assert verify.two_tier(a, b)
+    assert verify.jaccard(a, a) == 1.0 and verify.jaccard(a, np.zeros(0, np.uint64)) == 0.0
+    assert verify.containment(a, np.zeros(0, np.uint64)) == 0.0
+
+
+def test_two_tier_rejects_pages_that_share_only_a_template_or_a_quote():
+    one, two, _ = articles(3)
+    template = "\n".join(f"Menu line {i} of the site: home news sport weather contact about us" for i in range(25))
+    a = shingles(template + "\n" + " ".join(one.split()[:150]))
+    b = shingles(template + "\n" + " ".join(two.split()[:150]))
+    assert 0.2 < verify.jaccard(a, b) < 0.7 and verify.containment(a, b) < 0.8
+    assert not verify.two_tier(a, b)
+    assert not verify.two_tier(shingles(one), shingles(two))
+
+
+def test_short_texts_need_near_identity():
+    sentence = "The river rises in the hills north of the town and flows south to the sea past the old mill"
+    a, b = shingles(sentence), shingles(sentence + " and the bridge")
+    assert len(a) < verify.MIN_SHINGLES and verify.containment(a, b) == 1.0
+    assert not verify.two_tier(a, b)  # a short text inside another is a quote, not a copy
+    assert verify.two_tier(a, a)
+
+
+def test_repeated_lines_are_removed_before_shingling():
+    one, two, three = articles(3)
+    footer = "Copyright 2024 Example Media. All rights reserved. Share this article on every network."
+    texts = [f"{t}\n{footer}" for t in (one, two, three)]
+    repeated = verify.repeated_lines(texts, min_documents=3)
+    assert verify.line_key(footer) in repeated and verify.line_key("  COPYRIGHT 2024 example media. all "
+                                                                   "rights reserved. share this article on "
+                                                                   "every network.") in repeated
+    assert verify.repeated_lines(texts, min_documents=4) == set()
+    cleaned = verify.shingles_without_lines(texts[0], repeated)
+    assert np.array_equal(cleaned, shingles(one))
