@@ -80,7 +80,7 @@ def write_segment(output_root: str, source: str, window_start: float, entries: l
 
 def segment_paths(output_root: str, pattern: str = "*.jsonl") -> list[str]:
     directory = arrivals_dir(output_root)
-    if not FileSystems.exists(directory) and "://" not in directory:
+    if "://" not in directory and not FileSystems.exists(directory):
         return []
     return sorted(m.path for m in FileSystems.match([join(directory, pattern)])[0].metadata_list)
 
