@@ -31,7 +31,7 @@ from beam_pipeline.arrivals.log import ArrivalsLogError, identity, read_log, sum
 from beam_pipeline.arrivals.stability import KNOWN, LAND, STALE, WAIT, Observation, PathState, observe, \
     stable_versions
 from beam_pipeline.config import ConfigError, load_config, parse_config
-from beam_pipeline.snapshot import origins_of
+from beam_pipeline.snapshot import origins_of, snapshot_id_of
 from conftest import IN_PROCESS, REPO, SAMPLE_CONFIG, dataset_id_from_output, read_layer_rows
 
 # --- when a file is complete ---------------------------------------------------------
@@ -404,6 +404,18 @@ def test_snapshot_until_takes_exactly_the_arrivals_up_to_the_cut_off(tmp_path, c
     assert cli.main(["snapshot", "--config", config, "--from-bronze", "--until", "7"]) == 1
     assert "holds 6 arrivals" in capsys.readouterr().err
 
+    # the run report's section: what the sliding snapshot froze, per source and per window
+    from beam_pipeline.arrivals.report import arrivals_section, gather_arrivals
+    sliding_id = snapshot_id_of(sliding)
+    info = gather_arrivals(root, sliding_id)
+    assert (info["since"], info["until"]) == (2, 6)
+    assert info["sources"] == {"docs": {"objects": 4, "bytes": sum(f["size"] for f in sliding["sources"]["docs"]["files"]),
+                                        "arrived_as": 4}}
+    assert [(w.arrivals, w.new_objects) for w in info["windows"]] == [(3, 3), (1, 1)]
+    html = arrivals_section(root, sliding_id)
+    assert 'id="arrivals"' in html and "arrivals 3–6 of the bronze arrivals log" in html
+    assert gather_arrivals(root, "0" * 24) is None and arrivals_section(root, "0" * 24) == ""
+
 
 def test_gc_dry_run_changes_nothing_and_apply_removes_only_unreferenced_objects(tmp_path, capsys):
     config, root, _ = land_in_windows(tmp_path, [["a.txt", "b.txt"], ["c.txt", "d.txt"]])
@@ -512,3 +524,53 @@ def test_a_build_from_a_bronze_snapshot_has_the_dataset_id_of_the_build_over_glo
     read_from = {r["file"] for r in read_layer_rows(layer)}
     assert read_from <= set(origins) and all(p.startswith(os.path.join(root, "bronze")) for p in read_from)
     assert {o for paths in origins.values() for o in paths} == set(files)
+    # the run report shows the snapshot's arrivals, counted from the manifest
+    (report,) = glob.glob(os.path.join(root, "runs", "*", "report.html"))
+    page = open(report).read()
+    assert 'href="#arrivals"' in page and f"arrivals 1–{len(entries)} of the bronze arrivals log" in page
+    for name, source in manifest["sources"].items():
+        files = source["files"]
+        assert (f'<tr><td>{name}</td><td class="n">{len(files):,}</td><td class="n">'
+                f'{sum(f["size"] for f in files):,}</td><td class="n">'
+                f'{sum(len(f["origins"]) for f in files):,}</td></tr>') in page
+
+
+# --- Dataflow: the streaming landing job translates, offline -------------------------------------
+
+def test_the_landing_job_translates_to_a_dataflow_streaming_job(tmp_path):
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.portability import common_urns
+    from apache_beam.portability.api import beam_runner_api_pb2
+
+    from beam_pipeline.arrivals.landing import build_landing_pipeline
+    from test_dataflow_dry_run import DATAFLOW_DRY_RUN, dataflow_job
+
+    config = load_config(landing_config(tmp_path / "c.yaml", "gs://dummy/corpus", {
+        "crawl": {"uri": "gs://dummy/incoming/crawl/*.warc.gz", "format": "warc", "landing": FAST},
+        "dumps": {"uri": "gs://dummy/incoming/dumps/*.jsonl.zst", "format": "jsonl",
+                  "landing": {"marker_suffix": ".done", "window_seconds": 600}}}))
+    for once in (False, True):
+        pipeline = build_landing_pipeline(config, PipelineOptions(DATAFLOW_DRY_RUN), once=once, stop_after=None)
+        job, proto = dataflow_job(pipeline)
+        assert job["type"] == ("JOB_TYPE_BATCH" if once else "JOB_TYPE_STREAMING")
+        labels = [t.unique_name for t in proto.components.transforms.values()]
+        for source in ("crawl", "dumps"):
+            step = "LandNow" if once else "Land"
+            assert any(label.startswith(f"{step}[{source}]/CommitArrivals/BatchPerWindow") for label in labels)
+        if not once:
+            assert any("MatchContinuously" in label for label in labels)
+        coders = proto.components.coders
+
+        def urns(coder_id):  # a coder and every coder it is made of
+            return [coders[coder_id].spec.urn] + [u for c in coders[coder_id].component_coder_ids for u in urns(c)]
+        stateful = 0
+        for transform in proto.components.transforms.values():
+            if transform.spec.urn == common_urns.primitives.PAR_DO.urn:
+                payload = beam_runner_api_pb2.ParDoPayload.FromString(transform.spec.payload)
+                if payload.state_specs:  # state is keyed by the encoded key: it must encode deterministically
+                    stateful += 1
+                    (main,) = [p for tag, p in transform.inputs.items() if tag not in payload.side_inputs]
+                    key = coders[proto.components.pcollections[main].coder_id].component_coder_ids[0]
+                    assert set(urns(key)) <= {common_urns.coders.KV.urn, common_urns.coders.STRING_UTF8.urn}, \
+                        (transform.unique_name, urns(key))
+        assert stateful == (2 if once else 4)  # per source: the gate (streaming) and the commit batching
