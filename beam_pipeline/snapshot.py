@@ -188,7 +188,8 @@ def bronze_files(config: CorpusConfig, arrivals: Iterable[dict]) -> dict[str, li
             if entry["path"] not in present:
                 problems.append(f"{entry['path']}: missing (arrived as {entry['origins'][0]})")
             elif present[entry["path"]] != entry["size"]:
-                problems.append(f"{entry['path']}: {present[entry['path']]} bytes, the arrivals log says {entry['size']}")
+                problems.append(f"{entry['path']}: {present[entry['path']]} bytes, the arrivals log says "
+                                f"{entry['size']}")
     if problems:
         raise SnapshotError("bronze objects of arrivals before the cut-off are missing or altered (deleted by "
                             "`bronze gc`, whose kept snapshots did not cover this cut-off?):\n  "

@@ -7,6 +7,7 @@ they can ``kill -9`` them: ``python tests/arrivals_helpers.py land ...``.
 """
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
@@ -65,6 +66,32 @@ def local_objects(root: str) -> dict[str, str]:
             with open(os.path.join(folder, name), "rb") as f:
                 found[os.path.join(rel, name)] = hashlib.sha256(f.read()).hexdigest()
     return found
+
+
+def two_roots(tmp_path, landing_spec: dict) -> tuple:
+    """A landing folder with three early files, and two configs over it: one for the job that will be
+    killed, one for the uninterrupted reference -> (landing, killed_root, killed, reference_root, reference)."""
+    landing = tmp_path / "landing"
+    for i in range(3):
+        write_text(landing / f"early-{i}.txt", f"early file {i}\n", mtime=1_600_000_000 + i)
+    killed_root, reference_root = str(tmp_path / "killed"), str(tmp_path / "reference")
+    spec = {"docs": {"uri": str(landing / "*.txt"), "landing": landing_spec}}
+    return (landing, killed_root, landing_config(tmp_path / "killed.yaml", killed_root, spec),
+            reference_root, landing_config(tmp_path / "reference.yaml", reference_root, spec))
+
+
+def segments(root: str) -> dict[str, bytes]:
+    """The arrivals-log segments under a local root, with their bytes."""
+    return {p: open(p, "rb").read() for p in glob.glob(os.path.join(root, "bronze", "_arrivals", "*"))}
+
+
+def landed_but_not_logged(root: str) -> list[str]:
+    """Objects under a local root that no committed arrival names: copies of a window not committed yet."""
+    from beam_pipeline.arrivals.log import read_log
+
+    logged = {e["object"] for e in read_log(root).entries}
+    names = glob.glob(os.path.join(root, "bronze", "docs", "*", "*"))
+    return [p for p in names if os.path.relpath(p, os.path.join(root, "bronze")) not in logged]
 
 
 def start_land(args: list[str], log_path: str, env: dict | None = None) -> subprocess.Popen:

@@ -22,7 +22,8 @@ import time
 import pytest
 import yaml
 
-from arrivals_helpers import kill_group, landing_config, local_objects, pseudo_text, start_land, wait_for, write_text
+from arrivals_helpers import kill_group, landed_but_not_logged, landing_config, local_objects, pseudo_text, \
+    segments, start_land, two_roots, wait_for, write_text
 from beam_pipeline import cli
 from beam_pipeline.arrivals.config import LandingConfig
 from beam_pipeline.arrivals.layout import extension_of, object_key, parse_stamp, segment_name, segment_pattern, \
@@ -32,7 +33,7 @@ from beam_pipeline.arrivals.stability import KNOWN, LAND, STALE, WAIT, Observati
     stable_versions
 from beam_pipeline.config import ConfigError, load_config, parse_config
 from beam_pipeline.snapshot import origins_of, snapshot_id_of
-from conftest import IN_PROCESS, REPO, SAMPLE_CONFIG, dataset_id_from_output, read_layer_rows
+from conftest import IN_PROCESS, SAMPLE_CONFIG, dataset_id_from_output, read_layer_rows
 
 # --- when a file is complete ---------------------------------------------------------
 
@@ -304,26 +305,15 @@ def bronze_state(root: str) -> tuple[dict, list]:
 
 @pytest.mark.slow
 def test_kill_9_mid_window_and_restart_give_the_objects_and_log_of_an_uninterrupted_run(tmp_path):
-    landing = tmp_path / "landing"
-    for i in range(3):
-        write_text(landing / f"early-{i}.txt", f"early file {i}\n", mtime=1_600_000_000 + i)
-    killed_root, reference_root = str(tmp_path / "killed"), str(tmp_path / "reference")
-    spec = {"docs": {"uri": str(landing / "*.txt"), "landing": {**FAST, "window_seconds": 2}}}
-    killed = landing_config(tmp_path / "killed.yaml", killed_root, spec)
-    reference = landing_config(tmp_path / "reference.yaml", reference_root, spec)
-
+    landing, killed_root, killed, reference_root, reference = two_roots(tmp_path, {**FAST, "window_seconds": 2})
     process = start_land(["--config", killed, "--stop_after", "120"], str(tmp_path / "killed-1.log"))
     try:
         wait_for(lambda: len(log_of(killed_root)) == 3, 90, what="the early files' window to commit")
-        before_kill = {p: open(p, "rb").read() for p in glob.glob(os.path.join(killed_root, "bronze", "_arrivals", "*"))}
+        before_kill = segments(killed_root)
         for i in range(16):  # 64 MB more: copies the job is in the middle of when it is killed
             (landing / f"late-{i:02d}.txt").write_bytes(pseudo_text(f"late {i}", 4 << 20))
-
-        def landed_but_not_logged():
-            logged = {e["object"] for e in log_of(killed_root)}
-            names = glob.glob(os.path.join(killed_root, "bronze", "docs", "*", "*"))
-            return [p for p in names if os.path.relpath(p, os.path.join(killed_root, "bronze")) not in logged]
-        orphans = wait_for(landed_but_not_logged, 90, interval=0.01, what="a copy whose window is not committed")
+        orphans = wait_for(lambda: landed_but_not_logged(killed_root), 90, interval=0.01,
+                           what="a copy whose window is not committed")
     finally:
         kill_group(process)
     logged_at_kill = {identity(e) for e in log_of(killed_root)}
@@ -349,9 +339,8 @@ def test_kill_9_mid_window_and_restart_give_the_objects_and_log_of_an_uninterrup
 
 # --- snapshots, builds and gc -------------------------------------------------------------------
 
-def snapshot(config: str, *args: str) -> str:
+def snapshot(config: str, *args: str) -> None:
     assert cli.main(["snapshot", "--config", config, "--from-bronze", *args]) == 0
-    return None
 
 
 def snapshot_id(capsys) -> str:
@@ -409,8 +398,8 @@ def test_snapshot_until_takes_exactly_the_arrivals_up_to_the_cut_off(tmp_path, c
     sliding_id = snapshot_id_of(sliding)
     info = gather_arrivals(root, sliding_id)
     assert (info["since"], info["until"]) == (2, 6)
-    assert info["sources"] == {"docs": {"objects": 4, "bytes": sum(f["size"] for f in sliding["sources"]["docs"]["files"]),
-                                        "arrived_as": 4}}
+    sliding_bytes = sum(f["size"] for f in sliding["sources"]["docs"]["files"])
+    assert info["sources"] == {"docs": {"objects": 4, "bytes": sliding_bytes, "arrived_as": 4}}
     assert [(w.arrivals, w.new_objects) for w in info["windows"]] == [(3, 3), (1, 1)]
     html = arrivals_section(root, sliding_id)
     assert 'id="arrivals"' in html and "arrivals 3–6 of the bronze arrivals log" in html

@@ -15,7 +15,6 @@ tests/test_flink.py's subject, and the landing is this file's.
 """
 from __future__ import annotations
 
-import glob
 import hashlib
 import os
 import shutil
@@ -23,7 +22,8 @@ import time
 
 import pytest
 
-from arrivals_helpers import kill_group, landing_config, local_objects, pseudo_text, start_land, wait_for, write_text
+from arrivals_helpers import kill_group, landed_but_not_logged, landing_config, local_objects, pseudo_text, \
+    segments, start_land, two_roots, wait_for, write_text
 from beam_pipeline import cli
 from beam_pipeline.arrivals.layout import parse_stamp
 from beam_pipeline.arrivals.log import identity, read_log
@@ -36,8 +36,8 @@ JAR = os.environ.get("BEAM_PIPELINE_FLINK_JAR") or os.path.join(
 pytestmark = [
     pytest.mark.flink_embedded,
     pytest.mark.skipif(shutil.which("java") is None, reason="embedded Flink needs Java (a JRE 11 or 17) on PATH"),
-    pytest.mark.skipif(not os.path.exists(JAR), reason=f"no Flink job server jar at {JAR}: make it once with "
-                                                       "`scripts/flink_cluster.sh jar` (downloads; needs the registries)"),
+    pytest.mark.skipif(not os.path.exists(JAR), reason=f"no Flink job server jar at {JAR}: make it once "
+                       "with `scripts/flink_cluster.sh jar` (downloads; needs the registries)"),
 ]
 
 FLINK = ["--runner=FlinkRunner", "--flink_master=[local]", "--flink_version=1.19", f"--flink_job_server_jar={JAR}",
@@ -110,26 +110,16 @@ def test_once_on_flink_is_a_batch_job_with_the_same_objects_and_log(tmp_path):
 
 @pytest.mark.slow
 def test_kill_9_of_a_flink_landing_job_mid_window_and_restart_lose_and_repeat_nothing(tmp_path):
-    landing = tmp_path / "landing"
-    for i in range(3):
-        write_text(landing / f"early-{i}.txt", f"early file {i}\n", mtime=1_600_000_000 + i)
-    killed_root, reference_root = str(tmp_path / "killed"), str(tmp_path / "reference")
-    spec = {"docs": {"uri": str(landing / "*.txt"), "landing": {**SLOW, "window_seconds": 10}}}
-    killed = landing_config(tmp_path / "killed.yaml", killed_root, spec)
-    reference = landing_config(tmp_path / "reference.yaml", reference_root, spec)
-
+    landing, killed_root, killed, reference_root, reference = two_roots(tmp_path, {**SLOW, "window_seconds": 10})
     process = start_land(["--config", killed, "--stop_after", "300", *FLINK], str(tmp_path / "killed-1.log"))
     try:
         wait_for(lambda: len(log_of(killed_root)) == 3, 180, interval=0.2, what="the early files' window on Flink")
-        segments = {p: open(p, "rb").read() for p in glob.glob(os.path.join(killed_root, "bronze", "_arrivals", "*"))}
+        before_kill = segments(killed_root)
         for i in range(8):
             (landing / f"late-{i}.txt").write_bytes(pseudo_text(f"late {i}", 1 << 20))
-
-        def landed_but_not_logged():  # a window commits when it closes: its copies wait for it
-            logged = {e["object"] for e in log_of(killed_root)}
-            names = glob.glob(os.path.join(killed_root, "bronze", "docs", "*", "*"))
-            return [p for p in names if os.path.relpath(p, os.path.join(killed_root, "bronze")) not in logged]
-        wait_for(lambda: len(landed_but_not_logged()) >= 4, 120, interval=0.05, what="copies of an open window")
+        # a window commits when it closes: its copies wait for it
+        wait_for(lambda: len(landed_but_not_logged(killed_root)) >= 4, 120, interval=0.05,
+                 what="copies of an open window")
     finally:
         kill_group(process)  # the Python driver, its SDK workers and the job server's JVM (embedded Flink)
     logged_at_kill = {identity(e) for e in log_of(killed_root)}
@@ -145,7 +135,7 @@ def test_kill_9_of_a_flink_landing_job_mid_window_and_restart_lose_and_repeat_no
     assert local_objects(killed_root) == local_objects(reference_root)
     assert arrivals == sorted(identity(e) for e in log_of(reference_root))
     assert len(arrivals) == len(set(arrivals)) == 11 and read_log(killed_root).repeated == 0
-    for path, data in segments.items():
+    for path, data in before_kill.items():
         assert open(path, "rb").read() == data
     for e in log_of(killed_root):
         if identity(e) not in logged_at_kill:

@@ -28,7 +28,7 @@ requests and share that one batching step: on the FnApiRunner (Beam 2.77) a
 a fused stage holding two ``GroupIntoBatches`` fails to decode its timers.
 The gate itself sets no timer: on Flink 1.19 with the 2.62 job server, a
 timer in the gate held the watermark of everything after it until the job
-ended (docs/decisions.md, "The landing job's shape").
+ended (docs/decisions.md, "Arrivals: a bronze landing layer").
 """
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def landing_uri(source) -> str:
 
 
 class LandContinuously(beam.PTransform):
-    """PBegin -> nothing: the streaming landing of one source (see the module docstring).
+    """PBegin -> the log segments it commits: the streaming landing of one source (module docstring).
 
     ``stop_after``: seconds after ``start`` when polling stops (the job then
     commits its last windows and ends); None polls forever.
@@ -105,7 +105,8 @@ class LandContinuously(beam.PTransform):
 
 
 class LandNow(beam.PTransform):
-    """PBegin -> nothing: ``land --once`` for one source: what is complete now lands, then the job ends.
+    """PBegin -> the log segments it commits: ``land --once`` for one source: what is complete now
+    lands, then the job ends.
 
     ``stable_polls`` listings ``poll_interval_seconds`` apart (one with a
     marker) decide, through the same fold as the streaming gate; a file that
