@@ -73,6 +73,12 @@ def test_listings_closer_than_the_spacing_are_one_poll_and_stale_ones_are_ignore
     assert decisions == [WAIT, STALE, LAND]
 
 
+def test_the_gate_state_round_trips_through_its_string_form():
+    for state in (PathState(), PathState(2.5, (10, 5.25), 3, (10, 5.25)), PathState(1.0, (0, 0.0), 1, None)):
+        assert PathState.from_json(state.to_json()) == state
+    assert PathState.from_json(None) == PathState()
+
+
 def test_marker_mode_lands_on_the_marker_and_known_versions_never_land_again():
     assert fold([Observation(1.0, 10, 5.0), Observation(2.0, 10, 5.0), Observation(3.0, 10, 5.0, marker=True)],
                 marker_mode=True)[1] == [WAIT, WAIT, LAND]
@@ -563,3 +569,27 @@ def test_the_landing_job_translates_to_a_dataflow_streaming_job(tmp_path):
                     assert set(urns(key)) <= {common_urns.coders.KV.urn, common_urns.coders.STRING_UTF8.urn}, \
                         (transform.unique_name, urns(key))
         assert stateful == (2 if once else 4)  # per source: the gate (streaming) and the commit batching
+
+
+def test_trace_of_a_bronze_build_rereads_the_record_from_its_object(tmp_path, capsys):
+    words = "It has several words in it so that the heuristics keep it in the dataset."
+    for name in ("one.txt", "two.txt"):
+        write_text(tmp_path / "landing" / name, f"{name}: {words}\n", mtime=1_600_000_000)
+    root = str(tmp_path / "out")
+    config = landing_config(tmp_path / "c.yaml", root, {"docs": {
+        "uri": str(tmp_path / "landing" / "*.txt"), "landing": {**FAST, "window_seconds": 1}}})
+    assert land(config, "--once") == 0
+    time.sleep(max(0.0, parse_stamp(log_of(root)[-1]["window_end"]) - time.time()) + 0.05)
+    capsys.readouterr()
+    snapshot(config, "--until", "2")
+    sid = snapshot_id(capsys)
+    assert cli.main(["run", "--config", config, "--snapshot_id", sid, *IN_PROCESS]) == 0
+    dataset = next(line.split()[1] for line in capsys.readouterr().out.splitlines() if line.startswith("dataset "))
+    (shard,) = {os.path.basename(p).split(".")[0] for p in glob.glob(os.path.join(dataset, "shards", "*"))}
+    assert cli.main(["trace", "--dataset", dataset, "--shard", shard, "--offset", "0"]) == 0
+    out = capsys.readouterr().out
+    (read_from,) = [line.split()[1] for line in out.splitlines() if line.strip().startswith("file ")]
+    assert read_from.startswith(os.path.join(root, "bronze", "docs")) and "normalized text matches doc_id" in out
+    manifest = json.load(open(os.path.join(root, "snapshots", f"{sid}.json")))
+    (origin,) = origins_of(manifest)[read_from]
+    assert open(origin, "rb").read() == open(read_from, "rb").read()

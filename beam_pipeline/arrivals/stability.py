@@ -22,6 +22,7 @@ through the same function.
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Iterable
 
 WAIT, LAND, KNOWN, STALE = "wait", "land", "known", "stale"
@@ -52,6 +53,20 @@ class PathState:
     version: Version | None = None   # the version the latest polls saw
     polls: int = 0                   # consecutive polls that saw ``version``
     landed: Version | None = None    # the latest version handed to the copier by this job
+
+    def to_json(self) -> str:
+        """The state as Beam stores it (a string: no pickled objects in the runner's state)."""
+        return json.dumps([self.last_poll if self.last_poll != float("-inf") else None,
+                           self.version, self.polls, self.landed])
+
+    @staticmethod
+    def from_json(text: str | None) -> "PathState":
+        if text is None:
+            return PathState()
+        last_poll, version, polls, landed = json.loads(text)
+        return PathState(float("-inf") if last_poll is None else last_poll,
+                         None if version is None else (version[0], version[1]), polls,
+                         None if landed is None else (landed[0], landed[1]))
 
 
 def observe(state: PathState, seen: Observation, *, stable_polls: int, marker_mode: bool,

@@ -43,7 +43,7 @@ import apache_beam as beam
 from apache_beam.io import fileio
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.coders import PickleCoder
+from apache_beam.coders import StrUtf8Coder
 from apache_beam.metrics import Metrics
 from apache_beam.transforms import userstate
 from apache_beam.transforms.window import FixedWindows, TimestampedValue
@@ -179,7 +179,7 @@ class StabilityGateFn(beam.DoFn):
     timestamp, which puts the arrival in the window it landed in.
     """
 
-    PATH_STATE = userstate.ReadModifyWriteStateSpec("path", PickleCoder())
+    PATH_STATE = userstate.ReadModifyWriteStateSpec("path", StrUtf8Coder())
 
     def __init__(self, output_root: str, source: str, landing: LandingConfig):
         self._root, self._source, self._landing = output_root, source, landing
@@ -192,7 +192,7 @@ class StabilityGateFn(beam.DoFn):
 
     def process(self, element, path_state=beam.DoFn.StateParam(PATH_STATE)) -> Iterator:
         (source, path), seen = element
-        state = path_state.read() or PathState()
+        state = PathState.from_json(path_state.read())
         known = self._known.get(path, frozenset())
         version = (seen["size"], seen["mtime"])
         marker = False
@@ -204,7 +204,7 @@ class StabilityGateFn(beam.DoFn):
             marker_mode=self._landing.marker_suffix is not None, known=known,
             min_spacing=MIN_SPACING * self._landing.poll_interval_seconds)
         if new_state != state:
-            path_state.write(new_state)
+            path_state.write(new_state.to_json())
         if decision == WAIT:
             self._waiting.inc()
             yield waiting_status(source, path, observation, new_state.polls, self._landing)
