@@ -343,6 +343,23 @@ def test_kill_9_mid_window_and_restart_give_the_objects_and_log_of_an_uninterrup
     assert not glob.glob(os.path.join(killed_root, "bronze", "_tmp", "*"))
 
 
+def test_a_file_that_changes_or_goes_away_while_it_is_copied_does_not_land(tmp_path):
+    from beam_pipeline.arrivals.transforms import land_file, landing_request
+
+    path = tmp_path / "landing" / "moving.txt"
+    write_text(path, "the bytes the gate saw\n", mtime=1_600_000_000)
+    root = str(tmp_path / "out")
+    request = landing_request("docs", str(path), (path.stat().st_size, path.stat().st_mtime), [])
+    write_text(path, "the bytes the gate saw, and more\n", mtime=1_600_000_001)
+    assert land_file(root, request) is None
+    path.unlink()
+    assert land_file(root, request) is None
+    assert local_objects(root) == {} and not glob.glob(os.path.join(root, "bronze", "_tmp", "*"))
+    write_text(path, "stable\n", mtime=1_600_000_002)
+    arrival = land_file(root, landing_request("docs", str(path), (path.stat().st_size, path.stat().st_mtime), []))
+    assert arrival["created"] and local_objects(root) == {arrival["object"]: arrival["sha256"]}
+
+
 # --- snapshots, builds and gc -------------------------------------------------------------------
 
 def snapshot(config: str, *args: str) -> None:

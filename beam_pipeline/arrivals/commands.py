@@ -88,6 +88,7 @@ def main(args, beam_args: list[str]) -> int:
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
 
+    from beam_pipeline.arrivals.log import ArrivalsLogError
     from beam_pipeline.config import ConfigError
     from beam_pipeline.snapshot import SnapshotError
 
@@ -103,7 +104,7 @@ def main(args, beam_args: list[str]) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except SnapshotError as err:
+    except (SnapshotError, ArrivalsLogError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
 

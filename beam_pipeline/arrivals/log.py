@@ -20,9 +20,10 @@ writes the same name with the same bytes) and never deleted. Reading the log
 lists every segment and sorts the entries into **log order**:
 (window_end, source, path, mtime, sha256). An entry's **position** is its
 index in that order, so ``snapshot --until N`` takes the first N arrivals.
-Committed windows only grow at the end of that order: the landing job
-commits a window after it closed, and a restarted job lands what it finds
-in windows after the restart.
+Positions before the end of a committed window never move once every
+window up to it has been committed: the landing job commits a window
+shortly after it closed, and a restarted job lands what it finds in windows
+after the restart.
 
 An entry is identified by (source, path, size, mtime, sha256); the reader
 counts an entry that appears twice (which only a runner replaying a commit

@@ -302,21 +302,27 @@ class LandObjectFn(beam.DoFn):
 
 
 def land_file(output_root: str, request: dict) -> dict | None:
-    """Copy one file version into bronze; its arrival, or None if the file changed meanwhile."""
+    """Copy one file version into bronze; its arrival, or None if the file changed (or went away)
+    meanwhile. Any other error is raised: the runner retries the bundle, the gate's decision with it."""
     path, size, mtime = request["path"], request["size"], request["mtime"]
     tmp = join(tmp_dir(output_root), uuid.uuid4().hex)
     digest, copied = hashlib.sha256(), 0
     try:
-        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as src, \
-                FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as dst:
-            for chunk in iter(lambda: src.read(_CHUNK), b""):
-                digest.update(chunk)
-                dst.write(chunk)
-                copied += len(chunk)
+        try:
+            with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as src, \
+                    FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as dst:
+                for chunk in iter(lambda: src.read(_CHUNK), b""):
+                    digest.update(chunk)
+                    dst.write(chunk)
+                    copied += len(chunk)
+        except Exception:  # noqa: BLE001 - a file moved away by its producer is no error; anything else is
+            if FileSystems.match([path])[0].metadata_list:
+                raise
+            copied = -1
         now = FileSystems.match([path])[0].metadata_list
         if copied != size or not now or (now[0].size_in_bytes, float(now[0].last_updated_in_seconds or 0.0)) \
                 != (size, mtime):
-            FileSystems.delete([tmp])
+            _discard(tmp)
             return None
         sha256 = digest.hexdigest()
         key = object_key(request["source"], sha256, request["extension"])
@@ -326,17 +332,21 @@ def land_file(output_root: str, request: dict) -> dict | None:
             if existing[0].size_in_bytes != size:
                 raise IOError(f"bronze object {target} has {existing[0].size_in_bytes} bytes, its name says "
                               f"{size}: the bronze layer was altered")
-            FileSystems.delete([tmp])
+            _discard(tmp)
             created = False
         else:
             move(tmp, target)
             created = True
     except BaseException:
-        if FileSystems.exists(tmp):
-            FileSystems.delete([tmp])
+        _discard(tmp)
         raise
     return {"kind": LAND, "source": request["source"], "path": path, "size": size, "mtime": mtime,
             "sha256": sha256, "object": key, "created": created, "replaces": request.get("replaces", [])}
+
+
+def _discard(tmp: str) -> None:
+    if FileSystems.exists(tmp):
+        FileSystems.delete([tmp])
 
 
 class CommitSegmentFn(beam.DoFn):
