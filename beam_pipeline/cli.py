@@ -4,7 +4,10 @@ Commands:
 
 * ``run``       build the corpus a config describes (snapshot, every stage,
                 the dataset), resuming from complete layers;
-* ``snapshot``  fingerprint the inputs of a config and print the snapshot id;
+* ``snapshot``  fingerprint the inputs of a config and print the snapshot id
+                (``--from-bronze --until``: freeze the bronze layer's arrivals);
+* ``land``, ``bronze``: the landing job and the bronze layer's log and
+                garbage collection (``beam_pipeline/arrivals``, docs/operations.md);
 * ``inspect``   summarize a dataset from its manifest;
 * ``report``    write a run's HTML report (``runs/<run_id>/report.html``), or
                 compare two runs or datasets (``--compare A B``);
@@ -28,6 +31,7 @@ import time
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from beam_pipeline.arrivals import commands as arrivals_commands
 from beam_pipeline.scoring import commands as scoring_commands
 from beam_pipeline.accounting import AccountingError
 from beam_pipeline.build import CorpusBuild, StageFailed
@@ -67,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
 
     snapshot = commands.add_parser("snapshot", help="fingerprint a config's inputs; print the snapshot id")
     CorpusOptions._add_argparse_args(snapshot)
+    arrivals_commands.add_snapshot_args(snapshot)
 
     inspect = commands.add_parser("inspect", help="summarize a dataset manifest")
     inspect.add_argument("dataset", help="manifest.json, a dataset folder, or <root>/datasets/<dataset_id>")
@@ -82,6 +87,7 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--mixture", help="override report.mixture, e.g. docs=0.5,encyclopedic=0.3,legal=0.2")
     _add_dataset_commands(commands)
     scoring_commands.add_commands(commands)
+    arrivals_commands.add_commands(commands)
     return parser
 
 
@@ -96,13 +102,15 @@ def main(argv: list[str] | None = None) -> int:
             return _report(args)
         if args.command in scoring_commands.COMMANDS:
             return scoring_commands.main(args, beam_args, run=_run)
+        if args.command in arrivals_commands.COMMANDS:
+            return arrivals_commands.main(args, beam_args)
         FileSystems.set_options(PipelineOptions(beam_args))  # driver-side s3:// and gs:// calls: --s3_* / GCP options
         config = _load(args)
         options = PipelineOptions(LocalRunnerDefaults.apply(beam_args, _input_bytes(config, beam_args)))
         FileSystems.set_options(options)
         _check_storage(config, beam_args)
         if args.command == "snapshot":
-            return _snapshot(config, options)
+            return _snapshot(config, options, args)
         return _run(config, options, args.snapshot_id, driver=_driver_settings(args))
     except (ConfigError, RunnerError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -144,11 +152,28 @@ def _load(args) -> CorpusConfig:
     return load_any_config(args.config, args.output_root)  # a local file, or gs:// / s3:// (absolute URIs)
 
 
-def _snapshot(config: CorpusConfig, options: PipelineOptions) -> int:
+def _snapshot(config: CorpusConfig, options: PipelineOptions, args=None) -> int:
+    if args is not None and (args.from_bronze or args.until is not None or args.since is not None):
+        return _bronze_snapshot(config, options, args)
     snapshot_id, manifest = take_snapshot(config, options)
     files = sum(len(s["files"]) for s in manifest["sources"].values())
     print(f"snapshot {snapshot_id}: {files} files, {manifest['total_bytes']} bytes")
     print(f"written to {snapshot_path(config.output_root, snapshot_id)}")
+    return 0
+
+
+def _bronze_snapshot(config: CorpusConfig, options: PipelineOptions, args) -> int:
+    """``snapshot --from-bronze --until T|N`` (beam_pipeline/arrivals, docs/operations.md)."""
+    if not (args.from_bronze and args.until is not None):
+        raise ConfigError("--from-bronze and --until go together: --until <ISO-8601 time or log position>")
+    from beam_pipeline.snapshot import take_bronze_snapshot
+    snapshot_id, manifest = take_bronze_snapshot(config, options, args.until, args.since)
+    files = sum(len(s["files"]) for s in manifest["sources"].values())
+    bronze = manifest["bronze"]
+    print(f"snapshot {snapshot_id}: {files} files, {manifest['total_bytes']} bytes; arrivals {bronze['since'] + 1}.."
+          f"{bronze['until']} of the log (the last in the window ending {bronze['until_window_end']})")
+    print(f"written to {snapshot_path(config.output_root, snapshot_id)}")
+    print(f"build it with: python -m beam_pipeline run --config ... --snapshot_id {snapshot_id}")
     return 0
 
 

@@ -21,6 +21,7 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_serializer,
                       model_validator)
 
+from beam_pipeline.arrivals.config import LandingConfig
 from beam_pipeline.hashing import digest_json
 from beam_pipeline.policy_rules import OverrideConfig, RedactConfig, RuleConfig, expand_policy_file
 from beam_pipeline.scoring.config import (BlocklistConfig, CascadeConfig, DecontaminationConfig, HeuristicsConfig,
@@ -63,6 +64,8 @@ class SourceConfig(_Strict):
     domain: str = Field(description="Domain bucket; shards are homogeneous by bucket.")
     fields: FieldMap = FieldMap()
     extract: ExtractConfig | None = Field(None, description="format warc only: records and text extraction.")
+    landing: LandingConfig | None = Field(
+        None, description="Where files arrive for the landing job (`land`); not part of any digest.")
 
     @model_validator(mode="before")
     @classmethod
@@ -78,10 +81,14 @@ class SourceConfig(_Strict):
         return self
 
     @model_serializer(mode="wrap")
-    def _without_unset_extract(self, handler):
+    def _without_unset_extract(self, handler, info):
         data = handler(self)  # a source without `extract` dumps as before it existed (same layer keys)
         if isinstance(data, dict) and data.get("extract") is None:
             data.pop("extract", None)
+        if isinstance(data, dict) and not (info.context or {}).get("landing"):
+            # Read by the landing job only: never in a digest, a layer key or a manifest
+            # (beam_pipeline/arrivals/config.py). model_dump(context={"landing": True}) shows it.
+            data.pop("landing", None)
         return data
 
     @field_validator("name", "domain")
@@ -355,13 +362,20 @@ def parse_config(data: Any, *, base_dir: str = ".", source_name: str = "<config>
         raise ConfigError(f"{source_name}: {err}") from None
     resolved = config.model_copy(update={
         "output_root": resolve_path(config.output_root, base_dir),
-        "sources": [s.model_copy(update={"uri": resolve_path(s.uri, base_dir)}) for s in config.sources],
+        "sources": [_resolve_source(s, base_dir) for s in config.sources],
         "tokenize": config.tokenize.model_copy(
             update={"tokenizer": resolve_path(config.tokenize.tokenizer, base_dir)}),
         **resolve_paths(config, base_dir),  # models, lists, eval sets of the scoring stages
     })
     resolved._base_dir = resolve_path(base_dir, os.getcwd()) if not _SCHEME.match(base_dir) else base_dir
     return resolved
+
+
+def _resolve_source(source: SourceConfig, base_dir: str) -> SourceConfig:
+    update = {"uri": resolve_path(source.uri, base_dir)}
+    if source.landing is not None and source.landing.uri is not None:
+        update["landing"] = source.landing.model_copy(update={"uri": resolve_path(source.landing.uri, base_dir)})
+    return source.model_copy(update=update)
 
 
 def load_config(path: str) -> CorpusConfig:

@@ -21,6 +21,13 @@ same snapshot id. In memory (what :func:`take_snapshot` returns and
 again, for the readers; a pinned snapshot must have the config's sources and
 formats, and its files must match the config's globs
 (:func:`check_sources_match`).
+
+``take_bronze_snapshot`` freezes the bronze landing layer instead
+(``snapshot --from-bronze --until ...``, :mod:`beam_pipeline.arrivals`): every
+source with a ``landing:`` section lists the bronze objects of the arrivals
+up to the cut-off, each object once with the paths it arrived under
+(``origins``); the other sources are fingerprinted from their globs as above.
+The manifest has the same shape, so a build reads it like any snapshot.
 """
 from __future__ import annotations
 
@@ -33,6 +40,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from beam_pipeline.arrivals.layout import bronze_root
 from beam_pipeline.config import CorpusConfig
 from beam_pipeline.hashing import digest_json, sha256_stream
 from beam_pipeline.layers import join, read_bytes, write_json_atomic
@@ -96,7 +104,8 @@ def build_manifest(config: CorpusConfig, entries: Iterable[dict]) -> dict:
     by_source: dict[str, list[dict]] = {s.name: [] for s in config.sources}
     for entry in entries:
         by_source[entry["source"]].append({"path": _relative_to(entry["path"], bases[entry["source"]]),
-                                           "size": entry["size"], "checksum": entry["checksum"]})
+                                           "size": entry["size"], "checksum": entry["checksum"],
+                                           **({"origins": entry["origins"]} if "origins" in entry else {})})
     empty = [s for s in config.sources if not by_source[s.name]]
     if empty:
         raise SnapshotError("; ".join(f"source {s.name!r}: uri {s.uri!r} matched no files" for s in empty))
@@ -163,6 +172,92 @@ def _fingerprint_in_a_job(config: CorpusConfig, pipeline_options: PipelineOption
     entries = [json.loads(line) for path in entry_files for line in read_bytes(path).decode().splitlines() if line]
     FileSystems.delete([entries_dir])
     return entries
+
+
+def take_bronze_snapshot(config: CorpusConfig, pipeline_options: PipelineOptions,
+                         until: str | int, since: str | int | None = None) -> tuple[str, dict]:
+    """Freeze the arrivals from ``since`` (default: the first) up to ``until`` (each a log position or
+    an ISO-8601 time); write and return (snapshot_id, manifest). Sources without ``landing:`` are
+    fingerprinted from their globs."""
+    from beam_pipeline.arrivals.log import ArrivalsLogError, read_log
+
+    try:
+        log = read_log(config.output_root)
+        position = log.until(until)
+        first = 0 if since is None else log.until(since)
+    except ArrivalsLogError as err:
+        raise SnapshotError(str(err)) from None
+    if first > position:
+        raise SnapshotError(f"--since {since} (log position {first}) is after --until {until} (position {position})")
+    landing = [s for s in config.sources if s.landing is not None]
+    if not landing:
+        raise SnapshotError("--from-bronze: no source has a `landing:` section (docs/config.md)")
+    static = [s for s in config.sources if s.landing is None]
+    matched = match_sources(config.model_copy(update={"sources": static})) if static else []
+    entries = fingerprint_locally(matched, config.snapshot.checksum)
+    files = bronze_files(config, log.entries[first:position])
+    empty = sorted(name for name, per in files.items() if not per)
+    if empty:
+        raise SnapshotError(f"--since {first} --until {position} (of {len(log)} arrivals): no arrivals of "
+                            f"{', '.join(empty)} up to the cut-off; run `python -m beam_pipeline land` first, "
+                            f"or cut later")
+    manifest = build_manifest(config, entries + [f for per in files.values() for f in per])
+    for source in landing:
+        manifest["sources"][source.name]["bronze"] = join(bronze_root(config.output_root), source.name)
+    manifest["bronze"] = {"since": first, "until": position,
+                          "until_window_end": log.entries[position - 1]["window_end"] if position else None}
+    snapshot_id = snapshot_id_of(manifest)
+    write_json_atomic(snapshot_path(config.output_root, snapshot_id), manifest)
+    return snapshot_id, resolve_snapshot(config, json.loads(json.dumps(manifest)))
+
+
+def bronze_files(config: CorpusConfig, arrivals: Iterable[dict]) -> dict[str, list[dict]]:
+    """Arrivals (a prefix of the log) -> per landing source, one file entry per bronze object:
+    ``{"source", "path", "size", "checksum": "sha256:<hex>", "origins": [paths it arrived under]}``.
+
+    Every object must still be in bronze with its size (``bronze gc`` may have
+    deleted the objects of a cut-off no snapshot kept).
+    """
+    from beam_pipeline.arrivals.layout import object_path
+
+    names = {s.name for s in config.sources if s.landing is not None}
+    files: dict[str, dict[str, dict]] = {name: {} for name in names}
+    for arrival in arrivals:
+        if arrival["source"] not in names:
+            continue  # a source this config does not land (another config shares the root)
+        entry = files[arrival["source"]].setdefault(arrival["object"], {
+            "source": arrival["source"], "path": object_path(config.output_root, arrival["object"]),
+            "size": arrival["size"], "checksum": "sha256:" + arrival["sha256"], "origins": []})
+        if arrival["path"] not in entry["origins"]:
+            entry["origins"].append(arrival["path"])
+    problems = []
+    for name, by_object in files.items():
+        present = {m.path: m.size_in_bytes for m in FileSystems.match(
+            [join(bronze_root(config.output_root), name, "*", "*")])[0].metadata_list} if by_object else {}
+        for entry in by_object.values():
+            entry["origins"].sort()
+            if entry["path"] not in present:
+                problems.append(f"{entry['path']}: missing (arrived as {entry['origins'][0]})")
+            elif present[entry["path"]] != entry["size"]:
+                problems.append(f"{entry['path']}: {present[entry['path']]} bytes, the arrivals log says "
+                                f"{entry['size']}")
+    if problems:
+        raise SnapshotError("bronze objects of arrivals before the cut-off are missing or altered (deleted by "
+                            "`bronze gc`, whose kept snapshots did not cover this cut-off?):\n  "
+                            + "\n  ".join(problems[:20]))
+    return {name: sorted(by_object.values(), key=lambda f: f["path"]) for name, by_object in files.items()}
+
+
+def origins_of(manifest: dict) -> dict[str, list[str]]:
+    """A bronze snapshot's object path -> the original paths it arrived under (empty for a glob snapshot).
+
+    Lineage and dead letters name the file a build read (``file``): for a
+    bronze snapshot that is the immutable object; this names where it came from.
+    """
+    return {f["path"]: list(f["origins"]) for source in manifest["sources"].values()
+            for f in source["files"] if "origins" in f}
+
+
 
 
 def match_sources(config: CorpusConfig) -> list[dict]:

@@ -232,6 +232,11 @@ def render_run(data: dict, plots: dict) -> str:
     sections = [_warnings(data), _cascade(data, plots), _drops(data, plots), _annotations(data, plots),
                 _language(data, plots), _duplicates(data, plots), _mixture(data, plots), _shards(data, plots),
                 _samples(data), _versions(data)]
+    from beam_pipeline.arrivals.report import arrivals_section  # a bronze snapshot's arrivals (beam_pipeline/arrivals)
+    arrivals = arrivals_section(run["root"], run["snapshot_id"])
+    if arrivals:
+        sections.insert(-1, arrivals)
+        nav.insert(-1, ("arrivals", "Arrivals"))
     footer = (f"Written by <code>python -m beam_pipeline report {esc(run['root'])}/runs/{esc(run['run_id'])}</code> "
               "from the run's metrics.json, the layers' ledgers and partitions, and the dataset manifest. "
               "Self-contained: no network is needed to view it.")
