@@ -1,0 +1,340 @@
+"""The *reference* definitions: the scores behind HF datatrove 0.10.1's Gopher, C4 and FineWeb filters.
+
+FineWeb (Penedo et al. 2024, arXiv:2406.17557) was built with datatrove's
+``GopherRepetitionFilter``, ``GopherQualityFilter``, ``C4QualityFilter`` (a
+port of TensorFlow Datasets' ``c4_utils.clean_page``, Raffel et al. 2020) and
+``FineWebQualityFilter``. Each function here returns the quantities those
+filters compare with their thresholds, computed the way datatrove computes
+them, so that the policy rules of the ``reference`` presets
+(:mod:`beam_pipeline.policy_presets`) keep and drop what datatrove keeps and
+drops with its default arguments (English). The project's own definitions
+(:mod:`beam_pipeline.filters.heuristics`) differ on purpose in places;
+``docs/filters.md`` lists every difference and why.
+
+Every column starts with ``ref_``. What datatrove does, in short:
+
+* *words* are spaCy's English tokens (:mod:`.reference_tokenizer`),
+  punctuation tokens included; Gopher's word count and mean length use the
+  tokens with a character outside datatrove's punctuation set;
+* *lines* are ``text.splitlines()`` (Gopher quality, C4),
+  ``re.split("\\n+", text)`` (Gopher repetition) or the non-blank pieces of
+  ``text.split("\\n")`` (FineWeb); nothing is stripped unless stated;
+* repetition fractions are over ``len(text)``;
+* stop words: *distinct* stop words among the tokens, case-sensitive.
+
+The stop-word count needs the document's language like the project's (a list
+per language, ``heuristics.stop_words``); everything else is computed for
+every document, whatever its language, as datatrove does with its default
+``language=english``.
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+import numpy as np
+
+from beam_pipeline.filters import reference_rules as _rules
+from beam_pipeline.filters.reference_tokenizer import sentence_count, words as spacy_words
+from beam_pipeline.hashing import splitmix64
+
+TOP_NGRAM_SIZES = (2, 3, 4)
+DUP_NGRAM_SIZES = (5, 6, 7, 8, 9, 10)
+
+GOPHER_QUALITY_COLUMNS = (
+    "ref_gopher_words", "ref_gopher_mean_word_length", "ref_gopher_hash_ratio", "ref_gopher_ellipsis_ratio",
+    "ref_gopher_bullet_lines", "ref_gopher_ellipsis_lines", "ref_gopher_alpha_words", "ref_gopher_stop_words")
+GOPHER_REPETITION_COLUMNS = (
+    "ref_rep_dup_line_frac", "ref_rep_dup_line_char_frac", "ref_rep_dup_para_frac", "ref_rep_dup_para_char_frac",
+    *(f"ref_rep_top_{n}gram" for n in TOP_NGRAM_SIZES), *(f"ref_rep_dup_{n}gram" for n in DUP_NGRAM_SIZES))
+C4_COLUMNS = ("ref_c4_sentences", "ref_c4_kept_lines", "ref_c4_lorem_ipsum", "ref_c4_curly_bracket")
+FINEWEB_COLUMNS = ("ref_fw_line_punct_ratio", "ref_fw_short_line_ratio", "ref_fw_dup_line_char_frac",
+                   "ref_fw_newline_ratio")
+COLUMNS = GOPHER_QUALITY_COLUMNS + GOPHER_REPETITION_COLUMNS + C4_COLUMNS + FINEWEB_COLUMNS
+
+_PUNCTUATION = frozenset(_rules.PUNCTUATION) | frozenset(_rules.TERMINAL_PUNCTUATION)
+_TERMINAL = tuple(_rules.TERMINAL_PUNCTUATION)
+_CITATION = re.compile(_rules.C4_CITATION)
+_PARAGRAPH_BREAK = re.compile(r"\n{2,}")
+_LINE_BREAKS = re.compile("\n+")
+_GOPHER_STOP_WORDS = {"en": _rules.GOPHER_STOP_WORDS}
+
+
+def _fraction(part: float, whole: float) -> float | None:
+    return None if whole == 0 else part / whole
+
+
+# --- per-token properties, cached like the tokens ------------------------------------
+
+_token_cache: dict[str, tuple[bool, bool]] = {}
+
+
+def _token_properties(token: str) -> tuple[bool, bool]:
+    """(has a character outside datatrove's punctuation set, has an alphabetic character)."""
+    props = _token_cache.get(token)
+    if props is None:
+        props = (any(c not in _PUNCTUATION for c in token), any(c.isalpha() for c in token))
+        if len(_token_cache) >= 500_000:
+            _token_cache.clear()
+        _token_cache[token] = props
+    return props
+
+
+class _Tokens:
+    """A document's tokens as numpy arrays over a per-document vocabulary (shared by the families)."""
+
+    def __init__(self, words: list[str]):
+        self.words = words
+        self.vocabulary = dict.fromkeys(words)
+        for index, token in enumerate(self.vocabulary):
+            self.vocabulary[token] = index
+        distinct = list(self.vocabulary)
+        self.ids = np.fromiter(map(self.vocabulary.__getitem__, words), dtype=np.int64, count=len(words))
+        self.distinct_lengths = np.fromiter(map(len, distinct), dtype=np.int64, count=len(distinct))
+        props = [_token_properties(t) for t in distinct]
+        self.distinct_symbolic = np.fromiter((not p[0] for p in props), dtype=bool, count=len(distinct))
+        self.distinct_alpha = np.fromiter((p[1] for p in props), dtype=bool, count=len(distinct))
+
+
+# --- Gopher quality ------------------------------------------------------------------
+
+def gopher_quality(text: str, tokens: _Tokens, language: str | None,
+                   stop_words: dict[str, Iterable[str]] | None = None) -> dict:
+    """datatrove ``GopherQualityFilter.filter`` (Rae et al. 2021, A.1.1), as scores.
+
+    ``ref_gopher_words``             tokens with a non-punctuation character (datatrove: < 50, > 100,000)
+    ``ref_gopher_mean_word_length``  their mean length (< 3, > 10)
+    ``ref_gopher_hash_ratio``        ``text.count('#')`` per token, punctuation tokens included (> 0.1)
+    ``ref_gopher_ellipsis_ratio``    ``...`` and ``…`` per token (> 0.1)
+    ``ref_gopher_bullet_lines``      share of ``splitlines()`` lines whose ``lstrip()`` starts with • or - (> 0.9)
+    ``ref_gopher_ellipsis_lines``    share of lines whose ``rstrip()`` ends with ... or … (> 0.3)
+    ``ref_gopher_alpha_words``       share of tokens with an alphabetic character (< 0.8)
+    ``ref_gopher_stop_words``        distinct stop words among the tokens, case-sensitive (< 2)
+    """
+    stop_words = _GOPHER_STOP_WORDS if stop_words is None else stop_words
+    n_tokens = len(tokens.words)
+    counts = np.bincount(tokens.ids, minlength=len(tokens.vocabulary)) if n_tokens else np.zeros(0, np.int64)
+    words_mask = ~tokens.distinct_symbolic
+    n_words = int(counts[words_mask].sum())
+    lines = text.splitlines()
+    out = {
+        "ref_gopher_words": n_words,
+        "ref_gopher_mean_word_length": (float(np.dot(counts[words_mask], tokens.distinct_lengths[words_mask]))
+                                        / n_words) if n_words else None,
+        "ref_gopher_hash_ratio": _fraction(text.count("#"), n_tokens),
+        "ref_gopher_ellipsis_ratio": _fraction(text.count("...") + text.count("…"), n_tokens),
+        "ref_gopher_bullet_lines": _fraction(sum(line.lstrip().startswith(("•", "-")) for line in lines),
+                                             len(lines)),
+        "ref_gopher_ellipsis_lines": _fraction(sum(line.rstrip().endswith(("...", "…")) for line in lines),
+                                               len(lines)),
+        "ref_gopher_alpha_words": _fraction(int(counts[tokens.distinct_alpha].sum()), n_tokens),
+        "ref_gopher_stop_words": None,
+    }
+    if language in stop_words:
+        out["ref_gopher_stop_words"] = sum(1 for w in frozenset(stop_words[language]) if w in tokens.vocabulary)
+    return out
+
+
+# --- Gopher repetition ---------------------------------------------------------------
+
+def _repeats(parts: list[str]) -> tuple[int, int]:
+    """datatrove ``find_duplicates``: (elements equal to an earlier one, their characters)."""
+    seen: set[str] = set()
+    dups = chars = 0
+    for part in parts:
+        if part in seen:
+            dups += 1
+            chars += len(part)
+        else:
+            seen.add(part)
+    return dups, chars
+
+
+def gopher_repetition(text: str, tokens: _Tokens) -> dict:
+    """datatrove ``GopherRepetitionFilter.filter`` (Rae et al. 2021, Table A1), as scores.
+
+    ``ref_rep_dup_para_frac`` / ``_char_frac``  paragraphs (``re.split('\\n{2,}', text.strip())``)
+        equal to an earlier one, and their characters over ``len(text)`` (> 0.3 / > 0.2)
+    ``ref_rep_dup_line_frac`` / ``_char_frac``  the same for ``re.split('\\n+', text)`` (> 0.3 / > 0.2)
+    ``ref_rep_top_{2,3,4}gram``  ``len(' '.join(g)) * count(g) / len(text)`` for the most frequent
+        token n-gram ``g`` (the first seen among equals; a count of 1 counts) (> 0.20, 0.18, 0.16)
+    ``ref_rep_dup_{5..10}gram``  characters of n-grams that repeat an n-gram seen before, scanning
+        left to right and jumping over a repeat once counted (datatrove ``find_all_duplicate``),
+        over ``len(text)`` (> 0.15 ... 0.10)
+
+    All ``None`` for an empty text (datatrove drops it as "empty"). n-grams are
+    compared by a 64-bit hash of their tokens (a collision needs ~2^32
+    distinct n-grams in one document).
+    """
+    if not text:
+        return dict.fromkeys(GOPHER_REPETITION_COLUMNS)
+    length = len(text)
+    out = {}
+    paragraphs = _PARAGRAPH_BREAK.split(text.strip())
+    dups, chars = _repeats(paragraphs)
+    out["ref_rep_dup_para_frac"] = dups / len(paragraphs)
+    out["ref_rep_dup_para_char_frac"] = chars / length
+    lines = _LINE_BREAKS.split(text)
+    dups, chars = _repeats(lines)
+    out["ref_rep_dup_line_frac"] = dups / len(lines)
+    out["ref_rep_dup_line_char_frac"] = chars / length
+    out.update(_ngram_scores(tokens, length))
+    return {name: out[name] for name in GOPHER_REPETITION_COLUMNS}
+
+
+_MULTIPLIER = np.uint64(0x100000001B3)
+
+
+def _ngram_scores(tokens: _Tokens, text_length: int) -> dict:
+    out = {}
+    n_tokens = len(tokens.words)
+    lengths = tokens.distinct_lengths[tokens.ids]
+    cumulative = np.concatenate(([0], np.cumsum(lengths)))
+    base = splitmix64(tokens.ids.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15))
+    rolling = base
+    with np.errstate(over="ignore"):
+        for n in range(2, max(DUP_NGRAM_SIZES) + 1):
+            if n_tokens < n:
+                if n in TOP_NGRAM_SIZES:
+                    out[f"ref_rep_top_{n}gram"] = 0.0
+                else:
+                    out[f"ref_rep_dup_{n}gram"] = 0.0
+                continue
+            rolling = rolling[:-1] * _MULTIPLIER + base[n - 1:]
+            if n in TOP_NGRAM_SIZES:
+                _, first, counts = np.unique(rolling, return_index=True, return_counts=True)
+                top = int(counts.max())
+                at = int(first[counts == top].min())
+                chars = int(cumulative[at + n] - cumulative[at]) + n - 1
+                out[f"ref_rep_top_{n}gram"] = chars * top / text_length
+            if n in DUP_NGRAM_SIZES:
+                out[f"ref_rep_dup_{n}gram"] = _skipping_duplicates(rolling, cumulative, n) / text_length
+    return out
+
+
+def _skipping_duplicates(hashes: np.ndarray, cumulative: np.ndarray, n: int) -> int:
+    """datatrove ``find_all_duplicate``: characters of n-grams already seen, jumping n tokens after each.
+
+    Only n-grams that occur more than once can be "already seen", so the scan
+    visits just those positions; the positions in between are first
+    occurrences, which move the scan one token forward and change nothing else.
+    """
+    _, inverse, counts = np.unique(hashes, return_inverse=True, return_counts=True)
+    repeated = np.flatnonzero(counts[inverse] > 1)
+    if repeated.size == 0:
+        return 0
+    chars = (cumulative[repeated + n] - cumulative[repeated]).tolist()
+    seen: set[int] = set()
+    total = 0
+    resume = 0
+    for position, value, size in zip(repeated.tolist(), hashes[repeated].tolist(), chars):
+        if position < resume:
+            continue
+        if value in seen:
+            total += size
+            resume = position + n
+        else:
+            seen.add(value)
+            resume = position + 1
+    return total
+
+
+# --- C4 ------------------------------------------------------------------------------
+
+def _c4_lines(text: str):
+    """(line, outcome) for datatrove ``C4QualityFilter`` with its defaults; outcome is
+    'kept', 'lorem_ipsum', 'curly_bracket' or None (line removed)."""
+    for line in text.splitlines():
+        line = line.strip()
+        words = line.split()
+        if any(len(word) > 1000 for word in words):
+            continue
+        line = _CITATION.sub("", line)
+        if not line.endswith(_rules.C4_END_PUNCTUATION) or line.endswith(_rules.C4_ELLIPSIS):
+            continue
+        if len(words) < 3:
+            continue
+        lower = line.lower()
+        if "lorem ipsum" in lower:
+            yield line, "lorem_ipsum"
+            continue
+        if "javascript" in lower:
+            continue
+        if "{" in line:
+            yield line, "curly_bracket"
+            continue
+        if any(p in lower for p in _rules.C4_POLICY_SUBSTRINGS):
+            continue
+        yield line, "kept"
+
+
+def c4(text: str) -> dict:
+    """datatrove ``C4QualityFilter`` (tfds ``c4_utils.clean_page``; Raffel et al. 2020, 2.2), as scores.
+
+    Lines are ``splitlines()``, stripped; a line is removed when it has a word
+    over 1,000 characters, does not end in . ? ! " ' (after removing
+    ``[1]``-style citations) or ends in ``...``, has fewer than 3 words, or
+    mentions "javascript" or a cookie/terms-of-use phrase. Of the rest:
+
+    ``ref_c4_lorem_ipsum``    a line contains "lorem ipsum" (C4 drops the page)
+    ``ref_c4_curly_bracket``  a line contains "{" (C4 drops the page)
+    ``ref_c4_kept_lines``     lines kept
+    ``ref_c4_sentences``      spaCy sentencizer sentences in the kept lines (C4: < 5 drops the page)
+    """
+    sentences = kept = 0
+    lorem = curly = False
+    for line, outcome in _c4_lines(text):
+        if outcome == "kept":
+            kept += 1
+            sentences += sentence_count(line)
+        elif outcome == "lorem_ipsum":
+            lorem = True
+        else:
+            curly = True
+    return {"ref_c4_sentences": sentences, "ref_c4_kept_lines": kept, "ref_c4_lorem_ipsum": lorem,
+            "ref_c4_curly_bracket": curly}
+
+
+def c4_kept_text(text: str) -> str:
+    """The text C4 keeps: its kept lines joined by newlines (datatrove sets ``doc.text`` to this)."""
+    return "\n".join(line for line, outcome in _c4_lines(text) if outcome == "kept").strip()
+
+
+# --- FineWeb -------------------------------------------------------------------------
+
+def fineweb(text: str, tokens: _Tokens) -> dict:
+    """datatrove ``FineWebQualityFilter`` (Penedo et al. 2024, 3.3), as scores.
+
+    Lines are the pieces of ``text.split('\\n')`` that are not blank, unstripped.
+
+    ``ref_fw_line_punct_ratio``    share ending in a terminal punctuation character (< 0.12 drops)
+    ``ref_fw_short_line_ratio``    share of at most 30 characters (> 0.67)
+    ``ref_fw_dup_line_char_frac``  characters of lines equal to an earlier one over the characters
+        of the text without newlines (> 0.01)
+    ``ref_fw_newline_ratio``       newlines per token (> 0.3)
+
+    All ``None`` without a non-blank line (datatrove drops the document as "empty").
+    """
+    lines = [line for line in text.split("\n") if line.strip() != ""]
+    if not lines:
+        return dict.fromkeys(FINEWEB_COLUMNS)
+    return {
+        "ref_fw_line_punct_ratio": sum(1 for line in lines if line.endswith(_TERMINAL)) / len(lines),
+        "ref_fw_short_line_ratio": sum(1 for line in lines if len(line) <= 30) / len(lines),
+        "ref_fw_dup_line_char_frac": _repeats(lines)[1] / (len(text) - text.count("\n")),
+        "ref_fw_newline_ratio": _fraction(text.count("\n"), len(tokens.words)),
+    }
+
+
+# --- all of them -------------------------------------------------------------------------
+
+def score(text: str, language: str | None = None, *,
+          stop_words: dict[str, Iterable[str]] | None = None) -> dict:
+    """Every reference column for one document."""
+    tokens = _Tokens(spacy_words(text))
+    return {
+        **gopher_quality(text, tokens, language, stop_words),
+        **gopher_repetition(text, tokens),
+        **c4(text),
+        **fineweb(text, tokens),
+    }
