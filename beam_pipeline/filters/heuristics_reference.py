@@ -35,7 +35,8 @@ from typing import Iterable
 import numpy as np
 
 from beam_pipeline.filters import reference_rules as _rules
-from beam_pipeline.filters.reference_tokenizer import sentence_count, words as spacy_words
+from beam_pipeline.filters import reference_tokenizer
+from beam_pipeline.filters.reference_tokenizer import sentence_count
 from beam_pipeline.hashing import splitmix64
 
 TOP_NGRAM_SIZES = (2, 3, 4)
@@ -56,7 +57,6 @@ _PUNCTUATION = frozenset(_rules.PUNCTUATION) | frozenset(_rules.TERMINAL_PUNCTUA
 _TERMINAL = tuple(_rules.TERMINAL_PUNCTUATION)
 _CITATION = re.compile(_rules.C4_CITATION)
 _PARAGRAPH_BREAK = re.compile(r"\n{2,}")
-_LINE_BREAKS = re.compile("\n+")
 _GOPHER_STOP_WORDS = {"en": _rules.GOPHER_STOP_WORDS}
 
 
@@ -64,42 +64,69 @@ def _fraction(part: float, whole: float) -> float | None:
     return None if whole == 0 else part / whole
 
 
-# --- per-token properties, cached like the tokens ------------------------------------
+# --- per-token properties, kept next to the tokenizer's vocabulary -----------------------
 
-_token_cache: dict[str, tuple[bool, bool]] = {}
+class _TokenProperties:
+    """Length, "symbolic" (only datatrove punctuation) and "alphabetic" of every interned token, as arrays
+    indexed by token id; extended as the vocabulary grows, reset with its generation."""
+
+    def __init__(self):
+        self.generation = -1
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        vocabulary = reference_tokenizer.VOCABULARY
+        if self.generation != vocabulary.generation:
+            self.generation = vocabulary.generation
+            self.size = 0
+            self.lengths = np.zeros(1024, np.int64)
+            self.symbolic = np.zeros(1024, bool)
+            self.alpha = np.zeros(1024, bool)
+        strings = vocabulary.strings
+        if len(strings) > self.size:
+            new = strings[self.size:]
+            end = len(strings)
+            if end > len(self.lengths):
+                capacity = max(end, 2 * len(self.lengths))
+                for name in ("lengths", "symbolic", "alpha"):
+                    old = getattr(self, name)
+                    grown = np.zeros(capacity, old.dtype)
+                    grown[:self.size] = old[:self.size]
+                    setattr(self, name, grown)
+            self.lengths[self.size:end] = np.fromiter(map(len, new), np.int64, len(new))
+            self.symbolic[self.size:end] = np.fromiter(
+                (_PUNCTUATION.issuperset(token) for token in new), bool, len(new))
+            self.alpha[self.size:end] = np.fromiter(
+                (any(c.isalpha() for c in token) for token in new), bool, len(new))
+            self.size = end
+        return self.lengths, self.symbolic, self.alpha
 
 
-def _token_properties(token: str) -> tuple[bool, bool]:
-    """(has a character outside datatrove's punctuation set, has an alphabetic character)."""
-    props = _token_cache.get(token)
-    if props is None:
-        props = (any(c not in _PUNCTUATION for c in token), any(c.isalpha() for c in token))
-        if len(_token_cache) >= 500_000:
-            _token_cache.clear()
-        _token_cache[token] = props
-    return props
+_PROPERTIES = _TokenProperties()
 
 
 class _Tokens:
-    """A document's tokens as numpy arrays over a per-document vocabulary (shared by the families)."""
+    """A document's words (spaCy tokens) as token ids, with their lengths and properties."""
 
-    def __init__(self, words: list[str]):
-        self.words = words
-        self.vocabulary = dict.fromkeys(words)
-        for index, token in enumerate(self.vocabulary):
-            self.vocabulary[token] = index
-        distinct = list(self.vocabulary)
-        self.ids = np.fromiter(map(self.vocabulary.__getitem__, words), dtype=np.int64, count=len(words))
-        self.distinct_lengths = np.fromiter(map(len, distinct), dtype=np.int64, count=len(distinct))
-        props = [_token_properties(t) for t in distinct]
-        self.distinct_symbolic = np.fromiter((not p[0] for p in props), dtype=bool, count=len(distinct))
-        self.distinct_alpha = np.fromiter((p[1] for p in props), dtype=bool, count=len(distinct))
+    def __init__(self, ids: np.ndarray):
+        self.count = len(ids)
+        self.ids = ids
+        lengths, symbolic, alpha = _PROPERTIES.arrays()
+        self.lengths = lengths[self.ids]
+        self.symbolic = symbolic[self.ids]
+        self.alpha = alpha[self.ids]
+        self._present = None
+
+    @property
+    def present(self) -> frozenset[int]:
+        if self._present is None:
+            self._present = frozenset(self.ids.tolist())
+        return self._present
 
 
 # --- Gopher quality ------------------------------------------------------------------
 
 def gopher_quality(text: str, tokens: _Tokens, language: str | None,
-                   stop_words: dict[str, Iterable[str]] | None = None) -> dict:
+                   stop_words: dict[str, Iterable[str]] | None = None, lines: list[str] | None = None) -> dict:
     """datatrove ``GopherQualityFilter.filter`` (Rae et al. 2021, A.1.1), as scores.
 
     ``ref_gopher_words``             tokens with a non-punctuation character (datatrove: < 50, > 100,000)
@@ -112,45 +139,58 @@ def gopher_quality(text: str, tokens: _Tokens, language: str | None,
     ``ref_gopher_stop_words``        distinct stop words among the tokens, case-sensitive (< 2)
     """
     stop_words = _GOPHER_STOP_WORDS if stop_words is None else stop_words
-    n_tokens = len(tokens.words)
-    counts = np.bincount(tokens.ids, minlength=len(tokens.vocabulary)) if n_tokens else np.zeros(0, np.int64)
-    words_mask = ~tokens.distinct_symbolic
-    n_words = int(counts[words_mask].sum())
-    lines = text.splitlines()
+    n_tokens = tokens.count
+    words_mask = ~tokens.symbolic
+    n_words = int(np.count_nonzero(words_mask))
+    lines = text.splitlines() if lines is None else lines
     out = {
         "ref_gopher_words": n_words,
-        "ref_gopher_mean_word_length": (float(np.dot(counts[words_mask], tokens.distinct_lengths[words_mask]))
-                                        / n_words) if n_words else None,
+        "ref_gopher_mean_word_length": int(tokens.lengths[words_mask].sum()) / n_words if n_words else None,
         "ref_gopher_hash_ratio": _fraction(text.count("#"), n_tokens),
         "ref_gopher_ellipsis_ratio": _fraction(text.count("...") + text.count("…"), n_tokens),
         "ref_gopher_bullet_lines": _fraction(sum(line.lstrip().startswith(("•", "-")) for line in lines),
                                              len(lines)),
         "ref_gopher_ellipsis_lines": _fraction(sum(line.rstrip().endswith(("...", "…")) for line in lines),
                                                len(lines)),
-        "ref_gopher_alpha_words": _fraction(int(counts[tokens.distinct_alpha].sum()), n_tokens),
+        "ref_gopher_alpha_words": _fraction(int(np.count_nonzero(tokens.alpha)), n_tokens),
         "ref_gopher_stop_words": None,
     }
     if language in stop_words:
-        out["ref_gopher_stop_words"] = sum(1 for w in frozenset(stop_words[language]) if w in tokens.vocabulary)
+        ids = reference_tokenizer.VOCABULARY.ids
+        listed = {ids.get(w) for w in frozenset(stop_words[language])}
+        out["ref_gopher_stop_words"] = len(tokens.present.intersection(listed))
     return out
 
 
 # --- Gopher repetition ---------------------------------------------------------------
 
 def _repeats(parts: list[str]) -> tuple[int, int]:
-    """datatrove ``find_duplicates``: (elements equal to an earlier one, their characters)."""
-    seen: set[str] = set()
-    dups = chars = 0
-    for part in parts:
-        if part in seen:
-            dups += 1
-            chars += len(part)
-        else:
-            seen.add(part)
-    return dups, chars
+    """datatrove ``find_duplicates``: (elements equal to an earlier one, their characters).
+
+    Every element but the first of each distinct value is a repeat, so both
+    numbers are "all minus distinct"."""
+    distinct = set(parts)
+    return len(parts) - len(distinct), sum(map(len, parts)) - sum(map(len, distinct))
 
 
-def gopher_repetition(text: str, tokens: _Tokens) -> dict:
+def _line_repeats(text: str, pieces: list[str]) -> tuple[int, int]:
+    """(repeats, elements) of ``re.split('\\n+', text)`` from ``pieces = text.split('\\n')``.
+
+    The regex split is the pieces without the empty ones, except an empty
+    first and last element when the text starts or ends with a newline."""
+    empty_ends = text.startswith("\n") + text.endswith("\n")
+    elements = len(pieces) - pieces.count("") + empty_ends
+    distinct = set(pieces)
+    n_distinct = len(distinct) - ("" in distinct) + (empty_ends > 0)
+    return elements - n_distinct, elements
+
+
+def _line_repeat_chars(text: str, pieces: list[str]) -> int:
+    """Characters of the repeats of :func:`_line_repeats` (all minus distinct; empty ones weigh nothing)."""
+    return len(text) - text.count("\n") - sum(map(len, set(pieces)))
+
+
+def gopher_repetition(text: str, tokens: _Tokens, pieces: list[str] | None = None) -> dict:
     """datatrove ``GopherRepetitionFilter.filter`` (Rae et al. 2021, Table A1), as scores.
 
     ``ref_rep_dup_para_frac`` / ``_char_frac``  paragraphs (``re.split('\\n{2,}', text.strip())``)
@@ -168,16 +208,16 @@ def gopher_repetition(text: str, tokens: _Tokens) -> dict:
     """
     if not text:
         return dict.fromkeys(GOPHER_REPETITION_COLUMNS)
+    pieces = text.split("\n") if pieces is None else pieces
     length = len(text)
     out = {}
     paragraphs = _PARAGRAPH_BREAK.split(text.strip())
     dups, chars = _repeats(paragraphs)
     out["ref_rep_dup_para_frac"] = dups / len(paragraphs)
     out["ref_rep_dup_para_char_frac"] = chars / length
-    lines = _LINE_BREAKS.split(text)
-    dups, chars = _repeats(lines)
-    out["ref_rep_dup_line_frac"] = dups / len(lines)
-    out["ref_rep_dup_line_char_frac"] = chars / length
+    dups, lines = _line_repeats(text, pieces)
+    out["ref_rep_dup_line_frac"] = dups / lines
+    out["ref_rep_dup_line_char_frac"] = _line_repeat_chars(text, pieces) / length
     out.update(_ngram_scores(tokens, length))
     return {name: out[name] for name in GOPHER_REPETITION_COLUMNS}
 
@@ -186,43 +226,59 @@ _MULTIPLIER = np.uint64(0x100000001B3)
 
 
 def _ngram_scores(tokens: _Tokens, text_length: int) -> dict:
+    """Top and duplicate n-gram scores from 64-bit rolling hashes of token ids.
+
+    An n-gram can repeat only where the two (n-1)-grams inside it repeat, so
+    each size looks at the *candidates* of the size before (at size 1, tokens
+    that occur twice) and hashes and sorts only those positions.
+    """
     out = {}
-    n_tokens = len(tokens.words)
-    lengths = tokens.distinct_lengths[tokens.ids]
-    cumulative = np.concatenate(([0], np.cumsum(lengths)))
-    base = splitmix64(tokens.ids.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15))
+    n_tokens = tokens.count
+    ids = tokens.ids
+    cumulative = np.concatenate(([0], np.cumsum(tokens.lengths)))
+    base = splitmix64(ids.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15))
+    token_counts = np.bincount(ids) if n_tokens else np.zeros(0, np.int64)
+    repeats = token_counts[ids] > 1                 # position i starts a repeated 1-gram
     rolling = base
     with np.errstate(over="ignore"):
         for n in range(2, max(DUP_NGRAM_SIZES) + 1):
+            name = f"ref_rep_top_{n}gram" if n in TOP_NGRAM_SIZES else f"ref_rep_dup_{n}gram"
             if n_tokens < n:
-                if n in TOP_NGRAM_SIZES:
-                    out[f"ref_rep_top_{n}gram"] = 0.0
-                else:
-                    out[f"ref_rep_dup_{n}gram"] = 0.0
+                out[name] = 0.0
                 continue
             rolling = rolling[:-1] * _MULTIPLIER + base[n - 1:]
+            candidates = np.flatnonzero(repeats[:-1] & repeats[1:])
+            repeats = np.zeros(len(rolling), dtype=bool)
+            if candidates.size:
+                values, inverse, counts = np.unique(rolling[candidates], return_inverse=True, return_counts=True)
+                repeated = candidates[counts[inverse] > 1]
+                repeats[repeated] = True
+            else:
+                repeated = candidates
             if n in TOP_NGRAM_SIZES:
-                _, first, counts = np.unique(rolling, return_index=True, return_counts=True)
-                top = int(counts.max())
-                at = int(first[counts == top].min())
+                if repeated.size:
+                    occurrences = counts[inverse]
+                    top = int(occurrences.max())
+                    at = int(candidates[occurrences == top][0])
+                else:                                   # every n-gram once: the first one is the top
+                    top, at = 1, 0
                 chars = int(cumulative[at + n] - cumulative[at]) + n - 1
-                out[f"ref_rep_top_{n}gram"] = chars * top / text_length
-            if n in DUP_NGRAM_SIZES:
-                out[f"ref_rep_dup_{n}gram"] = _skipping_duplicates(rolling, cumulative, n) / text_length
+                out[name] = chars * top / text_length
+            else:
+                out[name] = _skipping_duplicates(rolling, repeated, cumulative, n) / text_length
     return out
 
 
-def _skipping_duplicates(hashes: np.ndarray, cumulative: np.ndarray, n: int) -> int:
+def _skipping_duplicates(hashes: np.ndarray, repeated: np.ndarray, cumulative: np.ndarray, n: int) -> int:
     """datatrove ``find_all_duplicate``: characters of n-grams already seen, jumping n tokens after each.
 
-    Only n-grams that occur more than once can be "already seen", so the scan
-    visits just those positions; the positions in between are first
-    occurrences, which move the scan one token forward and change nothing else.
+    datatrove scans every position left to right; at an n-gram seen at an
+    earlier *visited* position it counts its characters and jumps n positions,
+    otherwise it remembers the n-gram and moves one. ``repeated`` (increasing)
+    are the positions whose n-gram occurs more than once: only those can be
+    "seen before", and a position in between only moves the scan one token
+    forward, so the loop visits just them.
     """
-    _, inverse, counts = np.unique(hashes, return_inverse=True, return_counts=True)
-    repeated = np.flatnonzero(counts[inverse] > 1)
-    if repeated.size == 0:
-        return 0
     chars = (cumulative[repeated + n] - cumulative[repeated]).tolist()
     seen: set[int] = set()
     total = 0
@@ -241,19 +297,27 @@ def _skipping_duplicates(hashes: np.ndarray, cumulative: np.ndarray, n: int) -> 
 
 # --- C4 ------------------------------------------------------------------------------
 
-def _c4_lines(text: str):
-    """(line, outcome) for datatrove ``C4QualityFilter`` with its defaults; outcome is
-    'kept', 'lorem_ipsum', 'curly_bracket' or None (line removed)."""
-    for line in text.splitlines():
-        line = line.strip()
+def _c4_lines(lines: list[str]):
+    """(line, outcome) for datatrove ``C4QualityFilter`` with its defaults over ``text.splitlines()``;
+    outcome is 'kept', 'lorem_ipsum' or 'curly_bracket' (lines C4 removes are not yielded).
+
+    datatrove's three first line tests (a word over 1,000 characters, no
+    terminal punctuation after removing citations, fewer than 3 words) only
+    remove the line, so they run cheapest first; the word count is of the line
+    before citations are removed, as in datatrove.
+    """
+    end_punctuation, ellipsis = _rules.C4_END_PUNCTUATION, _rules.C4_ELLIPSIS
+    for raw in lines:
+        line = raw.strip()
+        cited = _CITATION.sub("", line) if "[" in line else line
+        if not cited.endswith(end_punctuation) or cited.endswith(ellipsis):
+            continue
         words = line.split()
-        if any(len(word) > 1000 for word in words):
-            continue
-        line = _CITATION.sub("", line)
-        if not line.endswith(_rules.C4_END_PUNCTUATION) or line.endswith(_rules.C4_ELLIPSIS):
-            continue
         if len(words) < 3:
             continue
+        if len(line) > 1000 and any(len(word) > 1000 for word in words):
+            continue
+        line = cited
         lower = line.lower()
         if "lorem ipsum" in lower:
             yield line, "lorem_ipsum"
@@ -268,7 +332,7 @@ def _c4_lines(text: str):
         yield line, "kept"
 
 
-def c4(text: str) -> dict:
+def c4(text: str, lines: list[str] | None = None) -> dict:
     """datatrove ``C4QualityFilter`` (tfds ``c4_utils.clean_page``; Raffel et al. 2020, 2.2), as scores.
 
     Lines are ``splitlines()``, stripped; a line is removed when it has a word
@@ -283,7 +347,7 @@ def c4(text: str) -> dict:
     """
     sentences = kept = 0
     lorem = curly = False
-    for line, outcome in _c4_lines(text):
+    for line, outcome in _c4_lines(text.splitlines() if lines is None else lines):
         if outcome == "kept":
             kept += 1
             sentences += sentence_count(line)
@@ -297,12 +361,12 @@ def c4(text: str) -> dict:
 
 def c4_kept_text(text: str) -> str:
     """The text C4 keeps: its kept lines joined by newlines (datatrove sets ``doc.text`` to this)."""
-    return "\n".join(line for line, outcome in _c4_lines(text) if outcome == "kept").strip()
+    return "\n".join(line for line, outcome in _c4_lines(text.splitlines()) if outcome == "kept").strip()
 
 
 # --- FineWeb -------------------------------------------------------------------------
 
-def fineweb(text: str, tokens: _Tokens) -> dict:
+def fineweb(text: str, tokens: _Tokens, pieces: list[str] | None = None) -> dict:
     """datatrove ``FineWebQualityFilter`` (Penedo et al. 2024, 3.3), as scores.
 
     Lines are the pieces of ``text.split('\\n')`` that are not blank, unstripped.
@@ -315,14 +379,14 @@ def fineweb(text: str, tokens: _Tokens) -> dict:
 
     All ``None`` without a non-blank line (datatrove drops the document as "empty").
     """
-    lines = [line for line in text.split("\n") if line.strip() != ""]
+    lines = [line for line in (text.split("\n") if pieces is None else pieces) if line and not line.isspace()]
     if not lines:
         return dict.fromkeys(FINEWEB_COLUMNS)
     return {
         "ref_fw_line_punct_ratio": sum(1 for line in lines if line.endswith(_TERMINAL)) / len(lines),
         "ref_fw_short_line_ratio": sum(1 for line in lines if len(line) <= 30) / len(lines),
         "ref_fw_dup_line_char_frac": _repeats(lines)[1] / (len(text) - text.count("\n")),
-        "ref_fw_newline_ratio": _fraction(text.count("\n"), len(tokens.words)),
+        "ref_fw_newline_ratio": _fraction(text.count("\n"), tokens.count),
     }
 
 
@@ -331,10 +395,12 @@ def fineweb(text: str, tokens: _Tokens) -> dict:
 def score(text: str, language: str | None = None, *,
           stop_words: dict[str, Iterable[str]] | None = None) -> dict:
     """Every reference column for one document."""
-    tokens = _Tokens(spacy_words(text))
+    tokens = _Tokens(reference_tokenizer.word_ids(text))
+    lines = text.splitlines()
+    pieces = text.split("\n")
     return {
-        **gopher_quality(text, tokens, language, stop_words),
-        **gopher_repetition(text, tokens),
-        **c4(text),
-        **fineweb(text, tokens),
+        **gopher_quality(text, tokens, language, stop_words, lines),
+        **gopher_repetition(text, tokens, pieces),
+        **c4(text, lines),
+        **fineweb(text, tokens, pieces),
     }

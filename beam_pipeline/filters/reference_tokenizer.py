@@ -32,12 +32,15 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from itertools import chain
+
+import numpy as np
 
 from beam_pipeline.filters import reference_rules as _rules
 
 SPACY_VERSION = _rules.SPACY_VERSION
 
-_prefix_search = re.compile(_rules.PREFIX).search
+_prefix_match = re.compile(_rules.PREFIX).match
 _suffix_search = re.compile(_rules.SUFFIX).search
 _infix_finditer = re.compile(_rules.INFIX).finditer
 _url_match = re.compile(_rules.URL_MATCH).match
@@ -50,41 +53,71 @@ CACHE_SIZE = 500_000
 
 
 def _prefix_length(string: str) -> int:
-    match = _prefix_search(string)
-    return match.end() - match.start() if match is not None else 0
+    match = _prefix_match(string)          # every prefix alternative starts with ^
+    return match.end() if match is not None else 0
 
 
-def _suffix_window() -> int | None:
-    """Characters from the end a suffix match can span, if every suffix alternative but ``\\.\\.+`` is bounded.
+def _suffix_geometry() -> tuple[int, int] | None:
+    """(widest bounded suffix match, widest lookbehind) of the suffix pattern, or None if unusable.
 
-    ``re`` tries a ``...$`` alternation at every position of the string; a
-    search that starts this many characters before the end finds the same
-    leftmost match (lookbehinds still see the whole string), unless the string
-    ends with ``..``, the one unbounded alternative.
+    ``re`` tries a ``...$`` alternation at every position of the string. Every
+    alternative but ``\\.\\.+$`` matches at most the first number of characters
+    and looks at most the second number further back, so for a string that
+    does not end with ``..`` the leftmost match depends only on that many last
+    characters: :func:`_suffix_length` searches them once per distinct tail.
     """
+    import re._constants as constants
     import re._parser as parser
 
+    def lookbehind(items) -> int:
+        widest = 0
+        for op, av in items:
+            if op in (constants.ASSERT, constants.ASSERT_NOT):
+                direction, sub = av
+                if direction < 0:
+                    widest = max(widest, sub.getwidth()[1])
+                widest = max(widest, lookbehind(sub.data))
+            elif op is constants.BRANCH:
+                widest = max([widest] + [lookbehind(b.data) for b in av[1]])
+            elif op is constants.SUBPATTERN:
+                widest = max(widest, lookbehind(av[-1].data))
+            elif op in (constants.MAX_REPEAT, constants.MIN_REPEAT):
+                widest = max(widest, lookbehind(av[2].data))
+        return widest
+
     (op, (_, branches)), = parser.parse(_rules.SUFFIX).data
+    if op is not constants.BRANCH:
+        return None
     widest = 0
     for branch in branches:
-        low, high = branch.getwidth()
-        if high >= parser.MAXREPEAT:
+        high = branch.getwidth()[1]
+        if high >= constants.MAXREPEAT:
             if str(branch) != str(parser.parse(r"\.\.+$")):
                 return None
             continue
         widest = max(widest, high)
-    return widest
+    behind = lookbehind(parser.parse(_rules.SUFFIX).data)
+    return (widest, behind) if behind < constants.MAXREPEAT else None
 
 
-_SUFFIX_WINDOW = _suffix_window()
+_SUFFIX_GEOMETRY = _suffix_geometry()
+_suffix_memo: dict[str, int] = {}
 
 
 def _suffix_length(string: str) -> int:
-    if _SUFFIX_WINDOW is not None and len(string) > _SUFFIX_WINDOW and not string.endswith(".."):
-        match = _suffix_search(string, len(string) - _SUFFIX_WINDOW)
-    else:
+    if _SUFFIX_GEOMETRY is None or string.endswith(".."):
         match = _suffix_search(string)
-    return match.end() - match.start() if match is not None else 0
+        return match.end() - match.start() if match is not None else 0
+    window, behind = _SUFFIX_GEOMETRY
+    tail = string[-(window + behind):]
+    length = _suffix_memo.get(tail)
+    if length is None:
+        match = _suffix_search(tail, max(0, len(tail) - window))
+        length = match.end() - match.start() if match is not None else 0
+        if len(_suffix_memo) >= CACHE_SIZE:
+            _suffix_memo.clear()
+        _suffix_memo[tail] = length
+    return length
 
 
 def _split_chunk(string: str, specials: bool) -> list[str]:
@@ -128,8 +161,8 @@ def _split_chunk(string: str, specials: bool) -> list[str]:
     if string:
         if specials and string in _SPECIALS:
             tokens.extend(_SPECIALS[string])
-        elif _url_match(string):
-            tokens.append(string)
+        elif string.isalnum() or _url_match(string):
+            tokens.append(string)   # infixes consume no letter or digit (tested over Unicode)
         else:
             start = 0
             for match in _infix_finditer(string):
@@ -176,6 +209,7 @@ def _matcher_patterns() -> dict[str, list[tuple[tuple[str, ...], str]]]:
 
 
 _PATTERNS = _matcher_patterns()
+_PATTERN_PAIRS = frozenset(pattern[:2] for patterns in _PATTERNS.values() for pattern, _ in patterns)
 
 
 def _apply_special_cases(tokens: list[str]) -> list[str]:
@@ -204,35 +238,77 @@ def _apply_special_cases(tokens: list[str]) -> list[str]:
     return out
 
 
-_cache: dict[str, tuple[str, ...]] = {}
+class _Vocabulary:
+    """Tokens interned as ints, and each chunk's token ids (spaCy caches chunks the same way).
+
+    Cleared as a whole (a new *generation*) before it would outgrow
+    :data:`CACHE_SIZE` chunks, only between documents, so a document's ids
+    are always consistent.
+    """
+
+    def __init__(self):
+        self.generation = 0
+        self.clear()
+
+    def clear(self) -> None:
+        self.chunks: dict[str, tuple[int, ...]] = {}
+        self.ids: dict[str, int] = {}
+        self.strings: list[str] = []
+        self.generation += 1
+
+    def intern(self, token: str) -> int:
+        index = self.ids.get(token)
+        if index is None:
+            index = self.ids[token] = len(self.strings)
+            self.strings.append(token)
+        return index
+
+    def fill(self, chunks) -> None:
+        missing = set(chunks).difference(self.chunks)
+        if len(self.chunks) + len(missing) > CACHE_SIZE:
+            self.clear()
+        intern = self.intern
+        for chunk in missing:
+            self.chunks[chunk] = tuple(map(intern, _tokenize_chunk(chunk)))
+
+
+VOCABULARY = _Vocabulary()
+
+
+def _tokenize_chunk(chunk: str) -> tuple[str, ...]:
+    if (chunk.isalpha() or (chunk.isascii() and chunk.isdigit())) and chunk not in _SPECIALS:
+        return (chunk,)         # no affix or infix rule matches letters only (tested over Unicode)
+    split = _split_chunk(chunk, specials=True)
+    if len(split) > 1 and any(pair in _PATTERN_PAIRS for pair in zip(split, split[1:])):
+        split = _apply_special_cases(split)
+    return tuple(split)
 
 
 def chunk_tokens(chunk: str) -> tuple[str, ...]:
-    """spaCy's tokens of one whitespace-free chunk (cached)."""
-    tokens = _cache.get(chunk)
-    if tokens is None:
-        if (chunk.isalpha() or (chunk.isascii() and chunk.isdigit())) and chunk not in _SPECIALS:
-            tokens = (chunk,)       # no affix or infix rule matches letters only (tested over Unicode)
-        else:
-            split = _split_chunk(chunk, specials=True)
-            if len(split) > 1:
-                split = _apply_special_cases(split)
-            tokens = tuple(split)
-        if len(_cache) >= CACHE_SIZE:
-            _cache.clear()
-        _cache[chunk] = tokens
-    return tokens
+    """spaCy's tokens of one whitespace-free chunk."""
+    ids = VOCABULARY.chunks.get(chunk)
+    if ids is None:
+        VOCABULARY.fill((chunk,))
+        ids = VOCABULARY.chunks[chunk]
+    strings = VOCABULARY.strings
+    return tuple(strings[i] for i in ids)
+
+
+def word_ids(text: str) -> np.ndarray:
+    """The ids (in :data:`VOCABULARY`) of datatrove's English words of ``text``: spaCy's tokens minus
+    whitespace tokens. Fast: one dict lookup per whitespace-separated chunk seen before."""
+    chunks = text.split()
+    table = VOCABULARY.chunks
+    if not table.keys() >= set(chunks):
+        VOCABULARY.fill(chunks)
+        table = VOCABULARY.chunks
+    return np.fromiter(chain.from_iterable(map(table.__getitem__, chunks)), dtype=np.int64)
 
 
 def words(text: str) -> list[str]:
     """datatrove's ``split_into_words(text)`` for English: spaCy's tokens minus whitespace tokens."""
-    get = _cache.get
-    out: list[str] = []
-    extend = out.extend
-    for chunk in text.split():
-        tokens = get(chunk)
-        extend(chunk_tokens(chunk) if tokens is None else tokens)
-    return out
+    strings = VOCABULARY.strings
+    return [strings[i] for i in word_ids(text).tolist()]
 
 
 def tokens(text: str) -> list[str]:
@@ -250,35 +326,49 @@ def tokens(text: str) -> list[str]:
     return out
 
 
-_punct_cache: dict[str, bool] = {}
+_class_cache: dict[str, str] = {}
+_SENTENCE_BREAK = re.compile("F[FP]*W")
 
 
-def _is_punct(token: str) -> bool:
-    """spaCy's ``Lexeme.is_punct``: every character is in a Unicode punctuation category."""
-    value = _punct_cache.get(token)
-    if value is None:
-        value = all(unicodedata.category(c).startswith("P") for c in token)
-        if len(_punct_cache) >= CACHE_SIZE:
-            _punct_cache.clear()
-        _punct_cache[token] = value
-    return value
+def _token_class(token: str) -> str:
+    """'F' a sentence-final character, 'P' other punctuation (spaCy ``is_punct``: every character in a
+    Unicode P* category), 'W' anything else (words, numbers, symbols, whitespace tokens)."""
+    if token in _SENTENCE_PUNCT:
+        return "F"
+    return "P" if all(unicodedata.category(c).startswith("P") for c in token) else "W"
+
+
+def _chunk_classes(chunks: list[str]) -> list[str]:
+    """The token classes of each chunk (cached per chunk)."""
+    classes = list(map(_class_cache.get, chunks))
+    if None in classes:
+        if len(_class_cache) + len(chunks) > CACHE_SIZE:
+            _class_cache.clear()
+        for chunk in set(chunks).difference(_class_cache):
+            _class_cache[chunk] = "".join(map(_token_class, chunk_tokens(chunk)))
+        classes = list(map(_class_cache.__getitem__, chunks))
+    return classes
+
+
+_FINAL_CHARACTER = re.compile("[" + "".join(re.escape(c) for c in sorted(_SENTENCE_PUNCT)) + "]")
 
 
 def sentence_count(text: str) -> int:
     """Sentences of spaCy's ``sentencizer`` in ``text`` (datatrove: ``len(split_into_sentences(text))``).
 
-    A sentence starts at the first token and at every token that is neither
-    punctuation nor a sentence-final character and follows a sentence-final
-    character (``.``, ``!``, ``?``, ``。`` ...). datatrove's splitting returns
-    one part for a text without tokens, so the count is at least 1.
+    The sentencizer starts a sentence at the first token and at every token
+    that is neither punctuation nor a sentence-final character (``.``, ``!``,
+    ``?``, ``。`` ...) and follows a sentence-final character: with tokens
+    classed F (final), P (punctuation) and W (other), one sentence more per
+    ``F[FP]*W``. datatrove's splitting returns one part for a text without
+    tokens, so the count is at least 1. A text whose only sentence-final
+    character is its last one is one sentence.
     """
-    count = 1
-    seen_period = False
-    for token in tokens(text):
-        final = token in _SENTENCE_PUNCT
-        if seen_period and not final and not _is_punct(token):
-            count += 1
-            seen_period = False
-        elif final:
-            seen_period = True
-    return count
+    if _FINAL_CHARACTER.search(text, 0, len(text) - 1) is None:
+        return 1
+    chunks = text.split()
+    if " ".join(chunks) == text:     # single spaces only: no whitespace tokens
+        classes = "".join(_chunk_classes(chunks))
+    else:
+        classes = "".join(map(_token_class, tokens(text)))
+    return 1 + len(_SENTENCE_BREAK.findall(classes))
