@@ -6,7 +6,7 @@ port of TensorFlow Datasets' ``c4_utils.clean_page``, Raffel et al. 2020) and
 ``FineWebQualityFilter``. Each function here returns the quantities those
 filters compare with their thresholds, computed the way datatrove computes
 them, so that the policy rules of the ``reference`` presets
-(:mod:`beam_pipeline.policy_presets`) keep and drop what datatrove keeps and
+(:mod:`beam_pipeline.filters.presets`) keep and drop what datatrove keeps and
 drops with its default arguments (English). The project's own definitions
 (:mod:`beam_pipeline.filters.heuristics`) differ on purpose in places;
 ``docs/filters.md`` lists every difference and why.

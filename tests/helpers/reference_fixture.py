@@ -93,6 +93,38 @@ def read() -> list[dict]:
     return [json.loads(line) for line in io.BytesIO(data).read().decode("utf-8").splitlines()]
 
 
+def sample_documents() -> list[dict]:
+    """The bundled sample's documents (``id``, ``kind`` = source, ``text``), in a fixed order."""
+    import gzip
+
+    import pyarrow.parquet as pq
+    import zstandard
+
+    data = REPO / "sample" / "data"
+    out = []
+    for path in sorted((data / "python-docs").glob("*.jsonl.zst")):
+        with open(path, "rb") as f:
+            lines = zstandard.ZstdDecompressor().stream_reader(f).read().decode("utf-8").splitlines()
+        out.extend({"id": f"python-docs/{r['id']}", "kind": "python-docs", "text": r["text"]}
+                   for r in map(json.loads, lines))
+    for path in sorted((data / "python-docs-mirror").glob("*.jsonl.gz")):
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            out.extend({"id": f"python-docs-mirror/{r['id']}", "kind": "python-docs-mirror", "text": r["text"]}
+                       for r in map(json.loads, f))
+    for path in sorted((data / "wikipedia").glob("*.parquet")):
+        table = pq.read_table(path, columns=["id", "text"]).to_pylist()
+        out.extend({"id": f"wikipedia/{r['id']}", "kind": "wikipedia", "text": r["text"]} for r in table)
+    for path in sorted((data / "debian-copyright").glob("*.txt")):
+        out.append({"id": f"debian-copyright/{path.stem}", "kind": "debian-copyright",
+                    "text": path.read_text(encoding="utf-8")})
+    return out
+
+
+def documents() -> list[dict]:
+    """Every document of the comparison: the sample's, then the fixture's pages (``kind`` = package)."""
+    return sample_documents() + [{"id": f"deb/{r['id']}", "kind": r["package"], "text": r["text"]} for r in read()]
+
+
 def main() -> int:
     records = build()
     write(records)
