@@ -139,10 +139,19 @@ def test_reference_preset_decides_like_datatrove(comparison, family):
 
 
 def test_words_are_datatroves_on_every_document(comparison):
+    """Tokens equal spaCy's, but for the one simplification (reference_tokenizer's docstring): spaCy's
+    special-case matcher runs over the whole document, and a match across a space can hide a match inside
+    a chunk (one page of the fixture: "( =)" keeps "=" ")" apart, where "=)" alone is one token). Such a
+    document must equal spaCy's tokens of each chunk on its own, and stay rare."""
+    import spacy
+
+    tokenizer = spacy.blank("en").tokenizer
     documents, _, theirs = comparison
-    different = [d["id"] for d, their in zip(documents, theirs["words"])
-                 if reference_tokenizer.words(d["text"]) != their]
-    assert different == []
+    different = [d for d, their in zip(documents, theirs["words"]) if reference_tokenizer.words(d["text"]) != their]
+    for d in different:
+        per_chunk = [t.text for chunk in d["text"].split() for t in tokenizer(chunk)]
+        assert reference_tokenizer.words(d["text"]) == per_chunk, d["id"]
+    assert len(different) <= len(documents) // 1000, [d["id"] for d in different]
 
 
 def test_c4_kept_text_is_datatroves(comparison):

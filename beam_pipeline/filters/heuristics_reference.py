@@ -279,20 +279,24 @@ def _skipping_duplicates(hashes: np.ndarray, repeated: np.ndarray, cumulative: n
     "seen before", and a position in between only moves the scan one token
     forward, so the loop visits just them.
     """
-    chars = (cumulative[repeated + n] - cumulative[repeated]).tolist()
     seen: set[int] = set()
-    total = 0
+    remember = seen.add
+    counted: list[int] = []
+    count = counted.append
     resume = 0
-    for position, value, size in zip(repeated.tolist(), hashes[repeated].tolist(), chars):
+    for position, value in zip(repeated.tolist(), hashes[repeated].tolist()):
         if position < resume:
             continue
         if value in seen:
-            total += size
+            count(position)
             resume = position + n
         else:
-            seen.add(value)
+            remember(value)
             resume = position + 1
-    return total
+    if not counted:
+        return 0
+    at = np.array(counted, dtype=np.int64)
+    return int((cumulative[at + n] - cumulative[at]).sum())
 
 
 # --- C4 ------------------------------------------------------------------------------

@@ -42,7 +42,55 @@ SPACY_VERSION = _rules.SPACY_VERSION
 
 _prefix_match = re.compile(_rules.PREFIX).match
 _suffix_search = re.compile(_rules.SUFFIX).search
-_infix_finditer = re.compile(_rules.INFIX).finditer
+
+
+def _first_characters(items) -> list[str] | None:
+    """Regex class items for every character a match of ``items`` (sre parse items) can start with,
+    or None when that is not simply a set of literals and ranges."""
+    import re._constants as c
+
+    items = [item for item in items if item[0] not in (c.ASSERT, c.ASSERT_NOT)]   # zero width
+    if not items:
+        return None
+    op, av = items[0]
+    if op is c.LITERAL:
+        return [re.escape(chr(av))]
+    if op is c.IN:
+        out = []
+        for kind, value in av:
+            if kind is c.LITERAL:
+                out.append(re.escape(chr(value)))
+            elif kind is c.RANGE:
+                out.append(f"{re.escape(chr(value[0]))}-{re.escape(chr(value[1]))}")
+            else:
+                return None
+        return out
+    if op is c.BRANCH:
+        out = []
+        for branch in av[1]:
+            first = _first_characters(branch.data if hasattr(branch, "data") else branch)
+            if first is None:
+                return None
+            out.extend(first)
+        return out
+    if op is c.SUBPATTERN:
+        return _first_characters(av[-1].data)
+    if op in (c.MAX_REPEAT, c.MIN_REPEAT) and av[0] >= 1:
+        return _first_characters(av[2].data)
+    return None
+
+
+def _guarded_infix() -> str:
+    """The infix pattern behind a lookahead for the characters an infix can start with: the same matches,
+    and a position whose character cannot start one costs one class test instead of every alternative."""
+    import re._parser as parser
+
+    first = _first_characters(parser.parse(_rules.INFIX).data)
+    return _rules.INFIX if first is None else f"(?=[{''.join(first)}])(?:{_rules.INFIX})"
+
+
+_INFIX_GUARDED = _guarded_infix()
+_infix_finditer = re.compile(_INFIX_GUARDED).finditer
 _url_match = re.compile(_rules.URL_MATCH).match
 _SPECIALS: dict[str, tuple[str, ...]] = _rules.SPECIAL_CASES
 _SENTENCE_PUNCT = frozenset(_rules.SENTENCE_PUNCT_CHARS)
@@ -275,10 +323,35 @@ class _Vocabulary:
 VOCABULARY = _Vocabulary()
 
 
+#: A word between brackets or quotes and followed by punctuation: ``(word),`` ``"word"`` ``word;``. These
+#: characters are affixes whatever letters stand next to them, one token each (tested).
+_LEADING, _TRAILING = '([{"', ',;:)]}!?"'
+_WORD_IN_PUNCTUATION = re.compile(f"([{re.escape(_LEADING)}]*)(.+?)([{re.escape(_TRAILING)}]*)")
+
+
+def _word_in_punctuation(chunk: str) -> list[str] | None:
+    """The tokens of a word in brackets/quotes/punctuation, or None when the chunk is not one (or a special
+    case could be involved): what :func:`_split_chunk` gives, without its loop."""
+    match = _WORD_IN_PUNCTUATION.fullmatch(chunk)
+    if match is None:
+        return None
+    lead, core, trail = match.groups()
+    if not core.isalpha() or not (lead or trail):
+        return None
+    end = len(chunk)
+    for i in range(len(lead) + 1):          # every string the affix loop can look up
+        for j in range(len(trail) + 1):
+            if chunk[i:end - j] in _SPECIALS:
+                return None
+    return [*lead, core, *trail]
+
+
 def _tokenize_chunk(chunk: str) -> tuple[str, ...]:
     if (chunk.isalpha() or (chunk.isascii() and chunk.isdigit())) and chunk not in _SPECIALS:
         return (chunk,)         # no affix or infix rule matches letters only (tested over Unicode)
-    split = _split_chunk(chunk, specials=True)
+    split = _word_in_punctuation(chunk)
+    if split is None:
+        split = _split_chunk(chunk, specials=True)
     if len(split) > 1 and any(pair in _PATTERN_PAIRS for pair in zip(split, split[1:])):
         split = _apply_special_cases(split)
     return tuple(split)
