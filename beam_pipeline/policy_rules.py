@@ -475,7 +475,21 @@ def expand_policy_file(data: Any, base_dir: str) -> Any:
     data = _read_policy_file(data, base_dir)
     if isinstance(data.get("policy"), dict):
         data = {**data, "policy": expand_presets(data["policy"])}
-    return data
+    return _heuristics_definitions(data)
+
+
+def _heuristics_definitions(data: dict) -> dict:
+    """``heuristics.definitions`` when the config does not say: the project's, plus the reference when a
+    policy rule reads a ``heuristics.ref_*`` column (so existing policies pay for what they read only;
+    the resolved list is part of the config, hence of the heuristics layer key)."""
+    heuristics = data.get("heuristics")
+    if heuristics is None:
+        heuristics = {}
+    if not isinstance(heuristics, dict) or "definitions" in heuristics:
+        return data
+    reads_reference = "heuristics.ref_" in repr(data.get("policy"))
+    definitions = ["project", "reference"] if reads_reference else ["project"]
+    return {**data, "heuristics": {**heuristics, "definitions": definitions}}
 
 
 def _read_policy_file(data: dict, base_dir: str) -> dict:

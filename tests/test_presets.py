@@ -186,3 +186,20 @@ def test_expand_presets_leaves_other_policies_alone():
     assert expand_presets("not a mapping") == "not a mapping"
     assert preset_rules("c4", "project")[2] == {"reason": "c4_too_few_sentences",
                                                "drop_if": "heuristics.c4_kept_lines < 5"}
+
+
+def test_definitions_follow_the_policy_unless_the_config_says():
+    assert parse_config(sample_data(), base_dir=SAMPLE_DIR).heuristics.definitions == ["project"]
+    reference = parse_config(with_policy(rules=[], presets=["c4"]), base_dir=SAMPLE_DIR)
+    assert reference.heuristics.definitions == ["project", "reference"]
+    by_hand = parse_config(with_policy(rules=[{"reason": "few", "drop_if": "heuristics.ref_c4_sentences < 5"}]),
+                           base_dir=SAMPLE_DIR)
+    assert by_hand.heuristics.definitions == ["project", "reference"]
+    in_override = with_policy(overrides=[{"source": "wikipedia", "rules": [
+        {"reason": "few", "drop_if": "heuristics.ref_c4_sentences < 5"}]}])
+    assert parse_config(in_override, base_dir=SAMPLE_DIR).heuristics.definitions == ["project", "reference"]
+    project = parse_config(with_policy(rules=[], presets=["c4"], preset_definition="project"), base_dir=SAMPLE_DIR)
+    assert project.heuristics.definitions == ["project"]
+    explicit = with_policy(rules=[], presets=["c4"])
+    explicit["heuristics"] = {"definitions": ["reference"]}
+    assert parse_config(explicit, base_dir=SAMPLE_DIR).heuristics.definitions == ["reference"]

@@ -94,9 +94,10 @@ class HeuristicsConfig(_Strict):
                           "language is not in the cascade), e.g. en for an English-only corpus: stop words and "
                           "no-space scripts then apply without language identification.")
     definitions: list[Literal["project", "reference"]] = Field(
-        default_factory=lambda: ["project", "reference"],
+        default_factory=lambda: ["project"],
         description="Which definitions to compute: project (the gopher_*, rep_*, c4_*, fw_* columns) and/or "
-                    "reference (the ref_* columns, datatrove 0.10.1's filters); the others are null.")
+                    "reference (the ref_* columns, datatrove 0.10.1's filters); the others are null. When a "
+                    "config file does not say: project, plus reference if a policy rule reads a ref_* column.")
 
     @field_validator("default_language")
     @classmethod
