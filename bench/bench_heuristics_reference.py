@@ -12,7 +12,8 @@ the lowest of ``--repeat`` fresh processes is kept):
   same columns as before);
 * ``reference``: ``heuristics.score(..., definitions=("reference",))`` (the
   ``ref_*`` columns, datatrove's definitions);
-* ``both``: the default, what the ``heuristics`` stage computes.
+* ``both``: what the ``heuristics`` stage computes when a policy reads ``ref_*`` columns
+  (``heuristics.definitions`` then defaults to both; otherwise to ``project``).
 
 Each variant runs in a fresh interpreter, so the reference tokenizer's chunk
 cache starts empty: the first pass (``cold``) pays for tokenizing every
@@ -85,7 +86,11 @@ def main() -> int:
     parser.add_argument("--base", default=DEFAULT_BASE, help="git revision whose heuristics.py is 'before'")
     parser.add_argument("--out", default=str(REPO / "bench" / "results"))
     parser.add_argument("--corpora", default="sample,all")
+    parser.add_argument("--markdown", metavar="JSON", help="only rewrite the .md of an earlier results .json")
     args = parser.parse_args()
+    if args.markdown:
+        Path(args.markdown).with_suffix(".md").write_text(markdown(json.loads(Path(args.markdown).read_text())))
+        return 0
     before = subprocess.run(["git", "show", f"{args.base}:beam_pipeline/filters/heuristics.py"], cwd=REPO,
                             capture_output=True, text=True, check=True).stdout
     results: dict = {"date": datetime.date.today().isoformat(), "base": args.base, "repeat": args.repeat,
@@ -137,8 +142,9 @@ def markdown(results: dict) -> str:
                         f"{seconds / before[phase]:.2f}x"]
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")
-    lines += ["`project` computes the same columns as `before`; `reference` the `ref_*` columns; `both` is the "
-              "default of `heuristics.definitions`, what the heuristics stage computes. Cold: the first pass "
+    lines += ["`project` computes the same columns as `before` (the heuristics stage's default); `reference` the "
+              "`ref_*` columns; `both` is what the stage computes when a policy reads `ref_*` columns and "
+              "`heuristics.definitions` is not set. Cold: the first pass "
               "in a fresh process (the reference tokenizer's chunk cache empty); warm: a second pass over the "
               "same documents.", ""]
     return "\n".join(lines)
