@@ -44,9 +44,9 @@ _prefix_match = re.compile(_rules.PREFIX).match
 _suffix_search = re.compile(_rules.SUFFIX).search
 
 
-def _first_characters(items) -> list[str] | None:
-    """Regex class items for every character a match of ``items`` (sre parse items) can start with,
-    or None when that is not simply a set of literals and ranges."""
+def _first_characters(items) -> list[tuple[int, int]] | None:
+    """Code point ranges (low, high) of every character a match of ``items`` (sre parse items) can start
+    with, or None when that is not simply a set of literals and ranges."""
     import re._constants as c
 
     items = [item for item in items if item[0] not in (c.ASSERT, c.ASSERT_NOT)]   # zero width
@@ -54,14 +54,14 @@ def _first_characters(items) -> list[str] | None:
         return None
     op, av = items[0]
     if op is c.LITERAL:
-        return [re.escape(chr(av))]
+        return [(av, av)]
     if op is c.IN:
         out = []
         for kind, value in av:
             if kind is c.LITERAL:
-                out.append(re.escape(chr(value)))
+                out.append((value, value))
             elif kind is c.RANGE:
-                out.append(f"{re.escape(chr(value[0]))}-{re.escape(chr(value[1]))}")
+                out.append(value)
             else:
                 return None
         return out
@@ -80,18 +80,48 @@ def _first_characters(items) -> list[str] | None:
     return None
 
 
-def _guarded_infix() -> str:
-    """The infix pattern behind a lookahead for the characters an infix can start with: the same matches,
-    and a position whose character cannot start one costs one class test instead of every alternative."""
+def _starts() -> tuple[re.Pattern | None, frozenset[str] | None]:
+    """(a class matching every character an infix can start with, the characters a prefix can start with),
+    each None when the patterns do not allow computing it."""
+    import re._constants as constants
     import re._parser as parser
 
-    first = _first_characters(parser.parse(_rules.INFIX).data)
-    return _rules.INFIX if first is None else f"(?=[{''.join(first)}])(?:{_rules.INFIX})"
+    infix = _first_characters(parser.parse(_rules.INFIX).data)
+    infix_class = None if infix is None else re.compile(
+        "[" + "".join(f"{re.escape(chr(lo))}-{re.escape(chr(hi))}" for lo, hi in infix) + "]")
+    prefix_items = parser.parse(_rules.PREFIX).data
+    prefix = None
+    if prefix_items and prefix_items[0] == (constants.AT, constants.AT_BEGINNING):
+        first = _first_characters(prefix_items[1:])
+        if first is not None:
+            prefix = frozenset(chr(code) for lo, hi in first for code in range(lo, hi + 1))
+    return infix_class, prefix
 
 
-_INFIX_GUARDED = _guarded_infix()
-_infix_finditer = re.compile(_INFIX_GUARDED).finditer
+_INFIX_START, _PREFIX_START = _starts()
+_infix_match = re.compile(_rules.INFIX).match
 _url_match = re.compile(_rules.URL_MATCH).match
+
+
+def _infix_spans(string: str) -> list[tuple[int, int]]:
+    """The spans of ``re.finditer(INFIX, string)``: a match can only start at a character an infix can
+    start with, so only those positions are tried (a match never is empty, so the next search starts at
+    its end, as finditer's)."""
+    if _INFIX_START is None:
+        return [m.span() for m in re.finditer(_rules.INFIX, string)]
+    spans = []
+    search = _INFIX_START.search
+    start = search(string)
+    while start is not None:
+        match = _infix_match(string, start.start())
+        if match is not None:
+            spans.append(match.span())
+            start = search(string, match.end())
+        else:
+            start = search(string, start.start() + 1)
+    return spans
+
+
 _SPECIALS: dict[str, tuple[str, ...]] = _rules.SPECIAL_CASES
 _SENTENCE_PUNCT = frozenset(_rules.SENTENCE_PUNCT_CHARS)
 _RUNS = re.compile(r"\s+|\S+")
@@ -101,6 +131,8 @@ CACHE_SIZE = 500_000
 
 
 def _prefix_length(string: str) -> int:
+    if _PREFIX_START is not None and string[:1] not in _PREFIX_START:
+        return 0
     match = _prefix_match(string)          # every prefix alternative starts with ^
     return match.end() if match is not None else 0
 
@@ -209,12 +241,11 @@ def _split_chunk(string: str, specials: bool) -> list[str]:
     if string:
         if specials and string in _SPECIALS:
             tokens.extend(_SPECIALS[string])
-        elif string.isalnum() or _url_match(string):
-            tokens.append(string)   # infixes consume no letter or digit (tested over Unicode)
+        elif string.isalnum() or ("." in string and _url_match(string)):
+            tokens.append(string)   # infixes consume no letter or digit (tested over Unicode); a URL has a dot
         else:
             start = 0
-            for match in _infix_finditer(string):
-                infix_start, infix_end = match.span()
+            for infix_start, infix_end in _infix_spans(string):
                 if infix_start == 0:
                     continue
                 if infix_start != start:
@@ -247,7 +278,7 @@ def _matcher_patterns() -> dict[str, list[tuple[tuple[str, ...], str]]]:
     """First token -> [(pattern tokens, special case)] for the special cases spaCy re-joins after splitting."""
     patterns: dict[str, list[tuple[tuple[str, ...], str]]] = {}
     for string in _SPECIALS:
-        if not (_prefix_length(string) or any(True for _ in _infix_finditer(string)) or _suffix_length(string)
+        if not (_prefix_length(string) or _infix_spans(string) or _suffix_length(string)
                 or " " in string):
             continue
         tokens = tuple(_tokenize_without_specials(string))
