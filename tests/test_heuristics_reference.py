@@ -263,3 +263,27 @@ def test_unicode_categories_of_punctuation_tokens():
     assert reference_tokenizer._token_class("«»") == "P"
     assert reference_tokenizer._token_class("$") == "W" and unicodedata.category("$") == "Sc"
     assert reference_tokenizer._token_class("\n") == "W"
+
+
+EDGE_CASES = ["", " ", "\n\n", "...", "a", "x" * 200000, "word " * 50000, "a\r\nb\r\n\r\nc",
+              "\x0b\x0c\x1c text \u2028 more", "中文没有空格。" * 100, "(=) ( =) :) :-) e.g. U.S.A. don't",
+              "\n".join(["same line here ok."] * 300), "{" * 10, "lorem ipsum dolor sit amet.\n" * 10,
+              "Intro.\n\nThe same paragraph, with the words of a sentence.\n\n" * 6 + "End of the story here.",
+              "\n".join(f"Line {i} of the list, and it has to be long enough for the rules." for i in range(40))]
+
+
+@pytest.mark.parametrize("family", PRESET_NAMES)
+def test_edge_cases_decide_like_datatrove(family):
+    from datatrove.data import Document
+    from datatrove.pipeline import filters
+
+    instance = getattr(filters, FAMILIES[family])()
+    for text in EDGE_CASES:
+        result = instance.filter(Document(text=text, id="edge"))
+        theirs = None if result is True else result[1]
+        ours = _preset_reason(family, heuristics.score(text, "en", definitions=("reference",)))
+        if (theirs is None) != (ours is None):
+            assert any(family in families and allowed(text) for families, allowed, _ in
+                       ALLOWED_DISAGREEMENTS.values()), (family, text[:40], theirs, ours)
+        elif theirs is not None:
+            assert ours == REASONS.get(theirs, theirs) or theirs == "empty", (family, text[:40], theirs, ours)
