@@ -466,8 +466,34 @@ def check_rules(rules: list[RuleConfig], overrides: list[OverrideConfig]) -> Non
 
 
 def expand_policy_file(data: Any, base_dir: str) -> Any:
-    """``policy: path/to/policy.yaml`` -> the file's mapping (the config digest sees the content)."""
-    if not isinstance(data, dict) or not isinstance(data.get("policy"), str):
+    """``policy: path/to/policy.yaml`` -> the file's mapping (the config digest sees the content), and
+    ``policy.presets`` -> the preset rules written out (:mod:`beam_pipeline.filters.presets`)."""
+    from beam_pipeline.filters.presets import expand_presets
+
+    if not isinstance(data, dict):
+        return data
+    data = _read_policy_file(data, base_dir)
+    if isinstance(data.get("policy"), dict):
+        data = {**data, "policy": expand_presets(data["policy"])}
+    return _heuristics_definitions(data)
+
+
+def _heuristics_definitions(data: dict) -> dict:
+    """``heuristics.definitions`` when the config does not say: the project's, plus the reference when a
+    policy rule reads a ``heuristics.ref_*`` column (so existing policies pay for what they read only;
+    the resolved list is part of the config, hence of the heuristics layer key)."""
+    heuristics = data.get("heuristics")
+    if heuristics is None:
+        heuristics = {}
+    if not isinstance(heuristics, dict) or "definitions" in heuristics:
+        return data
+    reads_reference = "heuristics.ref_" in repr(data.get("policy"))
+    definitions = ["project", "reference"] if reads_reference else ["project"]
+    return {**data, "heuristics": {**heuristics, "definitions": definitions}}
+
+
+def _read_policy_file(data: dict, base_dir: str) -> dict:
+    if not isinstance(data.get("policy"), str):
         return data
     path = data["policy"]
     path = path if os.path.isabs(path) else os.path.normpath(os.path.join(base_dir, path))
@@ -608,10 +634,14 @@ class Plan:
         return None
 
 
-def _references(tree) -> list[tuple[str, str]]:
+def references(tree) -> list[tuple[str, str]]:
+    """(layer, column) of every column a parsed condition reads, in order."""
     kind = tree[0]
     if kind in ("and", "or"):
-        return [ref for part in tree[1] for ref in _references(part)]
+        return [ref for part in tree[1] for ref in references(part)]
     if kind == "not":
-        return _references(tree[1])
+        return references(tree[1])
     return [(tree[1], tree[2])]
+
+
+_references = references

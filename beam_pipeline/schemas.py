@@ -140,7 +140,19 @@ HEURISTICS = _scores(
     ("c4_terminal_punct_lines", _F), ("c4_short_lines", _F), ("c4_javascript_lines", _I),
     ("c4_policy_lines", _I), ("c4_lorem_ipsum", _B), ("c4_curly_bracket", _B), ("c4_kept_lines", _I),
     ("fw_line_punct_ratio", _F), ("fw_short_line_ratio", _F), ("fw_dup_line_char_frac", _F),
-    ("fw_newline_ratio", _F))
+    ("fw_newline_ratio", _F),
+    # the reference definitions (ref_*: datatrove 0.10.1's filters; filters/heuristics_reference.py);
+    # the columns above are the project's definitions (filters/heuristics.py). docs/filters.md
+    ("ref_gopher_words", _I), ("ref_gopher_mean_word_length", _F), ("ref_gopher_hash_ratio", _F),
+    ("ref_gopher_ellipsis_ratio", _F), ("ref_gopher_bullet_lines", _F), ("ref_gopher_ellipsis_lines", _F),
+    ("ref_gopher_alpha_words", _F), ("ref_gopher_stop_words", _I),
+    ("ref_rep_dup_line_frac", _F), ("ref_rep_dup_line_char_frac", _F), ("ref_rep_dup_para_frac", _F),
+    ("ref_rep_dup_para_char_frac", _F), ("ref_rep_top_2gram", _F), ("ref_rep_top_3gram", _F),
+    ("ref_rep_top_4gram", _F), ("ref_rep_dup_5gram", _F), ("ref_rep_dup_6gram", _F), ("ref_rep_dup_7gram", _F),
+    ("ref_rep_dup_8gram", _F), ("ref_rep_dup_9gram", _F), ("ref_rep_dup_10gram", _F),
+    ("ref_c4_sentences", _I), ("ref_c4_kept_lines", _I), ("ref_c4_lorem_ipsum", _B), ("ref_c4_curly_bracket", _B),
+    ("ref_fw_line_punct_ratio", _F), ("ref_fw_short_line_ratio", _F), ("ref_fw_dup_line_char_frac", _F),
+    ("ref_fw_newline_ratio", _F))
 BLOCKLIST = _scores(("blocked", _B), ("match", _S))
 QUALITY = _scores(("score", _F))
 SAFETY = _scores(("badword_count", _I), ("badword_ratio", _F), ("badword_lang", _S), ("toxicity", _F))

@@ -4,7 +4,10 @@ One module per scorer family; the Beam stages that call them are in
 :mod:`beam_pipeline.transforms.score`, the policy that turns their scores into
 keep/drop decisions in :mod:`beam_pipeline.policy_rules`.
 
-* :mod:`.heuristics`       Gopher quality and repetition, C4, FineWeb line rules
+* :mod:`.heuristics`       Gopher quality and repetition, C4, FineWeb line rules (the project's definitions)
+* :mod:`.heuristics_reference`  the same families as datatrove 0.10.1 defines them (``ref_*`` columns),
+  with :mod:`.reference_tokenizer` (spaCy's English tokenizer and sentencizer, reproduced) and
+  :mod:`.reference_rules` (their data, generated); :mod:`.presets` (the published rules as policy rules)
 * :mod:`.language`         fastText language identification (lid.176)
 * :mod:`.blocklist`        URL and domain block lists
 * :mod:`.quality_model`    fastText classifiers: training and scoring

@@ -337,14 +337,61 @@ def fineweb(text: str, language: str | None = None, short_line_chars: int = 30, 
 
 # --- all of them ---------------------------------------------------------------
 
+#: The project's columns, family by family (the ``ref_*`` columns are the reference definitions:
+#: :mod:`beam_pipeline.filters.heuristics_reference`).
+PROJECT_COLUMNS = (
+    "gopher_words", "gopher_mean_word_length", "gopher_hash_ratio", "gopher_ellipsis_ratio", "gopher_bullet_lines",
+    "gopher_ellipsis_lines", "gopher_alpha_words", "gopher_stop_words",
+    "rep_dup_line_frac", "rep_dup_line_char_frac", "rep_dup_para_frac", "rep_dup_para_char_frac",
+    *(f"rep_top_{n}gram" for n in TOP_NGRAM_SIZES), *(f"rep_dup_{n}gram" for n in DUP_NGRAM_SIZES),
+    "c4_terminal_punct_lines", "c4_short_lines", "c4_javascript_lines", "c4_policy_lines", "c4_lorem_ipsum",
+    "c4_curly_bracket", "c4_kept_lines",
+    "fw_line_punct_ratio", "fw_short_line_ratio", "fw_dup_line_char_frac", "fw_newline_ratio")
+DEFINITIONS = ("project", "reference")
+
+
+def definition_of(column: str) -> str | None:
+    """'project' or 'reference' for a heuristics column, None for another name."""
+    from beam_pipeline.filters.heuristics_reference import COLUMNS
+
+    if column in COLUMNS:
+        return "reference"
+    return "project" if column in PROJECT_COLUMNS else None
+
+
 def score(text: str, language: str | None = None, *, stop_words: dict[str, Iterable[str]] | None = None,
-          min_words_per_line: int = 3, short_line_chars: int = 30) -> dict:
-    """Every heuristic column for one document (the ``heuristics`` layer row, minus ids)."""
-    lines = split_lines(text)
-    words = split_words(text) if uses_spaces(language) else []
-    return {
-        **gopher_quality(text, language, stop_words, lines=lines, words=words),
-        **gopher_repetition(text, language, lines=lines, words=words),
-        **c4(text, language, min_words_per_line, lines=lines),
-        **fineweb(text, language, short_line_chars, lines=lines, words=words),
-    }
+          min_words_per_line: int = 3, short_line_chars: int = 30, default_language: str | None = None,
+          definitions: Iterable[str] = DEFINITIONS) -> dict:
+    """Every heuristic column for one document (the ``heuristics`` layer row, minus ids).
+
+    ``language`` is the document's language (the ``language`` layer's
+    ``lang``); ``default_language`` stands in when it is None (a corpus known
+    to be in one language can skip language identification). ``definitions``
+    selects the families' definitions computed: ``project`` (this module) and
+    ``reference`` (datatrove's, :mod:`beam_pipeline.filters.heuristics_reference`);
+    the columns of one left out are None.
+    """
+    from beam_pipeline.filters import heuristics_reference
+
+    if language is None:
+        language = default_language
+    definitions = frozenset(definitions)
+    unknown = sorted(definitions - set(DEFINITIONS))
+    if unknown:
+        raise ValueError(f"unknown definition(s) {', '.join(unknown)}; definitions: {', '.join(DEFINITIONS)}")
+    if "project" in definitions:
+        lines = split_lines(text)
+        words = split_words(text) if uses_spaces(language) else []
+        out = {
+            **gopher_quality(text, language, stop_words, lines=lines, words=words),
+            **gopher_repetition(text, language, lines=lines, words=words),
+            **c4(text, language, min_words_per_line, lines=lines),
+            **fineweb(text, language, short_line_chars, lines=lines, words=words),
+        }
+    else:
+        out = dict.fromkeys(PROJECT_COLUMNS)
+    if "reference" in definitions:
+        out.update(heuristics_reference.score(text, language, stop_words=stop_words))
+    else:
+        out.update(dict.fromkeys(heuristics_reference.COLUMNS))
+    return out

@@ -40,6 +40,7 @@ from apache_beam.io.filesystems import FileSystems
 from beam_pipeline.hashing import bucket_of, stable_hash64
 from beam_pipeline.layers import Layer, join, read_bytes
 from beam_pipeline.report.locate import RunRef
+from beam_pipeline.report.null_scores import report_warnings
 
 #: Columns that describe where a record came from, not a property worth a histogram.
 PROVENANCE_COLUMNS = frozenset({"source_rank", "position", "byte_offset", "token_start", "token_count",
@@ -119,6 +120,7 @@ def gather(ref: RunRef, *, report_config: dict | None = None, detail: bool = Tru
         if stage["name"] not in ledgers:
             data["warnings"].append(f"layer {stage['name']}/{stage['layer_key']} is missing (deleted?): "
                                     f"its histograms and samples are not shown")
+    data["warnings"].extend(report_warnings(config, ledgers))   # rules whose scores are null for a source
     data["policy"] = _policy(ledgers)
     layout = _Layout(ref.root, ledgers)
     seed = int(manifest.get("seed") or 0)

@@ -89,6 +89,39 @@ class HeuristicsConfig(_Strict):
         description="Stop words per language code (Gopher's English list by default).")
     min_words_per_line: int = Field(3, ge=1, description="C4: lines with fewer words count in c4_short_lines.")
     short_line_chars: int = Field(30, ge=1, description="FineWeb: lines this short count in fw_short_line_ratio.")
+    default_language: str | None = Field(
+        None, description="Language of documents the language layer does not label (or of every document when "
+                          "language is not in the cascade), e.g. en for an English-only corpus: stop words and "
+                          "no-space scripts then apply without language identification.")
+    definitions: list[Literal["project", "reference"]] = Field(
+        default_factory=lambda: ["project"],
+        description="Which definitions to compute: project (the gopher_*, rep_*, c4_*, fw_* columns) and/or "
+                    "reference (the ref_* columns, datatrove 0.10.1's filters); the others are null. When a "
+                    "config file does not say: project, plus reference if a policy rule reads a ref_* column.")
+
+    @field_validator("default_language")
+    @classmethod
+    def _language_code(cls, value: str | None) -> str | None:
+        import re
+
+        if value is not None and not re.fullmatch(r"[a-z]{2,3}(_[A-Za-z]{2,4})?", value):
+            raise ValueError(f"{value!r} is not a language code like the language layer's (en, de, zh, ...)")
+        return value
+
+    @field_validator("definitions")
+    @classmethod
+    def _definitions(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("give at least one of project, reference")
+        if len(set(value)) != len(value):
+            raise ValueError("each definition may appear once")
+        return value
+
+    def score_options(self) -> dict:
+        """The keyword arguments of :func:`beam_pipeline.filters.heuristics.score` for this config."""
+        return {"stop_words": self.stop_words, "min_words_per_line": self.min_words_per_line,
+                "short_line_chars": self.short_line_chars, "default_language": self.default_language,
+                "definitions": tuple(self.definitions)}
 
 
 class BlocklistConfig(_Strict):
@@ -168,6 +201,7 @@ def check_scoring(config) -> None:
             problems.append(f"{where} ({rule.reason}) reads exact, but exact_dedup is not enabled")
         if rule.drop_if and "safety.toxicity" in rule.drop_if and not config.safety.toxicity_model:
             problems.append(f"{where} ({rule.reason}) reads safety.toxicity, but safety.toxicity_model is not set")
+        problems.extend(f"{where} ({rule.reason}) {problem}" for problem in _definition_problems(rule, config))
         for name in rule.sources:
             if name not in sources:
                 problems.append(f"{where} ({rule.reason}).sources: unknown source {name!r}")
@@ -189,6 +223,25 @@ def check_scoring(config) -> None:
         problems.append("blocklist: give domain_files or url_substring_files when blocklist is in the cascade")
     if problems:
         raise ValueError("; ".join(problems))
+
+
+def _definition_problems(rule, config) -> list[str]:
+    """A rule reading heuristics columns of a definition that heuristics.definitions leaves out."""
+    from beam_pipeline.filters.heuristics import definition_of
+    from beam_pipeline.policy_rules import parse_condition, references
+
+    if rule.drop_if is not None:
+        refs = references(parse_condition(rule.drop_if).tree)
+    else:
+        refs = [tuple(rule.by.split(".", 1))]
+    computed = set(config.heuristics.definitions)
+    problems = []
+    for layer, column in refs:
+        definition = definition_of(column) if layer == "heuristics" else None
+        if definition is not None and definition not in computed:
+            problems.append(f"reads heuristics.{column} of the {definition} definition, but heuristics.definitions "
+                            f"is [{', '.join(config.heuristics.definitions)}]")
+    return problems
 
 
 def resolve_paths(config, base_dir: str) -> dict:

@@ -1,0 +1,410 @@
+"""The *reference* definitions: the scores behind HF datatrove 0.10.1's Gopher, C4 and FineWeb filters.
+
+FineWeb (Penedo et al. 2024, arXiv:2406.17557) was built with datatrove's
+``GopherRepetitionFilter``, ``GopherQualityFilter``, ``C4QualityFilter`` (a
+port of TensorFlow Datasets' ``c4_utils.clean_page``, Raffel et al. 2020) and
+``FineWebQualityFilter``. Each function here returns the quantities those
+filters compare with their thresholds, computed the way datatrove computes
+them, so that the policy rules of the ``reference`` presets
+(:mod:`beam_pipeline.filters.presets`) keep and drop what datatrove keeps and
+drops with its default arguments (English). The project's own definitions
+(:mod:`beam_pipeline.filters.heuristics`) differ on purpose in places;
+``docs/filters.md`` lists every difference and why.
+
+Every column starts with ``ref_``. What datatrove does, in short:
+
+* *words* are spaCy's English tokens (:mod:`.reference_tokenizer`),
+  punctuation tokens included; Gopher's word count and mean length use the
+  tokens with a character outside datatrove's punctuation set;
+* *lines* are ``text.splitlines()`` (Gopher quality, C4),
+  ``re.split("\\n+", text)`` (Gopher repetition) or the non-blank pieces of
+  ``text.split("\\n")`` (FineWeb); nothing is stripped unless stated;
+* repetition fractions are over ``len(text)``;
+* stop words: *distinct* stop words among the tokens, case-sensitive.
+
+The stop-word count needs the document's language like the project's (a list
+per language, ``heuristics.stop_words``); everything else is computed for
+every document, whatever its language, as datatrove does with its default
+``language=english``.
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+import numpy as np
+
+from beam_pipeline.filters import reference_rules as _rules
+from beam_pipeline.filters import reference_tokenizer
+from beam_pipeline.filters.reference_tokenizer import sentence_count
+from beam_pipeline.hashing import splitmix64
+
+TOP_NGRAM_SIZES = (2, 3, 4)
+DUP_NGRAM_SIZES = (5, 6, 7, 8, 9, 10)
+
+GOPHER_QUALITY_COLUMNS = (
+    "ref_gopher_words", "ref_gopher_mean_word_length", "ref_gopher_hash_ratio", "ref_gopher_ellipsis_ratio",
+    "ref_gopher_bullet_lines", "ref_gopher_ellipsis_lines", "ref_gopher_alpha_words", "ref_gopher_stop_words")
+GOPHER_REPETITION_COLUMNS = (
+    "ref_rep_dup_line_frac", "ref_rep_dup_line_char_frac", "ref_rep_dup_para_frac", "ref_rep_dup_para_char_frac",
+    *(f"ref_rep_top_{n}gram" for n in TOP_NGRAM_SIZES), *(f"ref_rep_dup_{n}gram" for n in DUP_NGRAM_SIZES))
+C4_COLUMNS = ("ref_c4_sentences", "ref_c4_kept_lines", "ref_c4_lorem_ipsum", "ref_c4_curly_bracket")
+FINEWEB_COLUMNS = ("ref_fw_line_punct_ratio", "ref_fw_short_line_ratio", "ref_fw_dup_line_char_frac",
+                   "ref_fw_newline_ratio")
+COLUMNS = GOPHER_QUALITY_COLUMNS + GOPHER_REPETITION_COLUMNS + C4_COLUMNS + FINEWEB_COLUMNS
+
+_PUNCTUATION = frozenset(_rules.PUNCTUATION) | frozenset(_rules.TERMINAL_PUNCTUATION)
+_TERMINAL = tuple(_rules.TERMINAL_PUNCTUATION)
+_CITATION = re.compile(_rules.C4_CITATION)
+_PARAGRAPH_BREAK = re.compile(r"\n{2,}")
+_GOPHER_STOP_WORDS = {"en": _rules.GOPHER_STOP_WORDS}
+
+
+def _fraction(part: float, whole: float) -> float | None:
+    return None if whole == 0 else part / whole
+
+
+# --- per-token properties, kept next to the tokenizer's vocabulary -----------------------
+
+class _TokenProperties:
+    """Length, "symbolic" (only datatrove punctuation) and "alphabetic" of every interned token, as arrays
+    indexed by token id; extended as the vocabulary grows, reset with its generation."""
+
+    def __init__(self):
+        self.generation = -1
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        vocabulary = reference_tokenizer.VOCABULARY
+        if self.generation != vocabulary.generation:
+            self.generation = vocabulary.generation
+            self.size = 0
+            self.lengths = np.zeros(1024, np.int64)
+            self.symbolic = np.zeros(1024, bool)
+            self.alpha = np.zeros(1024, bool)
+        strings = vocabulary.strings
+        if len(strings) > self.size:
+            new = strings[self.size:]
+            end = len(strings)
+            if end > len(self.lengths):
+                capacity = max(end, 2 * len(self.lengths))
+                for name in ("lengths", "symbolic", "alpha"):
+                    old = getattr(self, name)
+                    grown = np.zeros(capacity, old.dtype)
+                    grown[:self.size] = old[:self.size]
+                    setattr(self, name, grown)
+            self.lengths[self.size:end] = np.fromiter(map(len, new), np.int64, len(new))
+            self.symbolic[self.size:end] = np.fromiter(
+                (_PUNCTUATION.issuperset(token) for token in new), bool, len(new))
+            self.alpha[self.size:end] = np.fromiter(
+                (any(c.isalpha() for c in token) for token in new), bool, len(new))
+            self.size = end
+        return self.lengths, self.symbolic, self.alpha
+
+
+_PROPERTIES = _TokenProperties()
+
+
+class _Tokens:
+    """A document's words (spaCy tokens) as token ids, with their lengths and properties."""
+
+    def __init__(self, ids: np.ndarray):
+        self.count = len(ids)
+        self.ids = ids
+        lengths, symbolic, alpha = _PROPERTIES.arrays()
+        self.lengths = lengths[self.ids]
+        self.symbolic = symbolic[self.ids]
+        self.alpha = alpha[self.ids]
+        self._present = None
+
+    @property
+    def present(self) -> frozenset[int]:
+        if self._present is None:
+            self._present = frozenset(self.ids.tolist())
+        return self._present
+
+
+# --- Gopher quality ------------------------------------------------------------------
+
+def gopher_quality(text: str, tokens: _Tokens, language: str | None,
+                   stop_words: dict[str, Iterable[str]] | None = None, lines: list[str] | None = None) -> dict:
+    """datatrove ``GopherQualityFilter.filter`` (Rae et al. 2021, A.1.1), as scores.
+
+    ``ref_gopher_words``             tokens with a non-punctuation character (datatrove: < 50, > 100,000)
+    ``ref_gopher_mean_word_length``  their mean length (< 3, > 10)
+    ``ref_gopher_hash_ratio``        ``text.count('#')`` per token, punctuation tokens included (> 0.1)
+    ``ref_gopher_ellipsis_ratio``    ``...`` and ``…`` per token (> 0.1)
+    ``ref_gopher_bullet_lines``      share of ``splitlines()`` lines whose ``lstrip()`` starts with • or - (> 0.9)
+    ``ref_gopher_ellipsis_lines``    share of lines whose ``rstrip()`` ends with ... or … (> 0.3)
+    ``ref_gopher_alpha_words``       share of tokens with an alphabetic character (< 0.8)
+    ``ref_gopher_stop_words``        distinct stop words among the tokens, case-sensitive (< 2)
+    """
+    stop_words = _GOPHER_STOP_WORDS if stop_words is None else stop_words
+    n_tokens = tokens.count
+    words_mask = ~tokens.symbolic
+    n_words = int(np.count_nonzero(words_mask))
+    lines = text.splitlines() if lines is None else lines
+    out = {
+        "ref_gopher_words": n_words,
+        "ref_gopher_mean_word_length": int(tokens.lengths[words_mask].sum()) / n_words if n_words else None,
+        "ref_gopher_hash_ratio": _fraction(text.count("#"), n_tokens),
+        "ref_gopher_ellipsis_ratio": _fraction(text.count("...") + text.count("…"), n_tokens),
+        "ref_gopher_bullet_lines": _fraction(sum(line.lstrip().startswith(("•", "-")) for line in lines),
+                                             len(lines)),
+        "ref_gopher_ellipsis_lines": _fraction(sum(line.rstrip().endswith(("...", "…")) for line in lines),
+                                               len(lines)),
+        "ref_gopher_alpha_words": _fraction(int(np.count_nonzero(tokens.alpha)), n_tokens),
+        "ref_gopher_stop_words": None,
+    }
+    if language in stop_words:
+        ids = reference_tokenizer.VOCABULARY.ids
+        listed = {ids.get(w) for w in frozenset(stop_words[language])}
+        out["ref_gopher_stop_words"] = len(tokens.present.intersection(listed))
+    return out
+
+
+# --- Gopher repetition ---------------------------------------------------------------
+
+def _repeats(parts: list[str]) -> tuple[int, int]:
+    """datatrove ``find_duplicates``: (elements equal to an earlier one, their characters).
+
+    Every element but the first of each distinct value is a repeat, so both
+    numbers are "all minus distinct"."""
+    distinct = set(parts)
+    return len(parts) - len(distinct), sum(map(len, parts)) - sum(map(len, distinct))
+
+
+def _line_repeats(text: str, pieces: list[str]) -> tuple[int, int]:
+    """(repeats, elements) of ``re.split('\\n+', text)`` from ``pieces = text.split('\\n')``.
+
+    The regex split is the pieces without the empty ones, except an empty
+    first and last element when the text starts or ends with a newline."""
+    empty_ends = text.startswith("\n") + text.endswith("\n")
+    elements = len(pieces) - pieces.count("") + empty_ends
+    distinct = set(pieces)
+    n_distinct = len(distinct) - ("" in distinct) + (empty_ends > 0)
+    return elements - n_distinct, elements
+
+
+def _line_repeat_chars(text: str, pieces: list[str]) -> int:
+    """Characters of the repeats of :func:`_line_repeats` (all minus distinct; empty ones weigh nothing)."""
+    return len(text) - text.count("\n") - sum(map(len, set(pieces)))
+
+
+def gopher_repetition(text: str, tokens: _Tokens, pieces: list[str] | None = None) -> dict:
+    """datatrove ``GopherRepetitionFilter.filter`` (Rae et al. 2021, Table A1), as scores.
+
+    ``ref_rep_dup_para_frac`` / ``_char_frac``  paragraphs (``re.split('\\n{2,}', text.strip())``)
+        equal to an earlier one, and their characters over ``len(text)`` (> 0.3 / > 0.2)
+    ``ref_rep_dup_line_frac`` / ``_char_frac``  the same for ``re.split('\\n+', text)`` (> 0.3 / > 0.2)
+    ``ref_rep_top_{2,3,4}gram``  ``len(' '.join(g)) * count(g) / len(text)`` for the most frequent
+        token n-gram ``g`` (the first seen among equals; a count of 1 counts) (> 0.20, 0.18, 0.16)
+    ``ref_rep_dup_{5..10}gram``  characters of n-grams that repeat an n-gram seen before, scanning
+        left to right and jumping over a repeat once counted (datatrove ``find_all_duplicate``),
+        over ``len(text)`` (> 0.15 ... 0.10)
+
+    All ``None`` for an empty text (datatrove drops it as "empty"). n-grams are
+    compared by a 64-bit hash of their tokens (a collision needs ~2^32
+    distinct n-grams in one document).
+    """
+    if not text:
+        return dict.fromkeys(GOPHER_REPETITION_COLUMNS)
+    pieces = text.split("\n") if pieces is None else pieces
+    length = len(text)
+    out = {}
+    paragraphs = _PARAGRAPH_BREAK.split(text.strip())
+    dups, chars = _repeats(paragraphs)
+    out["ref_rep_dup_para_frac"] = dups / len(paragraphs)
+    out["ref_rep_dup_para_char_frac"] = chars / length
+    dups, lines = _line_repeats(text, pieces)
+    out["ref_rep_dup_line_frac"] = dups / lines
+    out["ref_rep_dup_line_char_frac"] = _line_repeat_chars(text, pieces) / length
+    out.update(_ngram_scores(tokens, length))
+    return {name: out[name] for name in GOPHER_REPETITION_COLUMNS}
+
+
+_MULTIPLIER = np.uint64(0x100000001B3)
+
+
+def _ngram_scores(tokens: _Tokens, text_length: int) -> dict:
+    """Top and duplicate n-gram scores from 64-bit rolling hashes of token ids.
+
+    An n-gram can repeat only where the two (n-1)-grams inside it repeat, so
+    each size looks at the *candidates* of the size before (at size 1, tokens
+    that occur twice) and hashes and sorts only those positions.
+    """
+    out = {}
+    n_tokens = tokens.count
+    ids = tokens.ids
+    cumulative = np.concatenate(([0], np.cumsum(tokens.lengths)))
+    base = splitmix64(ids.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15))
+    token_counts = np.bincount(ids) if n_tokens else np.zeros(0, np.int64)
+    repeats = token_counts[ids] > 1                 # position i starts a repeated 1-gram
+    rolling = base
+    with np.errstate(over="ignore"):
+        for n in range(2, max(DUP_NGRAM_SIZES) + 1):
+            name = f"ref_rep_top_{n}gram" if n in TOP_NGRAM_SIZES else f"ref_rep_dup_{n}gram"
+            if n_tokens < n:
+                out[name] = 0.0
+                continue
+            rolling = rolling[:-1] * _MULTIPLIER + base[n - 1:]
+            candidates = np.flatnonzero(repeats[:-1] & repeats[1:])
+            repeats = np.zeros(len(rolling), dtype=bool)
+            if candidates.size:
+                values, inverse, counts = np.unique(rolling[candidates], return_inverse=True, return_counts=True)
+                repeated = candidates[counts[inverse] > 1]
+                repeats[repeated] = True
+            else:
+                repeated = candidates
+            if n in TOP_NGRAM_SIZES:
+                if repeated.size:
+                    occurrences = counts[inverse]
+                    top = int(occurrences.max())
+                    at = int(candidates[occurrences == top][0])
+                else:                                   # every n-gram once: the first one is the top
+                    top, at = 1, 0
+                chars = int(cumulative[at + n] - cumulative[at]) + n - 1
+                out[name] = chars * top / text_length
+            else:
+                out[name] = _skipping_duplicates(rolling, repeated, cumulative, n) / text_length
+    return out
+
+
+def _skipping_duplicates(hashes: np.ndarray, repeated: np.ndarray, cumulative: np.ndarray, n: int) -> int:
+    """datatrove ``find_all_duplicate``: characters of n-grams already seen, jumping n tokens after each.
+
+    datatrove scans every position left to right; at an n-gram seen at an
+    earlier *visited* position it counts its characters and jumps n positions,
+    otherwise it remembers the n-gram and moves one. ``repeated`` (increasing)
+    are the positions whose n-gram occurs more than once: only those can be
+    "seen before", and a position in between only moves the scan one token
+    forward, so the loop visits just them.
+    """
+    seen: set[int] = set()
+    remember = seen.add
+    counted: list[int] = []
+    count = counted.append
+    resume = 0
+    for position, value in zip(repeated.tolist(), hashes[repeated].tolist()):
+        if position < resume:
+            continue
+        if value in seen:
+            count(position)
+            resume = position + n
+        else:
+            remember(value)
+            resume = position + 1
+    if not counted:
+        return 0
+    at = np.array(counted, dtype=np.int64)
+    return int((cumulative[at + n] - cumulative[at]).sum())
+
+
+# --- C4 ------------------------------------------------------------------------------
+
+def _c4_lines(lines: list[str]):
+    """(line, outcome) for datatrove ``C4QualityFilter`` with its defaults over ``text.splitlines()``;
+    outcome is 'kept', 'lorem_ipsum' or 'curly_bracket' (lines C4 removes are not yielded).
+
+    datatrove's three first line tests (a word over 1,000 characters, no
+    terminal punctuation after removing citations, fewer than 3 words) only
+    remove the line, so they run cheapest first; the word count is of the line
+    before citations are removed, as in datatrove.
+    """
+    end_punctuation, ellipsis = _rules.C4_END_PUNCTUATION, _rules.C4_ELLIPSIS
+    for raw in lines:
+        line = raw.strip()
+        cited = _CITATION.sub("", line) if "[" in line else line
+        if not cited.endswith(end_punctuation) or cited.endswith(ellipsis):
+            continue
+        words = line.split()
+        if len(words) < 3:
+            continue
+        if len(line) > 1000 and any(len(word) > 1000 for word in words):
+            continue
+        line = cited
+        lower = line.lower()
+        if "lorem ipsum" in lower:
+            yield line, "lorem_ipsum"
+            continue
+        if "javascript" in lower:
+            continue
+        if "{" in line:
+            yield line, "curly_bracket"
+            continue
+        if any(p in lower for p in _rules.C4_POLICY_SUBSTRINGS):
+            continue
+        yield line, "kept"
+
+
+def c4(text: str, lines: list[str] | None = None) -> dict:
+    """datatrove ``C4QualityFilter`` (tfds ``c4_utils.clean_page``; Raffel et al. 2020, 2.2), as scores.
+
+    Lines are ``splitlines()``, stripped; a line is removed when it has a word
+    over 1,000 characters, does not end in . ? ! " ' (after removing
+    ``[1]``-style citations) or ends in ``...``, has fewer than 3 words, or
+    mentions "javascript" or a cookie/terms-of-use phrase. Of the rest:
+
+    ``ref_c4_lorem_ipsum``    a line contains "lorem ipsum" (C4 drops the page)
+    ``ref_c4_curly_bracket``  a line contains "{" (C4 drops the page)
+    ``ref_c4_kept_lines``     lines kept
+    ``ref_c4_sentences``      spaCy sentencizer sentences in the kept lines (C4: < 5 drops the page)
+    """
+    sentences = kept = 0
+    lorem = curly = False
+    for line, outcome in _c4_lines(text.splitlines() if lines is None else lines):
+        if outcome == "kept":
+            kept += 1
+            sentences += sentence_count(line)
+        elif outcome == "lorem_ipsum":
+            lorem = True
+        else:
+            curly = True
+    return {"ref_c4_sentences": sentences, "ref_c4_kept_lines": kept, "ref_c4_lorem_ipsum": lorem,
+            "ref_c4_curly_bracket": curly}
+
+
+def c4_kept_text(text: str) -> str:
+    """The text C4 keeps: its kept lines joined by newlines (datatrove sets ``doc.text`` to this)."""
+    return "\n".join(line for line, outcome in _c4_lines(text.splitlines()) if outcome == "kept").strip()
+
+
+# --- FineWeb -------------------------------------------------------------------------
+
+def fineweb(text: str, tokens: _Tokens, pieces: list[str] | None = None) -> dict:
+    """datatrove ``FineWebQualityFilter`` (Penedo et al. 2024, 3.3), as scores.
+
+    Lines are the pieces of ``text.split('\\n')`` that are not blank, unstripped.
+
+    ``ref_fw_line_punct_ratio``    share ending in a terminal punctuation character (< 0.12 drops)
+    ``ref_fw_short_line_ratio``    share of at most 30 characters (> 0.67)
+    ``ref_fw_dup_line_char_frac``  characters of lines equal to an earlier one over the characters
+        of the text without newlines (> 0.01)
+    ``ref_fw_newline_ratio``       newlines per token (> 0.3)
+
+    All ``None`` without a non-blank line (datatrove drops the document as "empty").
+    """
+    lines = [line for line in (text.split("\n") if pieces is None else pieces) if line and not line.isspace()]
+    if not lines:
+        return dict.fromkeys(FINEWEB_COLUMNS)
+    return {
+        "ref_fw_line_punct_ratio": sum(1 for line in lines if line.endswith(_TERMINAL)) / len(lines),
+        "ref_fw_short_line_ratio": sum(1 for line in lines if len(line) <= 30) / len(lines),
+        "ref_fw_dup_line_char_frac": _repeats(lines)[1] / (len(text) - text.count("\n")),
+        "ref_fw_newline_ratio": _fraction(text.count("\n"), tokens.count),
+    }
+
+
+# --- all of them -------------------------------------------------------------------------
+
+def score(text: str, language: str | None = None, *,
+          stop_words: dict[str, Iterable[str]] | None = None) -> dict:
+    """Every reference column for one document."""
+    tokens = _Tokens(reference_tokenizer.word_ids(text))
+    lines = text.splitlines()
+    pieces = text.split("\n")
+    return {
+        **gopher_quality(text, tokens, language, stop_words, lines),
+        **gopher_repetition(text, tokens, pieces),
+        **c4(text, lines),
+        **fineweb(text, tokens, pieces),
+    }

@@ -1,0 +1,478 @@
+"""spaCy's English tokenizer and sentencizer, reproduced without spaCy (for the reference definitions).
+
+HF datatrove 0.10.1, the implementation FineWeb was built with, splits text
+into words with ``spacy.blank("en")`` and into sentences with spaCy's
+rule-based ``sentencizer`` (``datatrove.utils.word_tokenizers.SpaCyTokenizer``;
+English is its default language). Its Gopher, C4 and FineWeb filters count
+those words and sentences, so reproducing their decisions needs the same
+segmentation. spaCy itself is not a dependency of the pipeline: it costs
+about 1 MB/s per core on this project's text (twice the time of every
+project heuristic together) and weighs ~40 MB in the worker image. This
+module implements spaCy 3.8's algorithm (``spacy/tokenizer.pyx``:
+``_tokenize_affixes``, ``_split_affixes``, ``_attach_tokens``,
+``_apply_special_cases``; ``spacy/pipeline/sentencizer.pyx``: ``predict``)
+in Python over the rule data copied from spaCy into
+:mod:`beam_pipeline.filters.reference_rules`, and caches the tokens of each
+whitespace-separated chunk, as spaCy does, so that a repeated word costs one
+dict lookup.
+
+``tests/test_heuristics_reference.py`` checks that the rule data equals the
+pinned spaCy's and that the tokens and sentence counts are spaCy's on every
+document of the reference fixture.
+
+One simplification, documented in ``docs/filters.md``: spaCy's special-case
+matcher (the pass that re-joins token sequences such as ``Mr`` ``.`` into a
+special case) runs over the whole document, and a match that spans two
+chunks can hide an overlapping match inside a chunk; here the pass runs
+inside each chunk only. Only special cases that begin or end with an affix
+character are concerned, and a cross-chunk match needs their tokens on both
+sides of a space.
+"""
+from __future__ import annotations
+
+import re
+import unicodedata
+from itertools import chain
+
+import numpy as np
+
+from beam_pipeline.filters import reference_rules as _rules
+
+SPACY_VERSION = _rules.SPACY_VERSION
+
+_prefix_match = re.compile(_rules.PREFIX).match
+_suffix_search = re.compile(_rules.SUFFIX).search
+
+
+def _first_characters(items) -> list[tuple[int, int]] | None:
+    """Code point ranges (low, high) of every character a match of ``items`` (sre parse items) can start
+    with, or None when that is not simply a set of literals and ranges."""
+    import re._constants as c
+
+    items = [item for item in items if item[0] not in (c.ASSERT, c.ASSERT_NOT)]   # zero width
+    if not items:
+        return None
+    op, av = items[0]
+    if op is c.LITERAL:
+        return [(av, av)]
+    if op is c.IN:
+        out = []
+        for kind, value in av:
+            if kind is c.LITERAL:
+                out.append((value, value))
+            elif kind is c.RANGE:
+                out.append(value)
+            else:
+                return None
+        return out
+    if op is c.BRANCH:
+        out = []
+        for branch in av[1]:
+            first = _first_characters(branch.data if hasattr(branch, "data") else branch)
+            if first is None:
+                return None
+            out.extend(first)
+        return out
+    if op is c.SUBPATTERN:
+        return _first_characters(av[-1].data)
+    if op in (c.MAX_REPEAT, c.MIN_REPEAT) and av[0] >= 1:
+        return _first_characters(av[2].data)
+    return None
+
+
+def _starts() -> tuple[re.Pattern | None, frozenset[str] | None]:
+    """(a class matching every character an infix can start with, the characters a prefix can start with),
+    each None when the patterns do not allow computing it."""
+    import re._constants as constants
+    import re._parser as parser
+
+    infix = _first_characters(parser.parse(_rules.INFIX).data)
+    infix_class = None if infix is None else re.compile(
+        "[" + "".join(f"{re.escape(chr(lo))}-{re.escape(chr(hi))}" for lo, hi in infix) + "]")
+    prefix_items = parser.parse(_rules.PREFIX).data
+    prefix = None
+    if prefix_items and prefix_items[0] == (constants.AT, constants.AT_BEGINNING):
+        first = _first_characters(prefix_items[1:])
+        if first is not None:
+            prefix = frozenset(chr(code) for lo, hi in first for code in range(lo, hi + 1))
+    return infix_class, prefix
+
+
+_INFIX_START, _PREFIX_START = _starts()
+_infix_match = re.compile(_rules.INFIX).match
+_url_match = re.compile(_rules.URL_MATCH).match
+
+
+def _infix_spans(string: str) -> list[tuple[int, int]]:
+    """The spans of ``re.finditer(INFIX, string)``: a match can only start at a character an infix can
+    start with, so only those positions are tried (a match never is empty, so the next search starts at
+    its end, as finditer's)."""
+    if _INFIX_START is None:
+        return [m.span() for m in re.finditer(_rules.INFIX, string)]
+    spans = []
+    search = _INFIX_START.search
+    start = search(string)
+    while start is not None:
+        match = _infix_match(string, start.start())
+        if match is not None:
+            spans.append(match.span())
+            start = search(string, match.end())
+        else:
+            start = search(string, start.start() + 1)
+    return spans
+
+
+_SPECIALS: dict[str, tuple[str, ...]] = _rules.SPECIAL_CASES
+_SENTENCE_PUNCT = frozenset(_rules.SENTENCE_PUNCT_CHARS)
+_RUNS = re.compile(r"\s+|\S+")
+
+#: Upper bound of the chunk cache (entries); it is cleared when full, like a generation.
+CACHE_SIZE = 500_000
+
+
+def _prefix_length(string: str) -> int:
+    if _PREFIX_START is not None and string[:1] not in _PREFIX_START:
+        return 0
+    match = _prefix_match(string)          # every prefix alternative starts with ^
+    return match.end() if match is not None else 0
+
+
+def _suffix_geometry() -> tuple[int, int] | None:
+    """(widest bounded suffix match, widest lookbehind) of the suffix pattern, or None if unusable.
+
+    ``re`` tries a ``...$`` alternation at every position of the string. Every
+    alternative but ``\\.\\.+$`` matches at most the first number of characters
+    and looks at most the second number further back, so for a string that
+    does not end with ``..`` the leftmost match depends only on that many last
+    characters: :func:`_suffix_length` searches them once per distinct tail.
+    """
+    import re._constants as constants
+    import re._parser as parser
+
+    def lookbehind(items) -> int:
+        widest = 0
+        for op, av in items:
+            if op in (constants.ASSERT, constants.ASSERT_NOT):
+                direction, sub = av
+                if direction < 0:
+                    widest = max(widest, sub.getwidth()[1])
+                widest = max(widest, lookbehind(sub.data))
+            elif op is constants.BRANCH:
+                widest = max([widest] + [lookbehind(b.data) for b in av[1]])
+            elif op is constants.SUBPATTERN:
+                widest = max(widest, lookbehind(av[-1].data))
+            elif op in (constants.MAX_REPEAT, constants.MIN_REPEAT):
+                widest = max(widest, lookbehind(av[2].data))
+        return widest
+
+    (op, (_, branches)), = parser.parse(_rules.SUFFIX).data
+    if op is not constants.BRANCH:
+        return None
+    widest = 0
+    for branch in branches:
+        high = branch.getwidth()[1]
+        if high >= constants.MAXREPEAT:
+            if str(branch) != str(parser.parse(r"\.\.+$")):
+                return None
+            continue
+        widest = max(widest, high)
+    behind = lookbehind(parser.parse(_rules.SUFFIX).data)
+    return (widest, behind) if behind < constants.MAXREPEAT else None
+
+
+_SUFFIX_GEOMETRY = _suffix_geometry()
+_suffix_memo: dict[str, int] = {}
+
+
+def _suffix_length(string: str) -> int:
+    if _SUFFIX_GEOMETRY is None or string.endswith(".."):
+        match = _suffix_search(string)
+        return match.end() - match.start() if match is not None else 0
+    window, behind = _SUFFIX_GEOMETRY
+    tail = string[-(window + behind):]
+    length = _suffix_memo.get(tail)
+    if length is None:
+        match = _suffix_search(tail, max(0, len(tail) - window))
+        length = match.end() - match.start() if match is not None else 0
+        if len(_suffix_memo) >= CACHE_SIZE:
+            _suffix_memo.clear()
+        _suffix_memo[tail] = length
+    return length
+
+
+def _split_chunk(string: str, specials: bool) -> list[str]:
+    """Tokens of one chunk without whitespace (``_split_affixes`` + ``_attach_tokens``)."""
+    if specials and string in _SPECIALS:
+        return list(_SPECIALS[string])
+    prefixes: list[str] = []
+    suffixes: list[str] = []
+    last_size = 0
+    while string and len(string) != last_size:
+        if specials and string in _SPECIALS:
+            break
+        last_size = len(string)
+        pre_len = _prefix_length(string)
+        if pre_len:
+            prefix = string[:pre_len]
+            minus_pre = string[pre_len:]
+            if minus_pre and specials and minus_pre in _SPECIALS:
+                string = minus_pre
+                prefixes.append(prefix)
+                break
+        suf_len = _suffix_length(string[pre_len:])
+        if suf_len:
+            suffix = string[-suf_len:]
+            minus_suf = string[:-suf_len]
+            if minus_suf and specials and minus_suf in _SPECIALS:
+                string = minus_suf
+                suffixes.append(suffix)
+                break
+        if pre_len and suf_len and pre_len + suf_len <= len(string):
+            string = string[pre_len:-suf_len]
+            prefixes.append(prefix)
+            suffixes.append(suffix)
+        elif pre_len:
+            string = minus_pre
+            prefixes.append(prefix)
+        elif suf_len:
+            string = minus_suf
+            suffixes.append(suffix)
+    tokens = prefixes
+    if string:
+        if specials and string in _SPECIALS:
+            tokens.extend(_SPECIALS[string])
+        elif string.isalnum() or ("." in string and _url_match(string)):
+            tokens.append(string)   # infixes consume no letter or digit (tested over Unicode); a URL has a dot
+        else:
+            start = 0
+            for infix_start, infix_end in _infix_spans(string):
+                if infix_start == 0:
+                    continue
+                if infix_start != start:
+                    tokens.append(string[start:infix_start])
+                if infix_start != infix_end:
+                    tokens.append(string[infix_start:infix_end])
+                start = infix_end
+            if string[start:]:
+                tokens.append(string[start:])
+    tokens.extend(reversed(suffixes))
+    return tokens
+
+
+def _tokenize_without_specials(text: str) -> list[str]:
+    """``Tokenizer._tokenize_affixes(text, False)``: the phrase patterns of the special-case matcher."""
+    tokens = []
+    for index, match in enumerate(_RUNS.finditer(text)):
+        run = match.group()
+        if run[0].isspace():
+            if index and run[0] == " ":
+                run = run[1:]
+            if run:
+                tokens.append(run)
+        else:
+            tokens.extend(_split_chunk(run, specials=False))
+    return tokens
+
+
+def _matcher_patterns() -> dict[str, list[tuple[tuple[str, ...], str]]]:
+    """First token -> [(pattern tokens, special case)] for the special cases spaCy re-joins after splitting."""
+    patterns: dict[str, list[tuple[tuple[str, ...], str]]] = {}
+    for string in _SPECIALS:
+        if not (_prefix_length(string) or _infix_spans(string) or _suffix_length(string)
+                or " " in string):
+            continue
+        tokens = tuple(_tokenize_without_specials(string))
+        if len(tokens) > 1 and "".join(tokens) == string:
+            patterns.setdefault(tokens[0], []).append((tokens, string))
+    return patterns
+
+
+_PATTERNS = _matcher_patterns()
+_PATTERN_PAIRS = frozenset(pattern[:2] for patterns in _PATTERNS.values() for pattern, _ in patterns)
+
+
+def _apply_special_cases(tokens: list[str]) -> list[str]:
+    """spaCy's special-case matcher pass inside one chunk: longest match first, then leftmost."""
+    matches = []
+    for start, token in enumerate(tokens):
+        for pattern, string in _PATTERNS.get(token, ()):
+            end = start + len(pattern)
+            if tuple(tokens[start:end]) == pattern:
+                matches.append((start, end, string))
+    if not matches:
+        return tokens
+    matches.sort(key=lambda m: (m[1] - m[0], -m[0]))
+    seen: set[int] = set()
+    chosen = []
+    for start, end, string in reversed(matches):
+        if start not in seen and end - 1 not in seen:
+            chosen.append((start, end, string))
+        seen.update(range(start, end))
+    out, at = [], 0
+    for start, end, string in sorted(chosen):
+        out.extend(tokens[at:start])
+        out.extend(_SPECIALS[string])
+        at = end
+    out.extend(tokens[at:])
+    return out
+
+
+class _Vocabulary:
+    """Tokens interned as ints, and each chunk's token ids (spaCy caches chunks the same way).
+
+    Cleared as a whole (a new *generation*) before it would outgrow
+    :data:`CACHE_SIZE` chunks, only between documents, so a document's ids
+    are always consistent.
+    """
+
+    def __init__(self):
+        self.generation = 0
+        self.clear()
+
+    def clear(self) -> None:
+        self.chunks: dict[str, tuple[int, ...]] = {}
+        self.ids: dict[str, int] = {}
+        self.strings: list[str] = []
+        self.generation += 1
+
+    def intern(self, token: str) -> int:
+        index = self.ids.get(token)
+        if index is None:
+            index = self.ids[token] = len(self.strings)
+            self.strings.append(token)
+        return index
+
+    def fill(self, chunks) -> None:
+        missing = set(chunks).difference(self.chunks)
+        if len(self.chunks) + len(missing) > CACHE_SIZE:
+            self.clear()
+        intern = self.intern
+        for chunk in missing:
+            self.chunks[chunk] = tuple(map(intern, _tokenize_chunk(chunk)))
+
+
+VOCABULARY = _Vocabulary()
+
+
+#: A word between brackets or quotes and followed by punctuation: ``(word),`` ``"word"`` ``word;``. These
+#: characters are affixes whatever letters stand next to them, one token each (tested).
+_LEADING, _TRAILING = '([{"', ',;:)]}!?"'
+_WORD_IN_PUNCTUATION = re.compile(f"([{re.escape(_LEADING)}]*)(.+?)([{re.escape(_TRAILING)}]*)")
+
+
+def _word_in_punctuation(chunk: str) -> list[str] | None:
+    """The tokens of a word in brackets/quotes/punctuation, or None when the chunk is not one (or a special
+    case could be involved): what :func:`_split_chunk` gives, without its loop."""
+    match = _WORD_IN_PUNCTUATION.fullmatch(chunk)
+    if match is None:
+        return None
+    lead, core, trail = match.groups()
+    if not core.isalpha() or not (lead or trail):
+        return None
+    end = len(chunk)
+    for i in range(len(lead) + 1):          # every string the affix loop can look up
+        for j in range(len(trail) + 1):
+            if chunk[i:end - j] in _SPECIALS:
+                return None
+    return [*lead, core, *trail]
+
+
+def _tokenize_chunk(chunk: str) -> tuple[str, ...]:
+    if (chunk.isalpha() or (chunk.isascii() and chunk.isdigit())) and chunk not in _SPECIALS:
+        return (chunk,)         # no affix or infix rule matches letters only (tested over Unicode)
+    split = _word_in_punctuation(chunk)
+    if split is None:
+        split = _split_chunk(chunk, specials=True)
+    if len(split) > 1 and any(pair in _PATTERN_PAIRS for pair in zip(split, split[1:])):
+        split = _apply_special_cases(split)
+    return tuple(split)
+
+
+def chunk_tokens(chunk: str) -> tuple[str, ...]:
+    """spaCy's tokens of one whitespace-free chunk."""
+    ids = VOCABULARY.chunks.get(chunk)
+    if ids is None:
+        VOCABULARY.fill((chunk,))
+        ids = VOCABULARY.chunks[chunk]
+    strings = VOCABULARY.strings
+    return tuple(strings[i] for i in ids)
+
+
+def word_ids(text: str) -> np.ndarray:
+    """The ids (in :data:`VOCABULARY`) of datatrove's English words of ``text``: spaCy's tokens minus
+    whitespace tokens. Fast: one dict lookup per whitespace-separated chunk seen before."""
+    chunks = text.split()
+    table = VOCABULARY.chunks
+    if not table.keys() >= set(chunks):
+        VOCABULARY.fill(chunks)
+        table = VOCABULARY.chunks
+    return np.fromiter(chain.from_iterable(map(table.__getitem__, chunks)), dtype=np.int64)
+
+
+def words(text: str) -> list[str]:
+    """datatrove's ``split_into_words(text)`` for English: spaCy's tokens minus whitespace tokens."""
+    strings = VOCABULARY.strings
+    return [strings[i] for i in word_ids(text).tolist()]
+
+
+def tokens(text: str) -> list[str]:
+    """Every spaCy token of ``text``, whitespace tokens included (``[t.text for t in nlp(text)]``)."""
+    out: list[str] = []
+    for index, match in enumerate(_RUNS.finditer(text)):
+        run = match.group()
+        if run[0].isspace():
+            if index and run[0] == " ":
+                run = run[1:]
+            if run:
+                out.extend(chunk_tokens(run))
+        else:
+            out.extend(chunk_tokens(run))
+    return out
+
+
+_class_cache: dict[str, str] = {}
+_SENTENCE_BREAK = re.compile("F[FP]*W")
+
+
+def _token_class(token: str) -> str:
+    """'F' a sentence-final character, 'P' other punctuation (spaCy ``is_punct``: every character in a
+    Unicode P* category), 'W' anything else (words, numbers, symbols, whitespace tokens)."""
+    if token in _SENTENCE_PUNCT:
+        return "F"
+    return "P" if all(unicodedata.category(c).startswith("P") for c in token) else "W"
+
+
+def _chunk_classes(chunks: list[str]) -> list[str]:
+    """The token classes of each chunk (cached per chunk)."""
+    classes = list(map(_class_cache.get, chunks))
+    if None in classes:
+        if len(_class_cache) + len(chunks) > CACHE_SIZE:
+            _class_cache.clear()
+        for chunk in set(chunks).difference(_class_cache):
+            _class_cache[chunk] = "".join(map(_token_class, chunk_tokens(chunk)))
+        classes = list(map(_class_cache.__getitem__, chunks))
+    return classes
+
+
+_FINAL_CHARACTER = re.compile("[" + "".join(re.escape(c) for c in sorted(_SENTENCE_PUNCT)) + "]")
+
+
+def sentence_count(text: str) -> int:
+    """Sentences of spaCy's ``sentencizer`` in ``text`` (datatrove: ``len(split_into_sentences(text))``).
+
+    The sentencizer starts a sentence at the first token and at every token
+    that is neither punctuation nor a sentence-final character (``.``, ``!``,
+    ``?``, ``。`` ...) and follows a sentence-final character: with tokens
+    classed F (final), P (punctuation) and W (other), one sentence more per
+    ``F[FP]*W``. datatrove's splitting returns one part for a text without
+    tokens, so the count is at least 1. A text whose only sentence-final
+    character is its last one is one sentence.
+    """
+    if _FINAL_CHARACTER.search(text, 0, len(text) - 1) is None:
+        return 1
+    chunks = text.split()
+    if " ".join(chunks) == text:     # single spaces only: no whitespace tokens
+        classes = "".join(_chunk_classes(chunks))
+    else:
+        classes = "".join(map(_token_class, tokens(text)))
+    return 1 + len(_SENTENCE_BREAK.findall(classes))

@@ -1,0 +1,1 @@
+"""Helpers shared by tests (fixtures builders, reference implementations' adapters)."""
