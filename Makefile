@@ -10,13 +10,21 @@ DEMO_ROOT ?= out/demo
 
 venv: $(STAMP)
 
-$(STAMP): requirements/lock.txt requirements/no-deps.txt setup.py
+$(STAMP): requirements/lock.txt requirements/no-deps.txt requirements/test.txt setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip==24.3.1
 	$(PY) -m pip install --quiet -r requirements/lock.txt
 	$(PY) -m pip install --quiet --no-deps -r requirements/no-deps.txt
+	$(PY) -m pip install --quiet --no-deps -r requirements/test.txt
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
+
+## Test-only PyTorch (tests/test_loader_torch.py runs the loader in a real DataLoader): ~2.5 GB of
+## wheels, so a separate step of `make test`, never of `make demo` (requirements/torch.txt says why).
+TORCH_STAMP := $(VENV)/.torch
+$(TORCH_STAMP): requirements/torch.txt $(STAMP)
+	$(PY) -m pip install --quiet --no-deps -r requirements/torch.txt
+	touch $(TORCH_STAMP)
 
 ## Build the bundled sample corpus on the local runner and print the summary.
 demo: $(STAMP)
@@ -38,7 +46,7 @@ report: $(STAMP)
 	$(PY) -m beam_pipeline report $(DEMO_ROOT)
 
 ## Run the whole test suite (what .ci/run calls); it builds the sample on embedded Flink too.
-test: $(STAMP) flink
+test: $(STAMP) $(TORCH_STAMP) flink
 	$(PY) -m pytest -q tests
 
 ## The sample on a real Flink session cluster on localhost (Java; downloads Flink and the

@@ -12,7 +12,6 @@ import json
 import os
 
 import pyarrow.parquet as pq
-import pytest
 
 from beam_pipeline import cli
 from beam_pipeline.policy_rules import Plan, RuleConfig
@@ -94,8 +93,6 @@ def test_no_warning_when_the_language_stage_runs_first(tmp_path):
     assert "could not judge" not in result["report"]
 
 
-@pytest.mark.xfail(strict=True, reason="needs transforms/score.py HeuristicsScorer.score to pass "
-                                       "**config.heuristics.score_options() (the lead's one-line change)")
 def test_default_language_gives_stop_words_without_language_identification(tmp_path):
     result = build(tmp_path, "[heuristics]", "heuristics: {default_language: en}\n")
     assert warnings_from_ledgers(result["config"], result["ledgers"]) == []

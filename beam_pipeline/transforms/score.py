@@ -263,8 +263,7 @@ class HeuristicsScorer(Scorer):
         from beam_pipeline.filters import heuristics
 
         c = self.config.heuristics
-        return heuristics.score(document["text"], _language_of(rows), stop_words=c.stop_words,
-                                min_words_per_line=c.min_words_per_line, short_line_chars=c.short_line_chars)
+        return heuristics.score(document["text"], _language_of(rows), **c.score_options())
 
 
 class BlocklistScorer(Scorer):
