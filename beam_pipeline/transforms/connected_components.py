@@ -5,20 +5,23 @@ Beyond*, SoCC 2014) are in :mod:`beam_pipeline.dedup.components`. Each step is
 one ``GroupByKey`` on the node (a doc_id, ``StrUtf8Coder``)::
 
     edges (a, b) -> (a, b), (b, a) without self-loops
-      round r:  [converged before round r? (side input: the changed-edge count of round r - 1) -> pass through]
-                GroupByKey(node) -> large-star -> (larger, smaller)
+      round r:  GroupByKey(node) -> large-star -> (larger, smaller)
                 GroupByKey(larger) -> small-star -> (smaller, larger), (larger, smaller)
       labels:   (node, min(node, neighbour)) -> CombinePerKey(min)
 
 A grouped value is one node's neighbours (doc_ids). ``max_rounds`` rounds are
 unrolled in the job graph (``docs/near_dedup.md`` says why not one job per
-round); once a round changes no edge, the later rounds route the edges
-around their groupings, so they cost one pass over the final stars. The
-changed-edge counts are data: each step counts
-``components_changed_rNN`` in its tally (:mod:`beam_pipeline.accounting`),
-and the next round reads the round's tallies as a side input. If the last
-round still changed edges, the job fails with a message naming
-``near_dedup.max_rounds``; ``components_rounds`` counts the rounds that ran.
+round), and every round runs: a round after convergence regroups the final
+stars and changes nothing. Rounds used to skip their groupings once the
+previous round's changed-edge count (a side input) was 0, but that made each
+round a diamond of the graph (edges and counts both from the round before),
+and Flink's batch optimizer (the DataSet API the portable Flink runner uses)
+walks every path of the graph: 2^rounds paths, and the sample's job never
+left the optimizer (``docs/decisions.md``). The changed-edge counts are
+data: each step counts ``components_changed_rNN`` in its tally
+(:mod:`beam_pipeline.accounting`); if the last round still changed edges,
+the job fails with a message naming ``near_dedup.max_rounds``;
+``components_rounds`` counts the rounds that changed something, plus one.
 """
 from __future__ import annotations
 
@@ -57,7 +60,7 @@ class ConnectedComponents(beam.PTransform):
         current = edges | "BothDirections" >> beam.FlatMap(both_directions).with_output_types(StrKeyed)
         rounds = []
         for index in range(1, self._max_rounds + 1):
-            result = current | f"Round{index:02d}" >> _StarRound(index, rounds[-1] if rounds else None, self._stage)
+            result = current | f"Round{index:02d}" >> _StarRound(index, self._stage)
             current = result["edges"]
             rounds.append(result[COUNTS])  # (large star's, small star's)
         converged = (
@@ -85,22 +88,14 @@ class _StarRound(beam.PTransform):
     """(node, neighbour) of both directions -> {"edges": the same after large-star + small-star,
     "counts": the round's tallies}."""
 
-    def __init__(self, index: int, previous_counts, stage: str):
+    def __init__(self, index: int, stage: str):
         super().__init__()
         self._index = index
-        self._previous = previous_counts
         self._stage = stage
 
     def expand(self, edges):
-        if self._previous is None:
-            work, done = edges, None
-        else:
-            routed = edges | "SkipIfConverged" >> beam.ParDo(
-                _RouteFn(), *[beam.pvalue.AsList(c) for c in self._previous]).with_output_types(
-                StrKeyed, done=StrKeyed).with_outputs("done", main="work")
-            work, done = routed["work"], routed["done"]
         large = (
-            work
+            edges
             | "GroupNeighbours" >> beam.GroupByKey()
             | "LargeStar" >> beam.ParDo(_StarFn(large_star, self._index, False, self._stage))
             .with_output_types(StrKeyed).with_outputs(COUNTS, main="edges")
@@ -111,8 +106,7 @@ class _StarRound(beam.PTransform):
             | "SmallStar" >> beam.ParDo(_StarFn(small_star, self._index, True, self._stage))
             .with_output_types(StrKeyed).with_outputs(COUNTS, main="edges")
         )
-        out = small["edges"] if done is None else (small["edges"], done) | "WithSkipped" >> beam.Flatten()
-        return {"edges": out, COUNTS: (large[COUNTS], small[COUNTS])}
+        return {"edges": small["edges"], COUNTS: (large[COUNTS], small[COUNTS])}
 
 
 class _StarFn(CountingDoFn):
@@ -139,14 +133,6 @@ def changed_edges(counts: Iterable[dict]) -> int:
     """The changed edges in a round's tallies."""
     return sum(n for tally in counts for (_stage, name, _source), n in tally.items()
                if name.startswith("components_changed_r"))
-
-
-class _RouteFn(beam.DoFn):
-    def process(self, edge, *previous_counts: list[dict]):
-        if changed_edges([c for counts in previous_counts for c in counts]) == 0:
-            yield beam.pvalue.TaggedOutput("done", edge)
-        else:
-            yield edge
 
 
 class _ConvergedFn(beam.DoFn):
