@@ -294,7 +294,8 @@ def check_sources_match(config: CorpusConfig, manifest: dict) -> None:
     resolve_snapshot(config, manifest)
     for source in config.sources:
         stray = [f["path"] for f in manifest["sources"][source.name]["files"]
-                 if not fnmatch.fnmatchcase(f["path"], source.uri)]
+                 if "origins" not in f  # a bronze object: it arrived under the landing prefix, not the uri
+                 and not fnmatch.fnmatchcase(f["path"], source.uri)]
         if stray:
             raise SnapshotError(f"source {source.name!r}: the snapshot's file {stray[0]} is not matched by the "
                                 f"config's uri {source.uri!r}; take a new snapshot for this config")

@@ -747,7 +747,8 @@ def clusters(layout: _Layout) -> list[dict]:
 
 
 def flags(layout: _Layout) -> list[dict]:
-    """Share of documents with each boolean annotation column true (``is_duplicate``, ``blocked``, ...)."""
+    """Share of documents with each boolean annotation column true (``is_duplicate``, ``blocked``, ...),
+    among those with a value in it."""
     out = []
     for output in layout.annotations():
         columns = [f.name for f in output.schema if pa.types.is_boolean(f.type)]
@@ -759,7 +760,8 @@ def flags(layout: _Layout) -> list[dict]:
                 col = table[c].drop_null()
                 valid[c] += len(col)
                 true[c] += pc.sum(col.cast(pa.int64())).as_py() or 0
-        out += [{"layer": output.label, "column": c, "true": true[c], "of": valid[c]} for c in columns]
+        # a column no document has a value in (a definition this build did not compute) is left out
+        out += [{"layer": output.label, "column": c, "true": true[c], "of": valid[c]} for c in columns if valid[c]]
     return out
 
 
