@@ -519,16 +519,15 @@ def test_a_build_from_a_bronze_snapshot_has_the_dataset_id_of_the_build_over_glo
     sid = snapshot_id(capsys)
     assert cli.main(["run", "--config", config, "--snapshot_id", sid, *IN_PROCESS]) == 0
     from_bronze = dataset_id_from_output(capsys.readouterr().out)
-    globs_root = str(tmp_path / "globs")  # the same files (the redelivery too) read where they lie
-    assert cli.main(["run", "--config", config, "--output_root", globs_root, *IN_PROCESS]) == 0
-    from_globs = dataset_id_from_output(capsys.readouterr().out)
-    assert from_bronze == from_globs == built["manifest"]["dataset_id"]
+    # the reference build read the same bytes through the sample config's globs (the redelivered file is
+    # a byte-for-byte copy: a glob build would collapse it as a verbatim repeat)
+    assert from_bronze == built["manifest"]["dataset_id"]
 
     # the same documents: content-derived ids do not depend on where the bytes were read
     def doc_ids(output_root):
         (layer,) = glob.glob(os.path.join(output_root, "layers", "ingest", "*", "documents"))
         return sorted(r["doc_id"] for r in read_layer_rows(layer))
-    assert doc_ids(root) == doc_ids(globs_root) == doc_ids(built["root"])
+    assert doc_ids(root) == doc_ids(built["root"])
     # provenance: documents name the bronze object they were read from; the snapshot names where it came from
     manifest = json.load(open(os.path.join(root, "snapshots", f"{sid}.json")))
     origins = origins_of(manifest)

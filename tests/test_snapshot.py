@@ -144,22 +144,23 @@ def test_pinned_snapshot_must_match_the_config_sources(small_corpus, capsys):
     assert "take a new snapshot" in capsys.readouterr().err
 
 
-def test_the_same_sample_in_two_checkouts_has_the_same_ids(tmp_path):
-    """The sample and its config copied to two folders: one snapshot id, config digest, run id and dataset id."""
+def test_the_same_sample_in_two_checkouts_has_the_same_ids(built, tmp_path):
+    """The sample and its config copied to another folder: the snapshot id, config digest, run id and
+    dataset id of the reference build (made in this checkout, the first folder)."""
     import glob
 
+    folder = tmp_path / "elsewhere" / "two"
+    shutil.copytree(SAMPLE, folder / "sample")
+    root = folder / "out"
+    assert cli.main(["run", "--config", str(folder / "sample" / "corpus.yaml"), "--output_root", str(root),
+                     *IN_PROCESS]) == 0
     ids = []
-    for checkout in ("one", "elsewhere/two"):
-        folder = tmp_path / checkout
-        shutil.copytree(SAMPLE, folder / "sample")
-        root = folder / "out"
-        assert cli.main(["run", "--config", str(folder / "sample" / "corpus.yaml"), "--output_root", str(root),
-                         *IN_PROCESS]) == 0
-        (metrics,) = glob.glob(str(root / "runs" / "*" / "metrics.json"))
+    for checkout, out in ((os.path.dirname(SAMPLE), built["root"]), (str(folder), str(root))):
+        (metrics,) = glob.glob(os.path.join(out, "runs", "*", "metrics.json"))
         metrics = json.load(open(metrics))
-        manifest = json.load(open(root / "datasets" / metrics["dataset_id"] / "manifest.json"))
-        (snapshot_file,) = glob.glob(str(root / "snapshots" / "*.json"))
-        assert str(folder) not in open(snapshot_file).read()
-        assert load_config(str(folder / "sample" / "corpus.yaml")).digest() == manifest["config_digest"]
+        manifest = json.load(open(os.path.join(out, "datasets", metrics["dataset_id"], "manifest.json")))
+        (snapshot_file,) = glob.glob(os.path.join(out, "snapshots", "*.json"))
+        assert checkout not in open(snapshot_file).read()
+        assert load_config(os.path.join(checkout, "sample", "corpus.yaml")).digest() == manifest["config_digest"]
         ids.append((metrics["snapshot_id"], manifest["config_digest"], metrics["run_id"], metrics["dataset_id"]))
     assert ids[0] == ids[1]
