@@ -1,14 +1,12 @@
 """Running the near-dedup stage in a real pipeline and committing its layer as the build does.
 
-``commit_produced`` copies the logic of :func:`beam_pipeline.build.commit_produced`
-(rows through :class:`WriteLayerOutput`, partitions the stage's tasks wrote as
-they are, counts and the commit through :class:`CommitLayer`), so a test sees
-exactly the files and the ledger the build writes, without the rest of the
-build's graph.
+The stage goes through the build's own :class:`beam_pipeline.build.StageTransform`
+(rows through ``WriteLayerOutput``, partitions the stage's tasks wrote as they
+are, counts and the commit through ``CommitLayer``), so a test sees exactly the
+files and the ledger the build writes, without the rest of the build's graph.
 """
 from __future__ import annotations
 
-import dataclasses
 import glob
 import hashlib
 import json
@@ -20,12 +18,12 @@ import pyarrow.parquet as pq
 from apache_beam.internal.cloudpickle import cloudpickle
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_pipeline import schemas
-from beam_pipeline.accounting import COUNTS, DEAD_LETTER
+from beam_pipeline import build, schemas
+from beam_pipeline.accounting import DEAD_LETTER
 from beam_pipeline.config import NearDedupConfig
 from beam_pipeline.layers import Layer, layer_key
 from beam_pipeline.transforms import near_dedup
-from beam_pipeline.transforms.layer_io import CommitLayer, LayerSpec, WriteLayerOutput, WrittenPartitions
+from beam_pipeline.transforms.layer_io import LayerSpec
 
 # The workers of multi_processing do not have tests/ on their path: ship this module's functions by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -34,46 +32,10 @@ IN_PROCESS = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
 MULTI_PROCESS = ["--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=2"]
 
 
-def _dead_letter_order(row: dict) -> tuple:
-    return (row["file"] or "", row["position"] if row["position"] is not None else -1,
-            row["doc_id"] or "", row["error"])
-
-
-_DEAD_LETTER_LAYOUT = {"sort_key": _dead_letter_order, "partition_key": lambda row: row["file"] or ""}
-
-
-def commit_produced(spec: LayerSpec, produced: dict):
-    """Write what a stage produced and commit the layer (as ``build.commit_produced``): PCollection[Committed]."""
-    sidecars = {}
-    for name, schema in spec.outputs.items():
-        value = produced.get(name)
-        if value is None:
-            if name == DEAD_LETTER:
-                continue
-            raise ValueError(f"stage {spec.layer.stage} produced no {name!r} output")
-        if isinstance(value, WrittenPartitions):
-            sidecars[name] = value.sidecars
-        else:
-            sidecars[name] = value | f"Write_{name}" >> WriteLayerOutput(
-                spec.output_directory(name), schema, spec.output_partitions(name),
-                **(_DEAD_LETTER_LAYOUT if name == DEAD_LETTER else {}))
-    counts = produced[COUNTS]
-    if isinstance(counts, (tuple, list)):
-        counts = tuple(counts) | "AllCounts" >> beam.Flatten()
-    outputs = {name: schema for name, schema in spec.outputs.items() if name in sidecars}
-    return {**sidecars, COUNTS: counts} | "Commit" >> CommitLayer(dataclasses.replace(spec, outputs=outputs))
-
-
-class StageTransform(beam.PTransform):
-    """pbegin -> PCollection[Committed]: a stage's transforms, its writers and its commit (as the build's)."""
-
-    def __init__(self, spec: LayerSpec, expand):
-        super().__init__()
-        self._spec = spec
-        self._expand = expand
-
-    def expand(self, pbegin):
-        return commit_produced(self._spec, self._expand(pbegin))
+def StageTransform(spec: LayerSpec, expand):  # noqa: N802 - stands for the build's transform
+    """pbegin -> PCollection[Committed]: ``expand(pbegin)``'s outputs written and committed by the build's own
+    :class:`beam_pipeline.build.StageTransform`."""
+    return build.StageTransform(spec, lambda pbegin, _layer: expand(pbegin))
 
 
 def ingest_spec(root: str, config, snapshot_id: str, partitions: int) -> LayerSpec:

@@ -68,7 +68,7 @@ from beam_pipeline.dedup import minhash, simhash
 from beam_pipeline.dedup.repetition import LINES_VERSION, SPANS_VERSION, line_keys, merge_ranges
 from beam_pipeline.dedup.shingling import NORMALIZATION_VERSION, shingle_hashes
 from beam_pipeline.hashing import bucket_of, stable_hash64
-from beam_pipeline.layers import join, part_name, read_bytes, read_partition_rows
+from beam_pipeline.layers import join, read_bytes, read_partition_rows
 from beam_pipeline.schemas import LARGE_CLUSTER, NEAR_DEDUP, NEAR_SIGNATURE, dead_letter_row
 from beam_pipeline.transforms.connected_components import LABELS, ConnectedComponents
 from beam_pipeline.transforms.keys import IntKeyed, StrKeyed
