@@ -53,6 +53,7 @@ REPO = BENCH.parent
 SCALE_WORK = BENCH / "work" / "scale"
 SUBSETS = SCALE_WORK / "subsets"
 RESULTS = BENCH / "results"
+LOGS = BENCH / "work" / "logs"
 WORKERS = 2  # SDK worker processes (--workers); rates are per core of the machine
 CORES = os.cpu_count() or 1
 SIZES_MB = (250, 500, 1000)
@@ -124,7 +125,101 @@ def make_subset(size_mb: int, files: list[str]) -> Path:
 
 
 # --------------------------------------------------------------------------
+# Runners
+
+
+#: Beam arguments per ``--runner``; the CLI completes them (beam_pipeline/options/corpus_options.py,
+#: LocalRunnerDefaults): Flink gets --flink_version=1.19, the job server jar of ``make flink``,
+#: --environment_type=LOOPBACK and --parallelism=<cores>.
+def runner_args(runner: str, workers: int = WORKERS, mode: str = "multi_processing") -> list[str]:
+    if runner == "local":
+        return ["--runner=DirectRunner", f"--direct_running_mode={mode}", f"--direct_num_workers={workers}"]
+    if runner == "flink":
+        return ["--runner=FlinkRunner", "--flink_master=[local]"]
+    raise ValueError(f"unknown runner {runner!r} (local or flink)")
+
+
+def runner_description(runner: str, workers: int = WORKERS, mode: str = "multi_processing") -> str:
+    if runner == "local":
+        return (f"DirectRunner (its FnApiRunner), {mode}, {workers} SDK worker processes on {CORES} cores; "
+                "the driver process runs the shuffles")
+    return (f"embedded Flink 1.19 (`--runner=FlinkRunner --flink_master=[local]`: Beam's Flink job server "
+            f"{FLINK_JOB_SERVER} in a JVM started by the driver, LOOPBACK: the Python SDK workers run inside "
+            f"the driver process, parallelism {CORES})")
+
+
+FLINK_JOB_SERVER = "2.62.0"  # beam_pipeline.options.corpus_options.FLINK_JOB_SERVER_BEAM (read in main)
+
+
+# --------------------------------------------------------------------------
 # One run, sampled
+
+
+START_PHASE = "_start"      # snapshot and job graph, until the job's plan is printed
+PUBLISH_PHASE = "_publish"  # after the last layer's commit: publish, lineage, metrics, report, exit
+ROLES = ("driver", "worker", "jvm", "other")
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+_LINE = re.compile(r"^\s*[\d.]+s \[([^\]]+)\] (.*)$")
+_ATTEMPT = re.compile(r"WARNING: attempt (\d+) of (\d+): (.*?)(?:\. Nothing uncommitted is kept|$)")
+
+
+class Phases:
+    """Which phase of the build is running, from the lines the build prints.
+
+    The build prints ``[stage] runs in this job -> ...`` for every stage it
+    computes, in build order, before the job starts, and ``[stage] committed
+    after Ns`` when the stage's ledger appears. The phase is the **first stage
+    in build order that is not committed yet**: the stage the build is waiting
+    for. Its span ends at the stage's commit and begins when every earlier stage
+    has committed, which is how ``metrics.json`` times a stage (commit to
+    commit: ``beam_pipeline/transforms/publish.py``, ``run_metrics``), so the
+    memory of a phase and the stage's seconds describe the same interval. In one
+    job stages overlap: a phase's memory includes what later stages already
+    run alongside it (and, on the driver, what earlier stages left allocated).
+    Before the plan: ``_start``; after the last commit: ``_publish``. A job that
+    runs again after a stage lost records prints the plan of the stages not yet
+    committed again; the phase stays at the first uncommitted stage.
+    """
+
+    def __init__(self):
+        self.order: list[str] = []
+        self.committed: dict[str, float] = {}  # stage -> seconds since the run started
+        self.job_started: float | None = None
+        self.attempt_failures: list[dict] = []
+
+    def feed(self, line: str, t: float) -> None:
+        match = _LINE.match(line)
+        if not match:
+            return
+        stage, rest = match.groups()
+        if rest.startswith("runs in this job"):
+            if stage not in self.order:
+                self.order.append(stage)
+            if self.job_started is None:
+                self.job_started = t
+        elif rest.startswith("committed after"):
+            self.committed.setdefault(stage, t)
+        elif rest.startswith("WARNING: attempt"):
+            attempt = _ATTEMPT.search(rest)
+            self.attempt_failures.append({"stage": stage, "seconds": round(t, 1), "message": rest if not attempt else
+                                          attempt.group(3), "attempt": int(attempt.group(1)) if attempt else None})
+
+    @property
+    def current(self) -> str:
+        if not self.order:
+            return START_PHASE
+        return next((stage for stage in self.order if stage not in self.committed), PUBLISH_PHASE)
+
+    def spans(self) -> dict[str, float]:
+        """Seconds of each stage's phase, from the commit lines (as ``run_metrics``, but measured here)."""
+        spans, previous = {}, self.job_started or 0.0
+        for stage in self.order:
+            if stage not in self.committed:
+                break
+            spans[stage] = max(0.0, self.committed[stage] - previous)
+            previous = max(previous, self.committed[stage])
+        return spans
 
 
 def _status(pid: int) -> dict | None:
@@ -136,16 +231,57 @@ def _status(pid: int) -> dict | None:
         return None  # exited, or a zombie without memory fields
 
 
-class MemorySampler:
-    """Peak memory of a process tree per process and per stage (see the module docstring)."""
+def _cpu_seconds(pid: int) -> float | None:
+    """utime + stime of a process (all its threads), from /proc/<pid>/stat."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    except (OSError, IndexError, ValueError):
+        return None
 
-    def __init__(self, root_pid: int):
+
+def role_of(pid: int, root: int) -> str:
+    """driver (the build process), worker (an SDK worker process), jvm (Flink's job server) or other."""
+    if pid == root:
+        return "driver"
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "other"
+    cmdline = b" ".join(argv).decode(errors="replace")
+    program = os.path.basename(argv[0].decode(errors="replace")) if argv else ""
+    if program in ("sh", "bash", "dash"):
+        return "other"  # the shell a worker is started through (a few MiB)
+    if "sdk_worker_main" in cmdline:
+        return "worker"
+    if program == "java" and "job-server" in cmdline:
+        return "jvm"
+    return "other"
+
+
+class MemorySampler:
+    """Peak memory and CPU of a process tree, per process, per role and per phase (:class:`Phases`).
+
+    Every ``SAMPLE_SECONDS``: ``VmRSS`` and ``VmHWM`` (the process's lifetime
+    peak, which also catches peaks between two samples) of the build process and
+    every process it started, and their CPU seconds (the growth since the last
+    sample is attributed to the phase now running). Per phase: the largest RSS of
+    one process of each role, the sum over the workers, and the sum over the
+    whole tree. ``limit_mb``: a tree whose RSS passes it is killed (SIGKILL to its
+    process group), so that a build that outgrows the machine fails here, not in
+    someone else's process; the sample that passed it is kept.
+    """
+
+    def __init__(self, root_pid: int, phases: Phases, limit_mb: float | None = None):
         self.root = root_pid
-        self.stage = "_start"
+        self.phases = phases
+        self.limit_kb = limit_mb * 1024 if limit_mb else None
+        self.killed_at: dict | None = None
         self.processes: dict[int, dict] = {}
-        self.per_stage: dict[str, dict] = {}
+        self.per_phase: dict[str, dict] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="memory-sampler", daemon=True)
+        self._t0 = time.monotonic()
 
     def start(self) -> "MemorySampler":
         self._thread.start()
@@ -155,117 +291,178 @@ class MemorySampler:
         self._stop.set()
         self._thread.join()
 
-    def _role(self, pid: int) -> str:
-        if pid == self.root:
-            return "driver"
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            return "other"
-        return "worker" if "sdk_worker_main" in cmdline else "other"
+    def _phase_entry(self, phase: str) -> dict:
+        return self.per_phase.setdefault(phase, {
+            **{f"{role}_rss_kb": 0 for role in ROLES}, "workers_total_rss_kb": 0, "tree_rss_kb": 0,
+            **{f"{role}_cpu_s": 0.0 for role in ROLES}, "samples": 0})
 
     def _run(self) -> None:
         while not self._stop.wait(SAMPLE_SECONDS):
-            stage = self.stage
-            worker_total = 0
-            for pid in descendants(self.root):
-                status = _status(pid)
-                if status is None:
-                    continue
-                proc = self.processes.setdefault(pid, {"role": self._role(pid), "hwm_kb": 0, "stages": []})
-                proc["hwm_kb"] = max(proc["hwm_kb"], status["hwm_kb"])
-                if stage not in proc["stages"]:
-                    proc["stages"].append(stage)
-                entry = self.per_stage.setdefault(stage, {"driver_rss_kb": 0, "worker_rss_kb": 0,
-                                                          "workers_total_rss_kb": 0, "worker_hwm_kb": 0})
-                if proc["role"] == "driver":
-                    entry["driver_rss_kb"] = max(entry["driver_rss_kb"], status["rss_kb"])
-                elif proc["role"] == "worker":
-                    entry["worker_rss_kb"] = max(entry["worker_rss_kb"], status["rss_kb"])
-                    entry["worker_hwm_kb"] = max(entry["worker_hwm_kb"], status["hwm_kb"])
-                    worker_total += status["rss_kb"]
-            if stage in self.per_stage:
-                entry = self.per_stage[stage]
-                entry["workers_total_rss_kb"] = max(entry["workers_total_rss_kb"], worker_total)
+            self.sample()
+
+    def sample(self) -> None:
+        phase = self.phases.current
+        entry = self._phase_entry(phase)
+        entry["samples"] += 1
+        worker_total = tree_total = 0
+        for pid in descendants(self.root):
+            status, cpu = _status(pid), _cpu_seconds(pid)
+            if status is None:
+                continue
+            proc = self.processes.setdefault(pid, {"role": role_of(pid, self.root), "hwm_kb": 0, "cpu_s": 0.0,
+                                                   "phases": []})
+            role = proc["role"]
+            proc["hwm_kb"] = max(proc["hwm_kb"], status["hwm_kb"])
+            if cpu is not None:
+                entry[f"{role}_cpu_s"] += max(0.0, cpu - proc["cpu_s"])
+                proc["cpu_s"] = max(proc["cpu_s"], cpu)
+            if phase not in proc["phases"]:
+                proc["phases"].append(phase)
+            entry[f"{role}_rss_kb"] = max(entry[f"{role}_rss_kb"], status["rss_kb"])
+            if role == "worker":
+                worker_total += status["rss_kb"]
+            tree_total += status["rss_kb"]
+        entry["workers_total_rss_kb"] = max(entry["workers_total_rss_kb"], worker_total)
+        entry["tree_rss_kb"] = max(entry["tree_rss_kb"], tree_total)
+        if self.limit_kb and tree_total > self.limit_kb and self.killed_at is None:
+            self.killed_at = {"phase": phase, "seconds": round(time.monotonic() - self._t0, 1),
+                              "tree_rss_mb": tree_total / 1024}
+            try:
+                os.killpg(self.root, 9)  # the build runs in its own session (its own process group)
+            except OSError:
+                pass
+
+    def peak_mb(self, role: str) -> float:
+        return max((p["hwm_kb"] for p in self.processes.values() if p["role"] == role), default=0) / 1024
+
+    def cpu_by_role(self) -> dict[str, float]:
+        return {role: sum(p["cpu_s"] for p in self.processes.values() if p["role"] == role) for role in ROLES}
+
+
+def phase_memory(entry: dict | None) -> dict:
+    """A phase's sampled figures in MB and seconds (None: the phase was shorter than one sample)."""
+    if not entry:
+        return {"driver_rss_mb": None, "worker_rss_mb": None, "workers_total_rss_mb": None, "jvm_rss_mb": None,
+                "tree_rss_mb": None, "cpu_seconds": None}
+    return {"driver_rss_mb": entry["driver_rss_kb"] / 1024, "worker_rss_mb": entry["worker_rss_kb"] / 1024,
+            "workers_total_rss_mb": entry["workers_total_rss_kb"] / 1024, "jvm_rss_mb": entry["jvm_rss_kb"] / 1024,
+            "tree_rss_mb": entry["tree_rss_kb"] / 1024,
+            "cpu_seconds": sum(entry[f"{role}_cpu_s"] for role in ROLES)}
 
 
 def run_one(size_mb: int, config: Path, text_bytes: int, records: int, workers: int = WORKERS,
-            mode: str = "multi_processing", label: str = "scale") -> dict:
+            mode: str = "multi_processing", label: str = "scale", runner: str = "local",
+            memory_limit_mb: float | None = None, allow_failure: bool = False) -> dict:
     """Build ``config`` in a child process (a fresh output root ``bench/work/out/<label>-<size_mb>``),
-    sampling memory; the run's numbers, per stage too."""
+    sampling memory and CPU; the run's numbers, per stage too.
+
+    A build that fails (or passes ``memory_limit_mb``) raises SystemExit, or with
+    ``allow_failure`` returns what was measured until then with ``failure`` set:
+    the exit code, the last error lines, retries after lost records, peak memory."""
     root = BENCH / "work" / "out" / f"{label}-{size_mb}"
     shutil.rmtree(root, ignore_errors=True)
     cmd = [sys.executable, "-m", "beam_pipeline", "run", "--config", str(config), "--output_root", str(root),
-           "--runner=DirectRunner", f"--direct_running_mode={mode}", f"--direct_num_workers={workers}"]
-    log(f"{size_mb} MB: {' '.join(cmd[1:])}")
+           *runner_args(runner, workers, mode)]
+    log(f"{size_mb} MB on {runner}: {' '.join(cmd[1:])}")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    busy0, load0, t0 = machine_busy_seconds(), os.getloadavg()[0], time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    sampler = MemorySampler(proc.pid).start()
-    running = re.compile(r"^\s*[\d.]+s \[(\w+)\] (running|layer .* is complete)")
-    tail = []
+    busy0, load0, t0 = machine_busy_seconds(), os.getloadavg(), time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    phases = Phases()
+    sampler = MemorySampler(proc.pid, phases, memory_limit_mb).start()
+    tail, errors = [], []
+    LOGS.mkdir(parents=True, exist_ok=True)
+    log_path = LOGS / f"{label}-{runner}-{size_mb}.log"  # the build's whole output (bench/work: not committed)
+    build_log = log_path.open("w")
     for line in proc.stdout:
-        match = running.match(line)
-        if match:
-            sampler.stage = match.group(1)
-        elif line.startswith("dataset_id "):  # the build is done; the run report is written next
-            sampler.stage = REPORT_PHASE
-        if line.startswith(("report ", "dataset_id ")) or "done in" in line or "running" in line:
-            log(f"{size_mb} MB | {line.rstrip()}")
-        tail = (tail + [line])[-60:]
+        build_log.write(f"{time.monotonic() - t0:8.1f} {line}")
+        build_log.flush()
+        phases.feed(line, time.monotonic() - t0)
+        if ("runs in this job" in line or "committed after" in line or "WARNING" in line
+                or line.startswith(("report ", "dataset_id ", "error"))):
+            log(f"{size_mb} MB {runner} | {line.rstrip()}")
+        if re.match(r"^[\w.]*(Error|Exception|RecordsLost)\b", line.strip()):
+            errors.append(line.strip()[:2000])
+        tail = (tail + [line])[-80:]
     returncode = proc.wait()
     wall = time.monotonic() - t0
+    build_log.close()
+    sampler.sample()  # nothing left but what the tree has not reaped
     sampler.stop()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    busy1, load1 = machine_busy_seconds(), os.getloadavg()[0]
-    if returncode != 0:
-        raise SystemExit(f"the {size_mb} MB build failed (exit {returncode}):\n" + "".join(tail))
-    metrics_path = next(iter(sorted(root.glob("runs/*/metrics.json"))))
-    metrics = json.loads(metrics_path.read_text())
-    own_cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    others = max(0.0, (busy1 - busy0 - own_cpu) / (wall * (os.cpu_count() or 1)))
-    workers = [p for p in sampler.processes.values() if p["role"] == "worker"]
-    driver = [p for p in sampler.processes.values() if p["role"] == "driver"]
-    timing = metrics["timing_seconds"]
+    busy1, load1 = machine_busy_seconds(), os.getloadavg()
+    # CPU of the whole tree: what the kernel added up for the reaped tree (rusage), or the per-process
+    # samples where they saw more (a process that was never reaped, e.g. a job server left running).
+    rusage_cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    cpu_by_role = sampler.cpu_by_role()
+    own_cpu = max(rusage_cpu, sum(cpu_by_role.values()))
+    others = max(0.0, (busy1 - busy0 - own_cpu) / (wall * CORES))
+    metrics_paths = sorted(root.glob("runs/*/metrics.json"))
+    failure = None
+    if returncode != 0 or not metrics_paths:
+        failure = {"exit": returncode, "log": str(log_path.relative_to(REPO)), "errors": errors[-5:], "tail": "".join(tail[-25:]),
+                   "attempt_failures": phases.attempt_failures, "killed_at_memory_limit": sampler.killed_at,
+                   "last_phase": phases.current, "seconds": wall}
+        log(f"{size_mb} MB on {runner}: FAILED (exit {returncode}) in phase {phases.current} after {wall:.0f} s; "
+            f"driver peak {sampler.peak_mb('driver'):.0f} MB" + (f"; killed at the memory limit: {sampler.killed_at}"
+                                                                  if sampler.killed_at else ""))
+        if not allow_failure:
+            raise SystemExit(f"the {size_mb} MB build failed (exit {returncode}):\n" + "".join(tail))
+    metrics = json.loads(metrics_paths[0].read_text()) if metrics_paths else None
+    spans = phases.spans()
+    timing = metrics["timing_seconds"] if metrics else {**spans, "total": wall}
     stages = []
-    for stage in metrics["stages"]:
-        name, seconds = stage["name"], timing.get(stage["name"], 0.0)
-        mem = sampler.per_stage.get(name, {})
+    for name in (s["name"] for s in metrics["stages"]) if metrics else phases.order:
+        entry = next((s for s in metrics["stages"] if s["name"] == name), None) if metrics else None
+        seconds = timing.get(name)
+        counts = entry["counts"] if entry else None
         stages.append({
-            "stage": name, "seconds": seconds, "in": stage["counts"]["in"], "passed": stage["counts"]["passed"],
-            "counts": stage["counts"],
-            "attempts": stage.get("attempts", 1),
-            # each run of the stage's job (all but the last lost records and were discarded)
-            "attempt_seconds": stage.get("attempt_seconds") or [seconds],
-            "docs_per_s_per_core": stage["counts"]["in"] / (seconds * CORES) if seconds else None,
+            "stage": name, "seconds": seconds, "seconds_measured": spans.get(name),
+            "in": counts["in"] if counts else None, "passed": counts["passed"] if counts else None,
+            "counts": counts, "attempts": entry.get("attempts", 1) if entry else None,
+            "docs_per_s_per_core": counts["in"] / (seconds * CORES) if counts and seconds else None,
             "corpus_mb_per_s_per_core": text_bytes / MB / (seconds * CORES) if seconds else None,
-            "worker_peak_mb": mem.get("worker_hwm_kb", 0) / 1024,
-            "workers_total_rss_mb": mem.get("workers_total_rss_kb", 0) / 1024,
-            "driver_rss_mb": mem.get("driver_rss_kb", 0) / 1024,
+            # the processes' lifetime peak up to the end of this phase is in "processes"; these are the phase's
+            **phase_memory(sampler.per_phase.get(name)),
+            "worker_peak_mb": (sampler.per_phase.get(name) or {}).get("worker_rss_kb", 0) / 1024,
         })
-    dataset_id = metrics["dataset_id"]
-    ingest_ledger = json.loads(next(iter(root.glob("layers/ingest/*/_LEDGER.json"))).read_text())
-    parts = ingest_ledger["outputs"]["documents"]["parts"]
-    partitions = len(parts)
     report = {
-        "size_mb": size_mb, "text_bytes": text_bytes, "records": records, "wall_seconds": wall,
-        "build_seconds": timing["total"], "seconds_per_mb": timing["total"] / (text_bytes / MB),
-        "mb_per_s_per_core": text_bytes / MB / (timing["total"] * CORES),
-        "cpu_seconds": own_cpu, "others_share": others, "load_start": load0, "load_end": load1,
-        "worker_peak_mb": max((p["hwm_kb"] for p in workers), default=0) / 1024,
-        "worker_processes": len(workers),
-        "driver_peak_mb": max((p["hwm_kb"] for p in driver), default=0) / 1024,
-        "report_driver_rss_mb": sampler.per_stage.get(REPORT_PHASE, {}).get("driver_rss_kb", 0) / 1024,
-        "partitions": partitions, "text_mb_per_partition": text_bytes / MB / partitions,
-        # what a partition-wise task holds is set by the largest partition, not the mean
-        "largest_partition_parquet_mb": max(part["bytes"] for part in parts) / MB,
-        "dataset_id": dataset_id, "stages": stages,
-        "slowest_stage": max(stages, key=lambda s: s["seconds"])["stage"],
+        "runner": runner, "runner_args": runner_args(runner, workers, mode),
+        "size_mb": size_mb, "text_bytes": text_bytes, "records": records,
+        "wall_seconds": wall, "build_seconds": timing["total"],
+        "seconds_per_mb": wall / (text_bytes / MB),
+        "mb_per_s_per_core": text_bytes / MB / (wall * CORES),
+        "cpu_seconds": own_cpu, "cpu_seconds_rusage": rusage_cpu, "cpu_seconds_by_role": cpu_by_role,
+        "cpu_seconds_per_mb": own_cpu / (text_bytes / MB),
+        "others_share": others, "load_start": list(load0), "load_end": list(load1),
+        "driver_peak_mb": sampler.peak_mb("driver"), "worker_peak_mb": sampler.peak_mb("worker"),
+        "jvm_peak_mb": sampler.peak_mb("jvm"), "other_peak_mb": sampler.peak_mb("other"),
+        "tree_peak_mb": max((e["tree_rss_kb"] for e in sampler.per_phase.values()), default=0) / 1024,
+        "worker_processes": sum(1 for p in sampler.processes.values() if p["role"] == "worker"),
+        "jvm_processes": sum(1 for p in sampler.processes.values() if p["role"] == "jvm"),
+        "phases": {phase: phase_memory(entry) for phase, entry in sampler.per_phase.items()},
+        "phase_seconds": {START_PHASE: phases.job_started,
+                          PUBLISH_PHASE: wall - max(phases.committed.values()) if phases.committed else None},
+        "processes": [{"role": p["role"], "peak_mb": p["hwm_kb"] / 1024, "cpu_seconds": p["cpu_s"],
+                       "phases": p["phases"]} for p in sampler.processes.values()],
+        "report_driver_rss_mb": (phase_memory(sampler.per_phase.get(PUBLISH_PHASE))["driver_rss_mb"] or 0),
+        "stages": stages, "failure": failure, "attempt_failures": phases.attempt_failures,
+        "dataset_id": metrics["dataset_id"] if metrics else None,
+        "slowest_stage": max((s for s in stages if s["seconds"] is not None), key=lambda s: s["seconds"],
+                             default={"stage": None})["stage"],
     }
-    log(f"{size_mb} MB: {timing['total']:.0f} s, {report['seconds_per_mb']:.2f} s/MB, worker peak "
-        f"{report['worker_peak_mb']:.0f} MB, driver peak {report['driver_peak_mb']:.0f} MB, "
-        f"slowest {report['slowest_stage']}")
+    ledgers = sorted(root.glob("layers/ingest/*/_LEDGER.json"))
+    if ledgers:
+        parts = json.loads(ledgers[0].read_text())["outputs"]["documents"]["parts"]
+        report.update(partitions=len(parts), text_mb_per_partition=text_bytes / MB / len(parts),
+                      # what a partition-wise task holds is set by the largest partition, not the mean
+                      largest_partition_parquet_mb=max(part["bytes"] for part in parts) / MB)
+    if not failure:
+        log(f"{size_mb} MB on {runner}: {wall:.0f} s wall, {own_cpu:.0f} CPU s, {report['seconds_per_mb']:.2f} s/MB, "
+            f"driver peak {report['driver_peak_mb']:.0f} MB, worker peak {report['worker_peak_mb']:.0f} MB, "
+            f"JVM peak {report['jvm_peak_mb']:.0f} MB, slowest {report['slowest_stage']}, "
+            f"dataset {report['dataset_id']}")
     shutil.rmtree(root, ignore_errors=True)  # ~2x the subset on disk; the numbers are in the report
     return report
 
@@ -274,126 +471,328 @@ def run_one(size_mb: int, config: Path, text_bytes: int, records: int, workers: 
 # Results
 
 
-def last_attempt(stage: dict) -> float:
-    """Seconds of the run of the stage's job that was kept (the stage's seconds if it ran once)."""
-    if stage.get("attempts", 1) == 1:
-        return stage["seconds"]
-    return (stage.get("attempt_seconds") or [stage.get("last_attempt_seconds", stage["seconds"])])[-1]
+def _mb(value) -> str:
+    return "-" if value is None else f"{value:,.0f}"
 
 
-def discarded_seconds(run: dict) -> float:
-    """Seconds spent in runs of stage jobs that lost records and were thrown away."""
-    return sum(stage["seconds"] - last_attempt(stage) for stage in run["stages"])
+def _s(value) -> str:
+    return "-" if value is None else f"{value:,.0f}"
 
 
-def largest_partition(run: dict) -> str:
-    """The largest documents partition of a run, as the table shows it ("-" for older results)."""
-    mb = run.get("largest_partition_parquet_mb")
-    return "-" if mb is None else f"{mb:.1f}"
+def phase_names(runs: list[dict]) -> list[str]:
+    """The stages of the runs in build order (a failed run may have stopped early), with the phases
+    before and after them."""
+    names: list[str] = []
+    for run in runs:
+        for stage in run["stages"]:
+            if stage["stage"] not in names:
+                names.append(stage["stage"])
+    return [START_PHASE, *names, PUBLISH_PHASE]
+
+
+def stage_entry(run: dict, name: str) -> dict | None:
+    return next((s for s in run["stages"] if s["stage"] == name), None)
+
+
+def per_stage_by_size(title: str, runs: list[dict], cell) -> list[str]:
+    """A table with a row per stage and a column per run; ``cell(run, stage entry)`` ("-" where a run has
+    no such stage)."""
+    lines = ["", f"## {title}", "",
+             "| stage | " + " | ".join(f"{r['text_bytes'] / MB:.0f} MB" for r in runs) + " |",
+             "|---|" + "---:|" * len(runs)]
+    for name in phase_names(runs)[1:-1]:
+        lines.append(f"| {name} | " + " | ".join(
+            "-" if stage_entry(r, name) is None else cell(r, stage_entry(r, name)) for r in runs) + " |")
+    return lines
+
+
+def per_phase_by_size(title: str, runs: list[dict], key: str, fmt=_mb) -> list[str]:
+    """A row per phase (``_start``, the stages, ``_publish``), a column per run: ``phases[phase][key]``."""
+    lines = ["", f"## {title}", "",
+             "| phase | " + " | ".join(f"{r['text_bytes'] / MB:.0f} MB" for r in runs) + " |",
+             "|---|" + "---:|" * len(runs)]
+    for name in phase_names(runs):
+        lines.append(f"| {name} | " + " | ".join(fmt((r["phases"].get(name) or {}).get(key)) for r in runs) + " |")
+    return lines
+
+
+def _load(run: dict) -> str:
+    return f"{run['load_start'][0]:.2f} / {run['load_end'][0]:.2f}"
 
 
 def markdown(result: dict) -> str:
     runs = result["runs"]
+    runner = result["runner"]
     lines = [
-        f"# End-to-end scale run ({result['date']})",
+        f"# End-to-end scale run on {runner} ({result['date']})",
         "",
-        f"`{result['command']}` on {result['machine']}. Corpus: {result['corpus']['description']}",
-        f"(digest `{result['corpus']['corpus_digest'][:16]}`). DirectRunner, {result.get('mode', 'multi_processing')}, "
-        f"{result.get('workers', WORKERS)} workers on {CORES} cores; every stage of the sample's config (near dedup, seven scorers, policy, "
-        "redaction, 13-gram index, tokenize/pack/shard). MB = 10^6 bytes of input text.",
+        f"`{result['command']}` on {result['machine']}. Corpus: {result['corpus']['description']} "
+        f"(digest `{result['corpus']['corpus_digest'][:16]}`). Runner: {result['runner_description']}. "
+        "One Beam job per build; every stage of the sample's config (near dedup, seven scorers, policy, "
+        "redaction, 13-gram index, tokenize/pack/shard). MB of text = 10^6 bytes of input text; memory in "
+        "MiB (2^20 bytes).",
         "",
         "## Per size",
         "",
-        "| text MB | records | partitions | text MB per partition | largest partition (Parquet MB) | build s "
-        "| s per MB (without reruns) | MB/s per core "
-        "| worker peak MB | driver peak MB | slowest stage | others' load |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+        "| text MB | records | partitions | wall s | CPU s (tree) | s per MB | CPU s per MB | driver peak MiB "
+        "| worker peak MiB | JVM peak MiB | tree peak MiB | slowest stage | others' load | load avg start / end "
+        "| dataset id |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---|",
     ]
     for r in runs:
-        discarded = discarded_seconds(r)
-        build = f"{r['build_seconds']:.0f}" + (f" ({discarded:.0f} of them reruns)" if discarded else "")
-        seconds_per_mb = (r["build_seconds"] - discarded) / (r["text_bytes"] / MB)
-        lines.append(f"| {r['text_bytes'] / MB:.0f} | {r['records']:,} | {r['partitions']} | "
-                     f"{r['text_mb_per_partition']:.0f} | {largest_partition(r)} | {build} | "
-                     f"{seconds_per_mb:.2f} | {r['mb_per_s_per_core']:.3f} | {r['worker_peak_mb']:.0f} | "
-                     f"{r['driver_peak_mb']:.0f} | {r['slowest_stage']} | {r['others_share']:.0%} |")
-    reruns = [f"{s['stage']} at {r['text_bytes'] / MB:.0f} MB ({s['attempts']} attempts)"
-              for r in runs for s in r["stages"] if s.get("attempts", 1) > 1]
-    lines += ["", "Stage jobs rerun because their records did not balance (the runner lost records; "
-              "`docs/operations.md`): " + (", ".join(reruns) if reruns else "none") + "."]
-    lines += ["", "Linear time shows as a flat s-per-MB column; bounded worker memory as a flat worker column. "
-              "What the pipeline itself holds in a worker is one layer partition (about constant: "
-              "`layout.target_partition_bytes`); the DirectRunner's FnApiRunner adds each worker's whole share "
-              "of every GroupByKey, delivered as one message, and the driver holds all of it "
-              "(bench/README.md, 'End to end at scale').", ""]
-    largest = runs[-1]
-    lines += [f"## Per stage at {largest['text_bytes'] / MB:.0f} MB", "",
-              "| stage | seconds | runs | share | docs in | docs/s per core | corpus MB/s per core | worker peak MB "
-              "| driver RSS MB |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    total = sum(s["seconds"] for s in largest["stages"])
-    for s in largest["stages"]:
-        lines.append(f"| {s['stage']} | {s['seconds']:.0f} | {s.get('attempts', 1)} | {s['seconds'] / total:.0%} | "
-                     f"{s['in']:,} | "
-                     f"{(s['docs_per_s_per_core'] or 0):.0f} | {(s['corpus_mb_per_s_per_core'] or 0):.2f} | "
-                     f"{s['worker_peak_mb']:.0f} | {s['driver_rss_mb']:.0f} |")
-    lines += per_stage_by_size("Stage seconds per MB at each size (the run of the job that was kept)", runs,
-                               lambda r, st: f"{last_attempt(st) / (r['text_bytes'] / MB):.3f}")
-    lines += per_stage_by_size("Worker peak MB per stage at each size", runs,
-                               lambda r, st: f"{st['worker_peak_mb']:.0f}")
-    lines += per_stage_by_size("Driver RSS MB per stage at each size (the driver is one process for the "
-                               "whole build: a stage's figure includes what earlier stages left allocated)", runs,
-                               lambda r, st: f"{st['driver_rss_mb']:.0f}")
-    if all("report_driver_rss_mb" in r for r in runs):
-        lines.append("| (run report, after the build) | "
-                     + " | ".join(f"{r['report_driver_rss_mb']:.0f}" for r in runs) + " |")
+        failed = " (FAILED)" if r.get("failure") else ""
+        lines.append(
+            f"| {r['text_bytes'] / MB:.0f} | {r['records']:,} | {r.get('partitions', '-')} | "
+            f"{r['wall_seconds']:.0f}{failed} | {r['cpu_seconds']:.0f} | {r['seconds_per_mb']:.2f} | "
+            f"{r['cpu_seconds_per_mb']:.2f} | {_mb(r['driver_peak_mb'])} | {_mb(r['worker_peak_mb'])} | "
+            f"{_mb(r['jvm_peak_mb'])} | {_mb(r['tree_peak_mb'])} | {r['slowest_stage']} | {r['others_share']:.0%} | "
+            f"{_load(r)} | `{(r['dataset_id'] or '-')[:16]}` |")
+    lines += ["", "CPU seconds by process role (driver / SDK worker processes / job server JVM / other): " + "; ".join(
+        f"{r['text_bytes'] / MB:.0f} MB: " + " / ".join(f"{r['cpu_seconds_by_role'].get(role, 0):.0f}" for role in ROLES)
+        for r in runs) + "."]
+    retries = [f"{r['text_bytes'] / MB:.0f} MB: {a['stage']} at {a['seconds']:.0f} s ({a['message']})"
+               for r in runs for a in r.get("attempt_failures", [])]
+    lines += ["", "Runs of the job repeated because a stage's records did not balance (the runner lost records; "
+              "`docs/operations.md`): " + ("; ".join(retries) if retries else "none") + "."]
+    for r in runs:
+        if r.get("failure"):
+            f = r["failure"]
+            lines += ["", f"**The {r['text_bytes'] / MB:.0f} MB build failed** (exit {f['exit']}) in phase "
+                      f"`{f['last_phase']}` after {f['seconds']:.0f} s; driver peak {_mb(r['driver_peak_mb'])} MiB, "
+                      f"tree peak {_mb(r['tree_peak_mb'])} MiB"
+                      + (f"; killed by the bench at its memory limit: {f['killed_at_memory_limit']}"
+                         if f.get("killed_at_memory_limit") else "") + ". Errors:", "",
+                      "```", *(f["errors"] or ["(none printed)"]), "```"]
+    lines += ["", "Phases: a stage's phase runs from the commit of the stages before it in build order to its own "
+              "commit (the stage the build waits for; `bench_scale.Phases`); its seconds are `metrics.json`'s "
+              "`timing_seconds`. `_start`: snapshot and job graph, until the job's plan is printed; `_publish`: "
+              "after the last commit (publish, lineage, run metrics and report, the runner's shutdown). Stages "
+              "overlap in one job, so a phase's memory includes what runs alongside the awaited stage."]
+    lines += per_stage_by_size("Seconds per stage (commit to commit)", runs,
+                               lambda r, st: _s(st["seconds"]))
+    lines += per_stage_by_size("Stage seconds per MB of text", runs,
+                               lambda r, st: "-" if st["seconds"] is None else
+                               f"{st['seconds'] / (r['text_bytes'] / MB):.3f}")
+    lines += per_phase_by_size("CPU seconds per phase (whole process tree)", runs, "cpu_seconds")
+    lines += per_phase_by_size("Driver RSS MiB per phase (peak of the phase's samples; one process for the whole "
+                               "build: it includes what earlier phases left allocated)", runs, "driver_rss_mb")
+    if any(r["worker_processes"] for r in runs):
+        lines += per_phase_by_size("Largest SDK worker RSS MiB per phase", runs, "worker_rss_mb")
+    if any(r["jvm_processes"] for r in runs):
+        lines += per_phase_by_size("Job server JVM RSS MiB per phase (embedded Flink runs in it)", runs, "jvm_rss_mb")
+    lines += per_phase_by_size("Whole process tree RSS MiB per phase", runs, "tree_rss_mb")
     return "\n".join(lines) + "\n"
 
 
-def per_stage_by_size(title: str, runs: list[dict], cell) -> list[str]:
-    """A table with a row per stage and a column per corpus size; ``cell(run, stage entry)``."""
-    lines = ["", f"## {title}", "",
-             "| stage | " + " | ".join(f"{r['text_bytes'] / MB:.0f} MB" for r in runs) + " |",
-             "|---|" + "---:|" * len(runs)]
-    for i, stage in enumerate(runs[-1]["stages"]):
-        lines.append(f"| {stage['stage']} | " + " | ".join(cell(r, r["stages"][i]) for r in runs) + " |")
-    return lines
+# --------------------------------------------------------------------------
+# Comparison across runners and with the pre-rewrite build; the local runner's ceiling
+
+MACHINE_MIB = 24 * 1024  # this machine's memory (the workplace's machines: 2 cores, 24 GiB)
+HEADROOM_MIB = 4 * 1024  # left to the OS, the page cache and whatever else runs
+
+
+def linear_fit(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """Least squares (intercept, slope) of y on x; two points give the line through them."""
+    n = len(points)
+    mean_x = sum(x for x, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    sxx = sum((x - mean_x) ** 2 for x, _ in points)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sxx
+    return mean_y - slope * mean_x, slope
+
+
+def local_ceiling(local_runs: list[dict]) -> dict | None:
+    """Text size at which the local build's process tree would pass the machine's memory.
+
+    Model: the tree's peak RSS (MiB) = a + b x (x = MB of text): the driver holds every
+    shuffle (FnApiRunner), which grows with the text, on top of a fixed part (the
+    interpreter, models, the SDK workers); fitted by least squares on the successful
+    local runs. Solved for the machine's memory and for the memory less a headroom.
+    """
+    points = [(r["text_bytes"] / MB, r["tree_peak_mb"]) for r in local_runs if not r.get("failure")]
+    driver = [(r["text_bytes"] / MB, r["driver_peak_mb"]) for r in local_runs if not r.get("failure")]
+    if len({x for x, _ in points}) < 2:
+        return None
+    a, b = linear_fit(points)
+    da, db = linear_fit(driver)
+    if b <= 0:
+        return {"tree": {"intercept_mib": a, "mib_per_mb": b}, "ceiling_mb": None}
+    return {"points": points, "driver_points": driver,
+            "tree": {"intercept_mib": a, "mib_per_mb": b}, "driver": {"intercept_mib": da, "mib_per_mb": db},
+            "machine_mib": MACHINE_MIB, "headroom_mib": HEADROOM_MIB,
+            "machine_mb": (MACHINE_MIB - a) / b, "ceiling_mb": (MACHINE_MIB - HEADROOM_MIB - a) / b}
+
+
+def comparison_markdown(results: list[dict], old: dict | None, date: str) -> str:
+    """Runners side by side per size, the pre-rewrite local numbers next to them, the local ceiling."""
+    runs = [(res["runner"], r) for res in results for r in res["runs"]]
+    runs.sort(key=lambda pair: (pair[1]["text_bytes"], pair[0]))
+    lines = [f"# Scale runs compared ({date}): local runner and embedded Flink, one job per build", "",
+             "From " + ", ".join(f"`bench/results/scale-{res['runner']}-{res['date']}.json`" for res in results)
+             + (f" and the pre-rewrite `bench/results/scale-{old['date']}.json` (one Beam job per stage, "
+                "spill files; DirectRunner multi_processing, 2 workers)" if old else "")
+             + "; written by `bench/bench_scale.py --compare`. Memory in MiB.", "",
+             "| build | text MB | wall s | CPU s | s per MB | CPU s per MB | driver peak | worker peak | JVM peak "
+             "| tree peak | load avg start / end | dataset id |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    old_runs = [r for r in (old or {}).get("runs", []) if round(r["text_bytes"] / MB) in
+                {round(r2["text_bytes"] / MB) for _, r2 in runs}]
+    for r in old_runs:
+        lines.append(f"| pre-rewrite local | {r['text_bytes'] / MB:.0f} | {r['wall_seconds']:.0f} | "
+                     f"{r['cpu_seconds']:.0f} | {r['wall_seconds'] / (r['text_bytes'] / MB):.2f} | "
+                     f"{r['cpu_seconds'] / (r['text_bytes'] / MB):.2f} | {r['driver_peak_mb']:.0f} | "
+                     f"{r['worker_peak_mb']:.0f} | - | - | {r['load_start']:.2f} / {r['load_end']:.2f} | "
+                     f"`{r['dataset_id'][:16]}` |")
+    for runner, r in runs:
+        lines.append(f"| {runner}{' (FAILED)' if r.get('failure') else ''} | {r['text_bytes'] / MB:.0f} | "
+                     f"{r['wall_seconds']:.0f} | {r['cpu_seconds']:.0f} | {r['seconds_per_mb']:.2f} | "
+                     f"{r['cpu_seconds_per_mb']:.2f} | {_mb(r['driver_peak_mb'])} | {_mb(r['worker_peak_mb'])} | "
+                     f"{_mb(r['jvm_peak_mb'])} | {_mb(r['tree_peak_mb'])} | {_load(r)} | "
+                     f"`{(r['dataset_id'] or '-')[:16]}` |")
+    # dataset ids per size
+    by_size: dict[int, set] = {}
+    for _, r in runs:
+        if r["dataset_id"]:
+            by_size.setdefault(round(r["text_bytes"] / MB), set()).add(r["dataset_id"])
+    lines += ["", "Same dataset id from every runner at a size: " + ", ".join(
+        f"{size} MB {'yes' if len(ids) == 1 else 'NO (' + ', '.join(sorted(ids)) + ')'}"
+        for size, ids in sorted(by_size.items())) + "."]
+    # stage seconds per MB, every build
+    columns = [(f"pre-rewrite {r['text_bytes'] / MB:.0f}", r) for r in old_runs] + [
+        (f"{runner} {r['text_bytes'] / MB:.0f}", r) for runner, r in runs]
+    names = phase_names([r for _, r in runs])[1:-1]
+    lines += ["", "## Stage seconds per MB of text", "",
+              "New builds: commit-to-commit spans in one job (stages overlap; `metrics.json`); pre-rewrite: each "
+              "stage's own job, one after the other. Totals: wall seconds per MB.", "",
+              "| stage | " + " | ".join(label for label, _ in columns) + " |", "|---|" + "---:|" * len(columns)]
+    for name in names:
+        cells = []
+        for _, r in columns:
+            st = stage_entry(r, name)
+            cells.append("-" if st is None or st["seconds"] is None else f"{st['seconds'] / (r['text_bytes'] / MB):.3f}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines.append("| **wall s per MB** | " + " | ".join(
+        f"{r['wall_seconds'] / (r['text_bytes'] / MB):.3f}" for _, r in columns) + " |")
+    lines.append("| **CPU s per MB** | " + " | ".join(
+        f"{r['cpu_seconds'] / (r['text_bytes'] / MB):.3f}" for _, r in columns) + " |")
+    # growth from the smallest to the largest size per runner
+    lines += ["", "## Growth from the smaller to the larger size (x = ratio; linear time: CPU ratio = text ratio)", "",
+              "| runner | text | wall | CPU s | driver peak | tree peak |", "|---|---:|---:|---:|---:|---:|"]
+    for res in results:
+        ok = [r for r in res["runs"] if not r.get("failure")]
+        if len(ok) >= 2:
+            small, large = ok[0], ok[-1]
+            lines.append(f"| {res['runner']} | {large['text_bytes'] / small['text_bytes']:.2f}x | "
+                         f"{large['wall_seconds'] / small['wall_seconds']:.2f}x | "
+                         f"{large['cpu_seconds'] / small['cpu_seconds']:.2f}x | "
+                         f"{large['driver_peak_mb'] / small['driver_peak_mb']:.2f}x | "
+                         f"{large['tree_peak_mb'] / small['tree_peak_mb']:.2f}x |")
+    local = next((res for res in results if res["runner"] == "local"), None)
+    ceiling = local_ceiling(local["runs"]) if local else None
+    if ceiling and ceiling.get("ceiling_mb"):
+        t, d = ceiling["tree"], ceiling["driver"]
+        lines += ["", "## The local runner's ceiling", "",
+                  f"Model: peak RSS of the build's process tree (driver + SDK workers) = a + b x, x = MB of text, "
+                  f"least squares over the local runs ({', '.join(f'{x:.0f} MB: {y:,.0f} MiB' for x, y in ceiling['points'])}): "
+                  f"a = {t['intercept_mib']:,.0f} MiB, b = {t['mib_per_mb']:.2f} MiB per MB of text "
+                  f"(the driver alone: a = {d['intercept_mib']:,.0f} MiB, b = {d['mib_per_mb']:.2f}). "
+                  f"The tree reaches the machine's {MACHINE_MIB // 1024} GiB at **{ceiling['machine_mb']:,.0f} MB** of "
+                  f"text; with {HEADROOM_MIB // 1024} GiB left to the OS and the page cache, at "
+                  f"**{ceiling['ceiling_mb']:,.0f} MB**."]
+    return "\n".join(lines) + "\n"
+
+
+def other_runner_ids(runner: str, exclude: Path | None = None) -> dict[int, tuple[str, str]]:
+    """{text bytes: (dataset id, results file)} of the newest results of the other runners."""
+    found: dict[int, tuple[str, str]] = {}
+    for path in sorted(RESULTS.glob("scale-*.json")):
+        if path == exclude:
+            continue
+        try:
+            result = json.loads(path.read_text())
+        except ValueError:
+            continue
+        if result.get("runner") in (None, runner):
+            continue
+        for r in result["runs"]:
+            if r.get("dataset_id"):
+                found[r["text_bytes"]] = (r["dataset_id"], path.name)
+    return found
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES_MB), help="subset sizes in MB of text")
-    parser.add_argument("--render", metavar="JSON", help="only rewrite the .md of an earlier results .json")
-    parser.add_argument("--workers", type=int, default=WORKERS, help="SDK worker processes (--direct_num_workers)")
+    parser.add_argument("--runner", default="local", choices=["local", "flink"],
+                        help="local: DirectRunner, --direct_running_mode (multi_processing), --workers processes; "
+                             "flink: embedded Flink (--runner=FlinkRunner --flink_master=[local]; `make flink` first)")
+    parser.add_argument("--workers", type=int, default=WORKERS, help="local: SDK worker processes (--direct_num_workers)")
     parser.add_argument("--mode", default="multi_processing", choices=["multi_processing", "in_memory"],
-                        help="--direct_running_mode; in_memory runs one worker inside the driver process")
+                        help="local: --direct_running_mode; in_memory runs one worker inside the driver process")
+    parser.add_argument("--memory_limit_mb", type=float, default=20 * 1024,
+                        help="kill a build whose process tree passes this RSS (MiB; recorded as a failure)")
+    parser.add_argument("--render", metavar="JSON", help="only rewrite the .md of an earlier results .json")
+    parser.add_argument("--compare", metavar="JSON", nargs="+",
+                        help="only write bench/results/scale-compare-<date>.md from these results (one per runner) "
+                             "and the pre-rewrite results (--old)")
+    parser.add_argument("--old", metavar="JSON", default=str(RESULTS / "scale-20261203.json"),
+                        help="pre-rewrite results for --compare")
     args = parser.parse_args()
     if args.render:
         Path(args.render).with_suffix(".md").write_text(markdown(json.loads(Path(args.render).read_text())))
         return 0
+    if args.compare:
+        results = [json.loads(Path(p).read_text()) for p in args.compare]
+        old = json.loads(Path(args.old).read_text()) if args.old and Path(args.old).exists() else None
+        date = max(res["date"] for res in results)
+        path = RESULTS / f"scale-compare-{date}.md"
+        path.write_text(comparison_markdown(results, old, date))
+        log(f"written {path.relative_to(REPO)}")
+        return 0
+    global FLINK_JOB_SERVER
+    from beam_pipeline.options.corpus_options import FLINK_JOB_SERVER_BEAM
+    FLINK_JOB_SERVER = FLINK_JOB_SERVER_BEAM
     import build_corpus
 
     info = build_corpus.ensure_corpus(spec=build_corpus.SCALE)
     stats = file_text_bytes(info)
-    runs = []
+    runs, mismatches = [], []
+    results_path = RESULTS / f"scale-{args.runner}-{result_date(args)}.json"
     for size in sorted(args.sizes):
         files = choose_files(stats, size)
         text = sum(stats[f]["text_bytes"] for f in files)
         records = sum(stats[f]["records"] for f in files)
         config = make_subset(size, files)
         log(f"{size} MB subset: {len(files)} files, {text / MB:.1f} MB of text, {records:,} records")
-        runs.append(run_one(size, config, text, records, args.workers, args.mode))
+        run = run_one(size, config, text, records, args.workers, args.mode, runner=args.runner,
+                      memory_limit_mb=args.memory_limit_mb, allow_failure=True)
+        other = other_runner_ids(args.runner, exclude=results_path).get(text)
+        if other and run["dataset_id"]:
+            run["dataset_id_check"] = {"other": other[0], "results": other[1], "equal": other[0] == run["dataset_id"]}
+            if other[0] != run["dataset_id"]:
+                mismatches.append(f"{size} MB: {run['dataset_id']} on {args.runner}, {other[0]} in {other[1]}")
+            else:
+                log(f"{size} MB: same dataset id as {other[1]}")
+        runs.append(run)
         write_results(info, runs, args)
-    return 0
+    if mismatches:
+        raise SystemExit("dataset ids differ between runners: " + "; ".join(mismatches))
+    return 1 if any(r.get("failure") for r in runs) else 0
+
+
+def result_date(args) -> str:
+    return (datetime.date.today().strftime("%Y%m%d") + ("" if args.workers == WORKERS else f"-w{args.workers}")
+            + ("" if args.mode == "multi_processing" else f"-{args.mode}"))
 
 
 def write_results(info: dict, runs: list[dict], args) -> None:
     stats = info["stats"]
-    date = (datetime.date.today().strftime("%Y%m%d") + ("" if args.workers == WORKERS else f"-w{args.workers}")
-            + ("" if args.mode == "multi_processing" else f"-{args.mode}"))
+    date = result_date(args)
     result = {
-        "date": date, "command": "make bench (bench/bench_scale.py --sizes " + " ".join(map(str, args.sizes)) + ")",
-        "machine": f"{os.cpu_count()} cores, {platform.python_version()}, {platform.machine()}",
+        "date": date, "runner": args.runner,
+        "runner_description": runner_description(args.runner, args.workers, args.mode),
+        "command": f"bench/bench_scale.py --runner {args.runner} --sizes " + " ".join(map(str, args.sizes)),
+        "machine": f"{CORES} cores, {platform.python_version()}, {platform.machine()}",
         "workers": args.workers, "mode": args.mode,
         "corpus": {"corpus_digest": info["corpus_digest"], "recipe_digest": info["recipe_digest"],
                    "description": f"{stats['pages']:,} pages of {len(info['recipe']['pins'])} Debian doc packages, "
@@ -402,9 +801,9 @@ def write_results(info: dict, runs: list[dict], args) -> None:
         "runs": runs,
     }
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"scale-{date}.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
-    (RESULTS / f"scale-{date}.md").write_text(markdown(result))
-    log(f"results in bench/results/scale-{date}.md")
+    (RESULTS / f"scale-{args.runner}-{date}.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    (RESULTS / f"scale-{args.runner}-{date}.md").write_text(markdown(result))
+    log(f"results in bench/results/scale-{args.runner}-{date}.md")
 
 
 if __name__ == "__main__":
