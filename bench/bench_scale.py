@@ -51,7 +51,6 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 SCALE_WORK = BENCH / "work" / "scale"
-SUBSETS = SCALE_WORK / "subsets"
 RESULTS = BENCH / "results"
 LOGS = BENCH / "work" / "logs"
 WORKERS = 2  # SDK worker processes (--workers); rates are per core of the machine
@@ -73,17 +72,17 @@ def log(msg: str) -> None:
 # Subsets
 
 
-def file_text_bytes(info: dict) -> dict[str, dict]:
+def file_text_bytes(info: dict, work: Path = SCALE_WORK) -> dict[str, dict]:
     """{file: {"text_bytes", "records"}} of every corpus file (cached by the file's sha256)."""
     import zstandard
 
-    cache_path = SCALE_WORK / "file_stats.json"
+    cache_path = work / "file_stats.json"
     cache = json.loads(cache_path.read_text()) if cache_path.exists() else {}
     stats = {}
     for name, digest in sorted(info["files"].items()):
         if cache.get(name, {}).get("sha256") != digest:
             text = records = 0
-            reader = zstandard.ZstdDecompressor().stream_reader(open(SCALE_WORK / name, "rb"))
+            reader = zstandard.ZstdDecompressor().stream_reader(open(work / name, "rb"))
             import io
             for line in io.TextIOWrapper(reader, encoding="utf-8"):
                 text += len(json.loads(line)["text"].encode("utf-8"))
@@ -113,14 +112,14 @@ def choose_files(stats: dict[str, dict], size_mb: int) -> list[str]:
     return sorted(chosen)
 
 
-def make_subset(size_mb: int, files: list[str]) -> Path:
-    folder = SUBSETS / str(size_mb)
+def make_subset(size_mb: int, files: list[str], work: Path = SCALE_WORK) -> Path:
+    folder = work / "subsets" / str(size_mb)
     shutil.rmtree(folder, ignore_errors=True)
     for name in files:
         target = folder / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        os.link(SCALE_WORK / name, target)
-    shutil.copy(SCALE_WORK / "corpus.yaml", folder / "corpus.yaml")
+        os.link(work / name, target)
+    shutil.copy(work / "corpus.yaml", folder / "corpus.yaml")
     return folder / "corpus.yaml"
 
 
@@ -240,6 +239,16 @@ def _cpu_seconds(pid: int) -> float | None:
         return None
 
 
+MIN_AVAILABLE_MB = 1536  # with a memory limit: kill the build before the machine's MemAvailable falls below this
+
+
+def _mem_available_kb() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1])
+    return 1 << 40
+
+
 def role_of(pid: int, root: int) -> str:
     """driver (the build process), worker (an SDK worker process), jvm (Flink's job server) or other."""
     if pid == root:
@@ -267,7 +276,8 @@ class MemorySampler:
     every process it started, and their CPU seconds (the growth since the last
     sample is attributed to the phase now running). Per phase: the largest RSS of
     one process of each role, the sum over the workers, and the sum over the
-    whole tree. ``limit_mb``: a tree whose RSS passes it is killed (SIGKILL to its
+    whole tree. ``limit_mb``: a tree whose RSS passes it, or that leaves the
+    machine less than ``MIN_AVAILABLE_MB`` available, is killed (SIGKILL to its
     process group), so that a build that outgrows the machine fails here, not in
     someone else's process; the sample that passed it is kept.
     """
@@ -324,9 +334,15 @@ class MemorySampler:
             tree_total += status["rss_kb"]
         entry["workers_total_rss_kb"] = max(entry["workers_total_rss_kb"], worker_total)
         entry["tree_rss_kb"] = max(entry["tree_rss_kb"], tree_total)
-        if self.limit_kb and tree_total > self.limit_kb and self.killed_at is None:
+        available_kb = _mem_available_kb()
+        entry["min_available_kb"] = min(entry.get("min_available_kb", available_kb), available_kb)
+        over = self.limit_kb and tree_total > self.limit_kb
+        short = self.limit_kb and available_kb < MIN_AVAILABLE_MB * 1024  # the machine is about to run out
+        if (over or short) and self.killed_at is None:
             self.killed_at = {"phase": phase, "seconds": round(time.monotonic() - self._t0, 1),
-                              "tree_rss_mb": tree_total / 1024}
+                              "tree_rss_mb": tree_total / 1024, "machine_available_mb": available_kb / 1024,
+                              "why": "the tree passed the limit" if over else
+                                     f"the machine had less than {MIN_AVAILABLE_MB} MiB available"}
             try:
                 os.killpg(self.root, 9)  # the build runs in its own session (its own process group)
             except OSError:
@@ -343,10 +359,11 @@ def phase_memory(entry: dict | None) -> dict:
     """A phase's sampled figures in MB and seconds (None: the phase was shorter than one sample)."""
     if not entry:
         return {"driver_rss_mb": None, "worker_rss_mb": None, "workers_total_rss_mb": None, "jvm_rss_mb": None,
-                "tree_rss_mb": None, "cpu_seconds": None}
+                "tree_rss_mb": None, "machine_min_available_mb": None, "cpu_seconds": None}
     return {"driver_rss_mb": entry["driver_rss_kb"] / 1024, "worker_rss_mb": entry["worker_rss_kb"] / 1024,
             "workers_total_rss_mb": entry["workers_total_rss_kb"] / 1024, "jvm_rss_mb": entry["jvm_rss_kb"] / 1024,
             "tree_rss_mb": entry["tree_rss_kb"] / 1024,
+            "machine_min_available_mb": entry.get("min_available_kb", 0) / 1024,
             "cpu_seconds": sum(entry[f"{role}_cpu_s"] for role in ROLES)}
 
 
@@ -401,7 +418,8 @@ def run_one(size_mb: int, config: Path, text_bytes: int, records: int, workers: 
     metrics_paths = sorted(root.glob("runs/*/metrics.json"))
     failure = None
     if returncode != 0 or not metrics_paths:
-        failure = {"exit": returncode, "log": str(log_path.relative_to(REPO)), "errors": errors[-5:], "tail": "".join(tail[-25:]),
+        failure = {"exit": returncode, "log": str(log_path.relative_to(REPO)), "errors": errors[-5:],
+                   "tail": "".join(tail[-25:]),
                    "attempt_failures": phases.attempt_failures, "killed_at_memory_limit": sampler.killed_at,
                    "last_phase": phases.current, "seconds": wall}
         log(f"{size_mb} MB on {runner}: FAILED (exit {returncode}) in phase {phases.current} after {wall:.0f} s; "
@@ -548,7 +566,8 @@ def markdown(result: dict) -> str:
             f"{_mb(r['jvm_peak_mb'])} | {_mb(r['tree_peak_mb'])} | {r['slowest_stage']} | {r['others_share']:.0%} | "
             f"{_load(r)} | `{(r['dataset_id'] or '-')[:16]}` |")
     lines += ["", "CPU seconds by process role (driver / SDK worker processes / job server JVM / other): " + "; ".join(
-        f"{r['text_bytes'] / MB:.0f} MB: " + " / ".join(f"{r['cpu_seconds_by_role'].get(role, 0):.0f}" for role in ROLES)
+        f"{r['text_bytes'] / MB:.0f} MB: "
+        + " / ".join(f"{r['cpu_seconds_by_role'].get(role, 0):.0f}" for role in ROLES)
         for r in runs) + "."]
     retries = [f"{r['text_bytes'] / MB:.0f} MB: {a['stage']} at {a['seconds']:.0f} s ({a['message']})"
                for r in runs for a in r.get("attempt_failures", [])]
@@ -587,6 +606,10 @@ def markdown(result: dict) -> str:
 # --------------------------------------------------------------------------
 # Comparison across runners and with the pre-rewrite build; the local runner's ceiling
 
+STAGE_GROUPS = (("ingest", ("ingest",)), ("exact + near dedup", ("exact_dedup", "near_dedup")),
+                ("scorers + select", ("language", "heuristics", "blocklist", "quality", "safety", "pii",
+                                      "decontamination", "select")),
+                ("n-gram index + tokenize", ("ngram_index", "tokenize")))
 MACHINE_MIB = 24 * 1024  # this machine's memory (the workplace's machines: 2 cores, 24 GiB)
 HEADROOM_MIB = 4 * 1024  # left to the OS, the page cache and whatever else runs
 
@@ -604,28 +627,50 @@ def linear_fit(points: list[tuple[float, float]]) -> tuple[float, float]:
 def local_ceiling(local_runs: list[dict]) -> dict | None:
     """Text size at which the local build's process tree would pass the machine's memory.
 
-    Model: the tree's peak RSS (MiB) = a + b x (x = MB of text): the driver holds every
-    shuffle (FnApiRunner), which grows with the text, on top of a fixed part (the
-    interpreter, models, the SDK workers); fitted by least squares on the successful
-    local runs. Solved for the machine's memory and for the memory less a headroom.
+    Model, per phase p: the tree's RSS in p (driver + SDK workers, MiB) = a_p + b_p x, x =
+    MB of text, fitted by least squares over the successful local runs (two sizes: the line
+    through them). The driver runs every shuffle (FnApiRunner) and a worker receives its
+    share of a grouping as one message, so the phases with shuffles of per-document data
+    grow with x; the build's peak at x is the largest a_p + b_p x. The ceiling is the
+    smallest x at which some phase reaches the budget: the machine's memory, and the
+    memory less a headroom for the OS, the page cache and whatever else runs.
     """
-    points = [(r["text_bytes"] / MB, r["tree_peak_mb"]) for r in local_runs if not r.get("failure")]
-    driver = [(r["text_bytes"] / MB, r["driver_peak_mb"]) for r in local_runs if not r.get("failure")]
-    if len({x for x, _ in points}) < 2:
+    runs = [r for r in local_runs if not r.get("failure")]
+    if len({r["text_bytes"] for r in runs}) < 2:
         return None
-    a, b = linear_fit(points)
-    da, db = linear_fit(driver)
-    if b <= 0:
-        return {"tree": {"intercept_mib": a, "mib_per_mb": b}, "ceiling_mb": None}
-    return {"points": points, "driver_points": driver,
-            "tree": {"intercept_mib": a, "mib_per_mb": b}, "driver": {"intercept_mib": da, "mib_per_mb": db},
-            "machine_mib": MACHINE_MIB, "headroom_mib": HEADROOM_MIB,
-            "machine_mb": (MACHINE_MIB - a) / b, "ceiling_mb": (MACHINE_MIB - HEADROOM_MIB - a) / b}
+    fits = {}
+    for phase in phase_names(runs):
+        points = [(r["text_bytes"] / MB, (r["phases"].get(phase) or {}).get("tree_rss_mb")) for r in runs]
+        driver = [(r["text_bytes"] / MB, (r["phases"].get(phase) or {}).get("driver_rss_mb")) for r in runs]
+        if any(y is None for _, y in points) or len({x for x, _ in points}) < 2:
+            continue
+        a, b = linear_fit(points)
+        da, db = linear_fit(driver)
+        fits[phase] = {"points": points, "intercept_mib": a, "mib_per_mb": b,
+                       "driver_points": driver, "driver_intercept_mib": da, "driver_mib_per_mb": db}
+
+    def crossing(budget: float) -> tuple[float, str] | None:
+        found = [((budget - f["intercept_mib"]) / f["mib_per_mb"], phase) for phase, f in fits.items()
+                 if f["mib_per_mb"] > 0]
+        return min(found) if found else None
+
+    machine, ceiling = crossing(MACHINE_MIB), crossing(MACHINE_MIB - HEADROOM_MIB)
+    if ceiling is None:
+        return {"fits": fits, "ceiling_mb": None}
+    return {"fits": fits, "machine_mib": MACHINE_MIB, "headroom_mib": HEADROOM_MIB,
+            "machine_mb": machine[0], "ceiling_mb": ceiling[0], "binding_phase": ceiling[1],
+            "predict": {phase: f"{f['intercept_mib']:.0f} + {f['mib_per_mb']:.2f} x" for phase, f in fits.items()}}
+
+
+def predicted_tree_mib(ceiling: dict, text_mb: float) -> tuple[float, str]:
+    """The model's peak tree RSS at ``text_mb`` and the phase it falls in."""
+    return max((f["intercept_mib"] + f["mib_per_mb"] * text_mb, phase) for phase, f in ceiling["fits"].items())
 
 
 def comparison_markdown(results: list[dict], old: dict | None, date: str) -> str:
     """Runners side by side per size, the pre-rewrite local numbers next to them, the local ceiling."""
-    runs = [(res["runner"], r) for res in results for r in res["runs"]]
+    runs = [(res["runner"] + ("" if res.get("corpus_name", "scale") == "scale" else f" ({res['corpus_name']})"), r)
+            for res in results for r in res["runs"]]
     runs.sort(key=lambda pair: (pair[1]["text_bytes"], pair[0]))
     lines = [f"# Scale runs compared ({date}): local runner and embedded Flink, one job per build", "",
              "From " + ", ".join(f"`bench/results/scale-{res['runner']}-{res['date']}.json`" for res in results)
@@ -669,17 +714,37 @@ def comparison_markdown(results: list[dict], old: dict | None, date: str) -> str
         cells = []
         for _, r in columns:
             st = stage_entry(r, name)
-            cells.append("-" if st is None or st["seconds"] is None else f"{st['seconds'] / (r['text_bytes'] / MB):.3f}")
+            cells.append("-" if st is None or st["seconds"] is None
+                         else f"{st['seconds'] / (r['text_bytes'] / MB):.3f}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines.append("| **wall s per MB** | " + " | ".join(
         f"{r['wall_seconds'] / (r['text_bytes'] / MB):.3f}" for _, r in columns) + " |")
     lines.append("| **CPU s per MB** | " + " | ".join(
         f"{r['cpu_seconds'] / (r['text_bytes'] / MB):.3f}" for _, r in columns) + " |")
+    # groups of stages: in one job, stages that run side by side share a span (the fused scorers all commit
+    # at once; tokenize runs while the n-gram index is built), so the spans compare by group
+    lines += ["", "## Seconds per MB of text by group of stages", "",
+              "Spans of consecutive stages added up (pre-rewrite: their jobs' seconds); CPU seconds (new builds): "
+              "the whole tree's CPU in the group's phases.", "",
+              "| group | " + " | ".join(label for label, _ in columns) + " |", "|---|" + "---:|" * len(columns)]
+    for group, members in STAGE_GROUPS:
+        cells = []
+        for _, r in columns:
+            seconds = [st["seconds"] for st in (stage_entry(r, m) for m in members) if st and st["seconds"] is not None]
+            cells.append(f"{sum(seconds) / (r['text_bytes'] / MB):.3f}" if seconds else "-")
+        lines.append(f"| {group} | " + " | ".join(cells) + " |")
+    for group, members in STAGE_GROUPS:
+        cells = []
+        for _, r in columns:
+            cpu = [(r.get("phases") or {}).get(m, {}).get("cpu_seconds") for m in members]
+            cpu = [c for c in cpu if c is not None]
+            cells.append(f"{sum(cpu) / (r['text_bytes'] / MB):.3f}" if cpu and "phases" in r else "-")
+        lines.append(f"| {group}, CPU s | " + " | ".join(cells) + " |")
     # growth from the smallest to the largest size per runner
     lines += ["", "## Growth from the smaller to the larger size (x = ratio; linear time: CPU ratio = text ratio)", "",
               "| runner | text | wall | CPU s | driver peak | tree peak |", "|---|---:|---:|---:|---:|---:|"]
     for res in results:
-        ok = [r for r in res["runs"] if not r.get("failure")]
+        ok = [r for r in res["runs"] if not r.get("failure") and res.get("corpus_name", "scale") == "scale"]
         if len(ok) >= 2:
             small, large = ok[0], ok[-1]
             lines.append(f"| {res['runner']} | {large['text_bytes'] / small['text_bytes']:.2f}x | "
@@ -687,18 +752,57 @@ def comparison_markdown(results: list[dict], old: dict | None, date: str) -> str
                          f"{large['cpu_seconds'] / small['cpu_seconds']:.2f}x | "
                          f"{large['driver_peak_mb'] / small['driver_peak_mb']:.2f}x | "
                          f"{large['tree_peak_mb'] / small['tree_peak_mb']:.2f}x |")
-    local = next((res for res in results if res["runner"] == "local"), None)
+    # fixed and marginal cost: seconds = c0 + c1 x through the runs on the scale corpus
+    builds = ([("pre-rewrite local", old_runs)] if len(old_runs) >= 2 else []) + [
+        (res["runner"], [r for r in res["runs"] if not r.get("failure")]) for res in results
+        if res.get("corpus_name", "scale") == "scale"]
+    lines += ["", "## Fixed and marginal cost", "",
+              "`seconds = c0 + c1 x` (x = MB of text) through the runs of each build: c1 is what one more MB "
+              "costs, c0 what a build costs whatever its size (start-up, models, the Flink job server and its "
+              "plan optimizer, the run report). With two sizes the line runs through both points: it splits "
+              "the cost, it does not test linearity (the per-stage columns do). CPU seconds are the figures to "
+              "trust on a shared machine.", "",
+              "| build | CPU c1 (s per MB) | CPU c0 (s) | wall c1 (s per MB) | wall c0 (s) |",
+              "|---|---:|---:|---:|---:|"]
+    for label, rs in builds:
+        if len({r["text_bytes"] for r in rs}) < 2:
+            continue
+        c0, c1 = linear_fit([(r["text_bytes"] / MB, r["cpu_seconds"]) for r in rs])
+        w0, w1 = linear_fit([(r["text_bytes"] / MB, r["wall_seconds"]) for r in rs])
+        lines.append(f"| {label} | {c1:.3f} | {c0:.0f} | {w1:.3f} | {w0:.0f} |")
+    local = next((res for res in results if res["runner"] == "local" and res.get("corpus_name", "scale") == "scale"),
+                 None)
     ceiling = local_ceiling(local["runs"]) if local else None
     if ceiling and ceiling.get("ceiling_mb"):
-        t, d = ceiling["tree"], ceiling["driver"]
+        binding = ceiling["fits"][ceiling["binding_phase"]]
         lines += ["", "## The local runner's ceiling", "",
-                  f"Model: peak RSS of the build's process tree (driver + SDK workers) = a + b x, x = MB of text, "
-                  f"least squares over the local runs ({', '.join(f'{x:.0f} MB: {y:,.0f} MiB' for x, y in ceiling['points'])}): "
-                  f"a = {t['intercept_mib']:,.0f} MiB, b = {t['mib_per_mb']:.2f} MiB per MB of text "
-                  f"(the driver alone: a = {d['intercept_mib']:,.0f} MiB, b = {d['mib_per_mb']:.2f}). "
-                  f"The tree reaches the machine's {MACHINE_MIB // 1024} GiB at **{ceiling['machine_mb']:,.0f} MB** of "
-                  f"text; with {HEADROOM_MIB // 1024} GiB left to the OS and the page cache, at "
-                  f"**{ceiling['ceiling_mb']:,.0f} MB**."]
+                  "Model: per phase, the RSS of the build's process tree (driver + SDK workers) = a + b x, x = MB of "
+                  "text, through the local runs; the build's peak is the largest phase (`bench_scale.local_ceiling`). "
+                  f"The phase that grows fastest and reaches the budget first is `{ceiling['binding_phase']}`: "
+                  + ", ".join(f"{x:.0f} MB: {y:,.0f} MiB" for x, y in binding["points"])
+                  + f", so a = {binding['intercept_mib']:,.0f} MiB, b = {binding['mib_per_mb']:.2f} MiB per MB of text "
+                  "(the driver alone in that phase: "
+                  f"{', '.join(f'{y:,.0f}' for _, y in binding['driver_points'])} MiB, "
+                  f"a = {binding['driver_intercept_mib']:,.0f}, b = {binding['driver_mib_per_mb']:.2f}). The tree "
+                  f"reaches the machine's {MACHINE_MIB // 1024} GiB at **{ceiling['machine_mb']:,.0f} MB** of text; "
+                  f"with {HEADROOM_MIB // 1024} GiB left to the OS, the page cache and other processes, at "
+                  f"**{ceiling['ceiling_mb']:,.0f} MB**.", "",
+                  "| phase | tree MiB per MB of text (b) | a (MiB) | at the ceiling (MiB) |", "|---|---:|---:|---:|"]
+        for phase, f in ceiling["fits"].items():
+            lines.append(f"| {phase} | {f['mib_per_mb']:.2f} | {f['intercept_mib']:,.0f} | "
+                         f"{f['intercept_mib'] + f['mib_per_mb'] * ceiling['ceiling_mb']:,.0f} |")
+        for res in results:
+            if res["runner"] != "local" or res is local:
+                continue
+            for r in res["runs"]:
+                x = r["text_bytes"] / MB
+                predicted, phase = predicted_tree_mib(ceiling, x)
+                outcome = (f"failed ({r['failure'].get('killed_at_memory_limit') or r['failure']['errors'][-1:]})"
+                           if r.get("failure") else "succeeded")
+                lines += ["", f"Check on `{res.get('corpus_name', 'scale')}` at {x:,.0f} MB of text: the model "
+                          f"predicts a tree peak of {predicted:,.0f} MiB (in {phase}); measured "
+                          f"{r['tree_peak_mb']:,.0f} MiB (driver {r['driver_peak_mb']:,.0f}, largest worker "
+                          f"{r['worker_peak_mb']:,.0f}); the build {outcome}."]
     return "\n".join(lines) + "\n"
 
 
@@ -726,9 +830,13 @@ def main() -> int:
     parser.add_argument("--runner", default="local", choices=["local", "flink"],
                         help="local: DirectRunner, --direct_running_mode (multi_processing), --workers processes; "
                              "flink: embedded Flink (--runner=FlinkRunner --flink_master=[local]; `make flink` first)")
-    parser.add_argument("--workers", type=int, default=WORKERS, help="local: SDK worker processes (--direct_num_workers)")
+    parser.add_argument("--workers", type=int, default=WORKERS,
+                        help="local: SDK worker processes (--direct_num_workers)")
     parser.add_argument("--mode", default="multi_processing", choices=["multi_processing", "in_memory"],
                         help="local: --direct_running_mode; in_memory runs one worker inside the driver process")
+    parser.add_argument("--corpus", default="scale", choices=["scale", "scale-large"],
+                        help="scale: the 1 GB corpus (3 mirror hosts); scale-large: 8 mirror hosts, 2.1 GB "
+                             "(build_corpus.py --scale-large), for the local runner's ceiling")
     parser.add_argument("--memory_limit_mb", type=float, default=20 * 1024,
                         help="kill a build whose process tree passes this RSS (MiB; recorded as a failure)")
     parser.add_argument("--render", metavar="JSON", help="only rewrite the .md of an earlier results .json")
@@ -754,15 +862,17 @@ def main() -> int:
     FLINK_JOB_SERVER = FLINK_JOB_SERVER_BEAM
     import build_corpus
 
-    info = build_corpus.ensure_corpus(spec=build_corpus.SCALE)
-    stats = file_text_bytes(info)
+    spec = build_corpus.SCALE if args.corpus == "scale" else build_corpus.SCALE_LARGE
+    work = spec.config.parent
+    info = build_corpus.ensure_corpus(spec=spec)
+    stats = file_text_bytes(info, work)
     runs, mismatches = [], []
     results_path = RESULTS / f"scale-{args.runner}-{result_date(args)}.json"
     for size in sorted(args.sizes):
         files = choose_files(stats, size)
         text = sum(stats[f]["text_bytes"] for f in files)
         records = sum(stats[f]["records"] for f in files)
-        config = make_subset(size, files)
+        config = make_subset(size, files, work)
         log(f"{size} MB subset: {len(files)} files, {text / MB:.1f} MB of text, {records:,} records")
         run = run_one(size, config, text, records, args.workers, args.mode, runner=args.runner,
                       memory_limit_mb=args.memory_limit_mb, allow_failure=True)
@@ -782,7 +892,8 @@ def main() -> int:
 
 def result_date(args) -> str:
     return (datetime.date.today().strftime("%Y%m%d") + ("" if args.workers == WORKERS else f"-w{args.workers}")
-            + ("" if args.mode == "multi_processing" else f"-{args.mode}"))
+            + ("" if args.mode == "multi_processing" else f"-{args.mode}")
+            + ("" if getattr(args, "corpus", "scale") == "scale" else f"-{args.corpus}"))
 
 
 def write_results(info: dict, runs: list[dict], args) -> None:
@@ -791,7 +902,9 @@ def write_results(info: dict, runs: list[dict], args) -> None:
     result = {
         "date": date, "runner": args.runner,
         "runner_description": runner_description(args.runner, args.workers, args.mode),
-        "command": f"bench/bench_scale.py --runner {args.runner} --sizes " + " ".join(map(str, args.sizes)),
+        "command": f"bench/bench_scale.py --runner {args.runner} --sizes " + " ".join(map(str, args.sizes))
+                   + ("" if args.corpus == "scale" else f" --corpus {args.corpus}"),
+        "corpus_name": args.corpus,
         "machine": f"{CORES} cores, {platform.python_version()}, {platform.machine()}",
         "workers": args.workers, "mode": args.mode,
         "corpus": {"corpus_digest": info["corpus_digest"], "recipe_digest": info["recipe_digest"],

@@ -110,7 +110,8 @@ def markdown(result: dict) -> str:
             f"{ingest['counts']['filtered'].get('older_capture', 0):,} | {r['partitions']} | "
             f"{r['largest_partition_parquet_mb']:.1f} | {ingest['seconds']:.0f} | "
             f"{r['build_seconds']:.0f} | {ingest['seconds'] / (r['text_bytes'] / MB):.2f} | "
-            f"{ingest['worker_peak_mb']:.0f} | {ingest['driver_rss_mb']:.0f} | {r['worker_peak_mb']:.0f} | "
+            f"{bench_scale._mb(ingest['worker_peak_mb'])} | {bench_scale._mb(ingest['driver_rss_mb'])} | "
+            f"{r['worker_peak_mb']:.0f} | "
             f"{r['driver_peak_mb']:.0f} | {r['slowest_stage']} | {r['others_share']:.0%} |")
     lines += ["", "The older captures of a URL are dropped in ingest by the runner's CoGroupByKey on the URL "
               "key; on the local runner the driver process holds that shuffle, so the ingest driver column grows "
@@ -121,11 +122,11 @@ def markdown(result: dict) -> str:
               "stage's seconds and memory are its phase's: from the commit of the stages before it to its own "
               "commit (bench_scale.Phases).", ""]
     lines += bench_scale.per_stage_by_size("Stage seconds at each WARC size", runs,
-                                           lambda r, st: f"{st['seconds']:.0f}")
+                                           lambda r, st: bench_scale._s(st["seconds"]))
     lines += bench_scale.per_stage_by_size("Worker peak MB per stage at each WARC size", runs,
-                                           lambda r, st: f"{st['worker_peak_mb']:.0f}")
+                                           lambda r, st: bench_scale._mb(st["worker_peak_mb"]))
     lines += bench_scale.per_stage_by_size("Driver RSS MB per stage at each WARC size", runs,
-                                           lambda r, st: f"{st['driver_rss_mb']:.0f}")
+                                           lambda r, st: bench_scale._mb(st["driver_rss_mb"]))
     return "\n".join(lines) + "\n"
 
 
