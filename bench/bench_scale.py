@@ -1,36 +1,49 @@
 #!/usr/bin/env python3
-"""End to end at scale: the whole cascade on 250 MB, 500 MB and 1 GB of real text.
+"""End to end at scale: the whole cascade as one Beam job on 250 MB, 500 MB and 1 GB of real text.
 
-Part of ``make bench`` (``bench/run_all.py --scale``); alone:
-``.venv/bin/python bench/bench_scale.py [--sizes 250 500 1000]``.
+Part of ``make bench`` (``make bench-scale``: the local runner); alone:
+``.venv/bin/python bench/bench_scale.py [--runner local|flink] [--sizes 250 500 1000]``.
 
 1. ``build_corpus.ensure_corpus(spec=SCALE)``: >= 1 GB of text from 16 pinned
    Debian documentation packages (~half distinct pages, the rest mirror copies,
    verbatim or with a header line), and a config running every stage of the
    sample's (near dedup with boilerplate lines, the seven-scorer cascade, policy
-   rules, redaction, 13-gram index, tokenize/pack/shard);
+   rules, redaction, 13-gram index, tokenize/pack/shard); ``--corpus
+   scale-large``: the same pages with eight mirror hosts (2.1 GB), for the local
+   runner's ceiling;
 2. one subset per size: the first files of each source in proportion (records are
    ordered by ``sha256(id)`` inside a source, so a prefix of its files is a uniform
    sample of it), hard-linked into ``bench/work/scale/subsets/<MB>/`` with the
    same config;
 3. per subset, ``python -m beam_pipeline run`` in a child process, exactly as a
-   user runs it: DirectRunner, ``multi_processing``, 2 workers, a fresh output
-   root. A sampler reads ``/proc/<pid>/status`` of the child and of every
-   process it starts, every 0.5 s: ``VmRSS`` (attributed to the stage whose
-   ``[stage] running`` line came last) and ``VmHWM`` (the process's lifetime
-   peak, which also catches peaks between two samples). Processes whose
-   command line runs ``sdk_worker_main`` are the SDK workers (one per worker
-   per stage job); the child itself is the driver, which on the DirectRunner
-   also holds every GroupByKey's data (Dataflow and Flink shuffle outside the
-   workers);
-4. per stage: wall seconds (the run's ``metrics.json``), documents in, docs/s
-   per core and corpus MB/s per core (``text MB of the subset / (seconds x 2)``:
-   the rate at which the stage gets through the corpus), peak worker RSS; the
-   slowest stage; per size: seconds per MB (linear time means a flat column) and
-   peak memory (bounded memory means a flat worker column);
-5. ``bench/results/scale-<YYYYMMDD>.json`` and ``.md``.
+   user runs it, a fresh output root, one Beam job: ``--runner local`` =
+   DirectRunner, ``multi_processing``, 2 workers (its FnApiRunner runs every
+   shuffle in the driver process); ``--runner flink`` =
+   ``--runner=FlinkRunner --flink_master=[local]``, which the CLI completes
+   (Flink 1.19, the job server ``make flink`` assembled, LOOPBACK: the SDK
+   workers run inside the driver process, parallelism = cores). A sampler
+   (:class:`MemorySampler`) reads ``/proc/<pid>/status`` (``VmRSS``, ``VmHWM``)
+   and ``/proc/<pid>/stat`` (CPU) of the child and of every process it starts,
+   every 0.5 s, by role: ``driver`` (the child), ``worker`` (``sdk_worker_main``),
+   ``jvm`` (Flink's job server, ``java ... job-server``). Samples are attributed
+   to the **phase** (:class:`Phases`): the first stage in build order whose layer
+   is not committed yet, from the build's ``[stage] runs in this job`` and
+   ``[stage] committed after`` lines, so a stage's phase is the span
+   ``metrics.json`` times for it (commit to commit);
+4. per run: wall seconds, CPU seconds of the whole process tree (per role and
+   per phase), seconds and CPU seconds per MB, peak RSS per role and per phase,
+   the load average at start and end, the dataset id, which must equal the one
+   the other runner gave at the same size (its newest results file); per stage:
+   seconds (``metrics.json``), documents in, docs/s and corpus MB/s per core. A
+   failed build (lost records beyond the retries, memory) is recorded with its
+   message, its retries and its peak memory;
+5. ``bench/results/scale-<runner>-<YYYYMMDD>.json`` and ``.md``; ``--compare``
+   writes ``scale-compare-<YYYYMMDD>.md``: the runners side by side, the
+   pre-rewrite results, fixed and marginal cost, the local runner's ceiling
+   (:func:`local_ceiling`).
 
-MB = 10^6 bytes of UTF-8 text (the ``text`` field of the input records).
+MB = 10^6 bytes of UTF-8 text (the ``text`` field of the input records); memory
+in MiB.
 """
 from __future__ import annotations
 
@@ -695,13 +708,13 @@ def comparison_markdown(results: list[dict], old: dict | None, date: str) -> str
                      f"{_mb(r['jvm_peak_mb'])} | {_mb(r['tree_peak_mb'])} | {_load(r)} | "
                      f"`{(r['dataset_id'] or '-')[:16]}` |")
     # dataset ids per size
-    by_size: dict[int, set] = {}
+    by_size: dict[int, list] = {}
     for _, r in runs:
         if r["dataset_id"]:
-            by_size.setdefault(round(r["text_bytes"] / MB), set()).add(r["dataset_id"])
+            by_size.setdefault(round(r["text_bytes"] / MB), []).append(r["dataset_id"])
     lines += ["", "Same dataset id from every runner at a size: " + ", ".join(
-        f"{size} MB {'yes' if len(ids) == 1 else 'NO (' + ', '.join(sorted(ids)) + ')'}"
-        for size, ids in sorted(by_size.items())) + "."]
+        f"{size} MB {'yes' if len(set(ids)) == 1 else 'NO (' + ', '.join(sorted(set(ids))) + ')'}"
+        for size, ids in sorted(by_size.items()) if len(ids) > 1) + "."]
     # stage seconds per MB, every build
     columns = [(f"pre-rewrite {r['text_bytes'] / MB:.0f}", r) for r in old_runs] + [
         (f"{runner} {r['text_bytes'] / MB:.0f}", r) for runner, r in runs]
@@ -803,6 +816,16 @@ def comparison_markdown(results: list[dict], old: dict | None, date: str) -> str
                           f"predicts a tree peak of {predicted:,.0f} MiB (in {phase}); measured "
                           f"{r['tree_peak_mb']:,.0f} MiB (driver {r['driver_peak_mb']:,.0f}, largest worker "
                           f"{r['worker_peak_mb']:,.0f}); the build {outcome}."]
+        every = [r for res in results if res["runner"] == "local" for r in res["runs"]]
+        if len(every) > len(local["runs"]):
+            refit = local_ceiling(every)
+            if refit and refit.get("ceiling_mb"):
+                f = refit["fits"][refit["binding_phase"]]
+                lines += ["", f"Fitted on every local run above ({len([r for r in every if not r.get('failure')])} "
+                          f"sizes), the binding phase is `{refit['binding_phase']}` with a = "
+                          f"{f['intercept_mib']:,.0f} MiB, b = {f['mib_per_mb']:.2f} MiB per MB: the machine's "
+                          f"{MACHINE_MIB // 1024} GiB at **{refit['machine_mb']:,.0f} MB**, {HEADROOM_MIB // 1024} "
+                          f"GiB left at **{refit['ceiling_mb']:,.0f} MB** of text."]
     return "\n".join(lines) + "\n"
 
 
@@ -852,7 +875,7 @@ def main() -> int:
     if args.compare:
         results = [json.loads(Path(p).read_text()) for p in args.compare]
         old = json.loads(Path(args.old).read_text()) if args.old and Path(args.old).exists() else None
-        date = max(res["date"] for res in results)
+        date = max(res["date"][:8] for res in results)
         path = RESULTS / f"scale-compare-{date}.md"
         path.write_text(comparison_markdown(results, old, date))
         log(f"written {path.relative_to(REPO)}")
