@@ -456,7 +456,7 @@ def run_one(size_mb: int, config: Path, text_bytes: int, records: int, workers: 
             "corpus_mb_per_s_per_core": text_bytes / MB / (seconds * CORES) if seconds else None,
             # the processes' lifetime peak up to the end of this phase is in "processes"; these are the phase's
             **phase_memory(sampler.per_phase.get(name)),
-            "worker_peak_mb": (sampler.per_phase.get(name) or {}).get("worker_rss_kb", 0) / 1024,
+            "worker_peak_mb": phase_memory(sampler.per_phase.get(name))["worker_rss_mb"],
         })
     report = {
         "runner": runner, "runner_args": runner_args(runner, workers, mode),
