@@ -772,7 +772,7 @@ def comparison_markdown(results: list[dict], old: dict | None, date: str) -> str
     lines += ["", "## Fixed and marginal cost", "",
               "`seconds = c0 + c1 x` (x = MB of text) through the runs of each build: c1 is what one more MB "
               "costs, c0 what a build costs whatever its size (start-up, models, the Flink job server and its "
-              "plan optimizer, the run report). With two sizes the line runs through both points: it splits "
+              "plan optimizer, the run report). Least squares; with two sizes the line runs through both points: it splits "
               "the cost, it does not test linearity (the per-stage columns do). CPU seconds are the figures to "
               "trust on a shared machine.", "",
               "| build | CPU c1 (s per MB) | CPU c0 (s) | wall c1 (s per MB) | wall c0 (s) |",
@@ -937,7 +937,17 @@ def write_results(info: dict, runs: list[dict], args) -> None:
         "runs": runs,
     }
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"scale-{args.runner}-{date}.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    path = RESULTS / f"scale-{args.runner}-{date}.json"
+    if path.exists():  # runs of the same day, runner and corpus accumulate (a size run again replaces its run)
+        earlier = json.loads(path.read_text())
+        if earlier.get("corpus", {}).get("corpus_digest") == info["corpus_digest"]:
+            sizes = {r["size_mb"] for r in runs}
+            kept = [r for r in earlier["runs"] if r["size_mb"] not in sizes]
+            result["runs"] = sorted(kept + runs, key=lambda r: r["text_bytes"])
+            result["command"] = "bench/bench_scale.py --runner {} --sizes {}".format(
+                args.runner, " ".join(str(r["size_mb"]) for r in result["runs"])) + (
+                "" if args.corpus == "scale" else f" --corpus {args.corpus}")
+    path.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     (RESULTS / f"scale-{args.runner}-{date}.md").write_text(markdown(result))
     log(f"results in bench/results/scale-{args.runner}-{date}.md")
 

@@ -38,7 +38,7 @@ zstandard 0.25.0); a different digest (another Python's ``html.parser``, another
 zstd) is reported loudly and recorded, because numbers on another corpus are not
 comparable.
 
-Usage:  .venv/bin/python bench/build_corpus.py [--force]
+Usage:  .venv/bin/python bench/build_corpus.py [--force] [--scale | --scale-large]
 """
 from __future__ import annotations
 
