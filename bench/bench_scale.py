@@ -54,6 +54,7 @@ import os
 import platform
 import re
 import resource
+import shlex
 import shutil
 import subprocess
 import sys
@@ -380,9 +381,16 @@ def phase_memory(entry: dict | None) -> dict:
             "cpu_seconds": sum(entry[f"{role}_cpu_s"] for role in ROLES)}
 
 
+def is_error_line(line: str) -> bool:
+    """An error the build printed: ``SomeError: ...``, the CLI's ``error: ...``, a logged ``ERROR:``."""
+    line = line.strip()
+    return bool(re.match(r"^([\w.]*(Error|Exception|RecordsLost)\b|error: |ERROR:)", line))
+
+
 def run_one(size_mb: int, config: Path, text_bytes: int, records: int, workers: int = WORKERS,
             mode: str = "multi_processing", label: str = "scale", runner: str = "local",
-            memory_limit_mb: float | None = None, allow_failure: bool = False) -> dict:
+            memory_limit_mb: float | None = None, allow_failure: bool = False,
+            beam_args: tuple[str, ...] = ()) -> dict:
     """Build ``config`` in a child process (a fresh output root ``bench/work/out/<label>-<size_mb>``),
     sampling memory and CPU; the run's numbers, per stage too.
 
@@ -392,7 +400,7 @@ def run_one(size_mb: int, config: Path, text_bytes: int, records: int, workers: 
     root = BENCH / "work" / "out" / f"{label}-{size_mb}"
     shutil.rmtree(root, ignore_errors=True)
     cmd = [sys.executable, "-m", "beam_pipeline", "run", "--config", str(config), "--output_root", str(root),
-           *runner_args(runner, workers, mode)]
+           *runner_args(runner, workers, mode), *beam_args]
     log(f"{size_mb} MB on {runner}: {' '.join(cmd[1:])}")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -412,7 +420,7 @@ def run_one(size_mb: int, config: Path, text_bytes: int, records: int, workers: 
         if ("runs in this job" in line or "committed after" in line or "WARNING" in line
                 or line.startswith(("report ", "dataset_id ", "error"))):
             log(f"{size_mb} MB {runner} | {line.rstrip()}")
-        if re.match(r"^[\w.]*(Error|Exception|RecordsLost)\b", line.strip()):
+        if is_error_line(line):
             errors.append(line.strip()[:2000])
         tail = (tail + [line])[-80:]
     returncode = proc.wait()
@@ -459,7 +467,7 @@ def run_one(size_mb: int, config: Path, text_bytes: int, records: int, workers: 
             "worker_peak_mb": phase_memory(sampler.per_phase.get(name))["worker_rss_mb"],
         })
     report = {
-        "runner": runner, "runner_args": runner_args(runner, workers, mode),
+        "runner": runner, "runner_args": runner_args(runner, workers, mode) + list(beam_args),
         "size_mb": size_mb, "text_bytes": text_bytes, "records": records,
         "wall_seconds": wall, "build_seconds": timing["total"],
         "seconds_per_mb": wall / (text_bytes / MB),
@@ -594,7 +602,8 @@ def markdown(result: dict) -> str:
                       f"tree peak {_mb(r['tree_peak_mb'])} MiB"
                       + (f"; killed by the bench at its memory limit: {f['killed_at_memory_limit']}"
                          if f.get("killed_at_memory_limit") else "") + ". Errors:", "",
-                      "```", *(f["errors"] or ["(none printed)"]), "```"]
+                      "```", *(f["errors"] or [line.strip() for line in f.get("tail", "").splitlines()
+                                               if is_error_line(line)] or ["(none printed)"]), "```"]
     lines += ["", "Phases: a stage's phase runs from the commit of the stages before it in build order to its own "
               "commit (the stage the build waits for; `bench_scale.Phases`); its seconds are `metrics.json`'s "
               "`timing_seconds`. `_start`: snapshot and job graph, until the job's plan is printed; `_publish`: "
@@ -680,10 +689,15 @@ def predicted_tree_mib(ceiling: dict, text_mb: float) -> tuple[float, str]:
     return max((f["intercept_mib"] + f["mib_per_mb"] * text_mb, phase) for phase, f in ceiling["fits"].items())
 
 
+def result_label(result: dict) -> str:
+    """The runner, and what sets a results file apart from the day's plain one (``-scale-large``, a tag)."""
+    suffix = result["date"][8:].lstrip("-")
+    return result["runner"] + (f" ({suffix})" if suffix else "")
+
+
 def comparison_markdown(results: list[dict], old: dict | None, date: str) -> str:
     """Runners side by side per size, the pre-rewrite local numbers next to them, the local ceiling."""
-    runs = [(res["runner"] + ("" if res.get("corpus_name", "scale") == "scale" else f" ({res['corpus_name']})"), r)
-            for res in results for r in res["runs"]]
+    runs = [(result_label(res), r) for res in results for r in res["runs"]]
     runs.sort(key=lambda pair: (pair[1]["text_bytes"], pair[0]))
     lines = [f"# Scale runs compared ({date}): local runner and embedded Flink, one job per build", "",
              "From " + ", ".join(f"`bench/results/scale-{res['runner']}-{res['date']}.json`" for res in results)
@@ -760,14 +774,14 @@ def comparison_markdown(results: list[dict], old: dict | None, date: str) -> str
         ok = [r for r in res["runs"] if not r.get("failure") and res.get("corpus_name", "scale") == "scale"]
         if len(ok) >= 2:
             small, large = ok[0], ok[-1]
-            lines.append(f"| {res['runner']} | {large['text_bytes'] / small['text_bytes']:.2f}x | "
+            lines.append(f"| {result_label(res)} | {large['text_bytes'] / small['text_bytes']:.2f}x | "
                          f"{large['wall_seconds'] / small['wall_seconds']:.2f}x | "
                          f"{large['cpu_seconds'] / small['cpu_seconds']:.2f}x | "
                          f"{large['driver_peak_mb'] / small['driver_peak_mb']:.2f}x | "
                          f"{large['tree_peak_mb'] / small['tree_peak_mb']:.2f}x |")
     # fixed and marginal cost: seconds = c0 + c1 x through the runs on the scale corpus
     builds = ([("pre-rewrite local", old_runs)] if len(old_runs) >= 2 else []) + [
-        (res["runner"], [r for r in res["runs"] if not r.get("failure")]) for res in results
+        (result_label(res), [r for r in res["runs"] if not r.get("failure")]) for res in results
         if res.get("corpus_name", "scale") == "scale"]
     lines += ["", "## Fixed and marginal cost", "",
               "`seconds = c0 + c1 x` (x = MB of text) through the runs of each build: c1 is what one more MB "
@@ -862,6 +876,10 @@ def main() -> int:
                              "(build_corpus.py --scale-large), for the local runner's ceiling")
     parser.add_argument("--memory_limit_mb", type=float, default=20 * 1024,
                         help="kill a build whose process tree passes this RSS (MiB; recorded as a failure)")
+    parser.add_argument("--beam_args", default="",
+                        help="more arguments for the build (shell words), e.g. "
+                             "'--job_server_jvm_properties=-Xss16m'; results go to a file tagged with --tag")
+    parser.add_argument("--tag", default="", help="suffix of the results files (with --beam_args)")
     parser.add_argument("--render", metavar="JSON", help="only rewrite the .md of an earlier results .json")
     parser.add_argument("--compare", metavar="JSON", nargs="+",
                         help="only write bench/results/scale-compare-<date>.md from these results (one per runner) "
@@ -880,6 +898,8 @@ def main() -> int:
         path.write_text(comparison_markdown(results, old, date))
         log(f"written {path.relative_to(REPO)}")
         return 0
+    if args.beam_args and not args.tag:
+        parser.error("--beam_args needs --tag (its results go to their own file)")
     global FLINK_JOB_SERVER
     from beam_pipeline.options.corpus_options import FLINK_JOB_SERVER_BEAM
     FLINK_JOB_SERVER = FLINK_JOB_SERVER_BEAM
@@ -898,7 +918,8 @@ def main() -> int:
         config = make_subset(size, files, work)
         log(f"{size} MB subset: {len(files)} files, {text / MB:.1f} MB of text, {records:,} records")
         run = run_one(size, config, text, records, args.workers, args.mode, runner=args.runner,
-                      memory_limit_mb=args.memory_limit_mb, allow_failure=True)
+                      memory_limit_mb=args.memory_limit_mb, allow_failure=True,
+                      beam_args=tuple(shlex.split(args.beam_args)))
         other = other_runner_ids(args.runner, exclude=results_path).get(text)
         if other and run["dataset_id"]:
             run["dataset_id_check"] = {"other": other[0], "results": other[1], "equal": other[0] == run["dataset_id"]}
@@ -916,7 +937,8 @@ def main() -> int:
 def result_date(args) -> str:
     return (datetime.date.today().strftime("%Y%m%d") + ("" if args.workers == WORKERS else f"-w{args.workers}")
             + ("" if args.mode == "multi_processing" else f"-{args.mode}")
-            + ("" if getattr(args, "corpus", "scale") == "scale" else f"-{args.corpus}"))
+            + ("" if getattr(args, "corpus", "scale") == "scale" else f"-{args.corpus}")
+            + (f"-{args.tag}" if getattr(args, "tag", "") else ""))
 
 
 def write_results(info: dict, runs: list[dict], args) -> None:
@@ -926,7 +948,8 @@ def write_results(info: dict, runs: list[dict], args) -> None:
         "date": date, "runner": args.runner,
         "runner_description": runner_description(args.runner, args.workers, args.mode),
         "command": f"bench/bench_scale.py --runner {args.runner} --sizes " + " ".join(map(str, args.sizes))
-                   + ("" if args.corpus == "scale" else f" --corpus {args.corpus}"),
+                   + ("" if args.corpus == "scale" else f" --corpus {args.corpus}")
+                   + (f" --beam_args '{args.beam_args}' --tag {args.tag}" if args.beam_args else ""),
         "corpus_name": args.corpus,
         "machine": f"{CORES} cores, {platform.python_version()}, {platform.machine()}",
         "workers": args.workers, "mode": args.mode,
