@@ -47,7 +47,7 @@ report: $(STAMP)
 
 ## Run the whole test suite (what .ci/run calls); it builds the sample on embedded Flink too.
 test: $(STAMP) $(TORCH_STAMP) flink
-	$(PY) -m pytest -q -n 2 --dist loadfile tests
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests
 
 ## The sample on a real Flink session cluster on localhost (Java; downloads Flink and the
 ## Beam job server into ~/.cache/beam_pipeline/flink once). docs/flink.md.

@@ -30,6 +30,22 @@ def tiny_corpus(tmp_path, name: str, texts: list[str], extra_yaml: str = "") -> 
         f"tokenize: {{tokenizer: {SAMPLE_TOKENIZER}, seq_len: 256, shard_tokens: 65536}}\n" + extra_yaml)
     return str(config)
 
+#: The modules that take longest (`pytest --durations`), slowest first: ``make test`` runs the suite on two
+#: workers module by module (``--dist loadfile --no-loadscope-reorder``), and starting the long ones first
+#: keeps one worker from getting a long module at the end while the other idles.
+SLOW_MODULES_FIRST = ("test_heuristics_reference", "test_flink_embedded", "test_arrivals_flink", "test_resume",
+                      "test_s3", "test_retried_bundles", "test_snapshot", "test_arrivals", "test_determinism",
+                      "test_arrivals_s3", "test_loader", "test_portable_runner", "test_lost_records",
+                      "test_progress", "test_end_to_end")
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item) -> int:
+        module = item.path.stem
+        return SLOW_MODULES_FIRST.index(module) if module in SLOW_MODULES_FIRST else len(SLOW_MODULES_FIRST)
+    items.sort(key=rank)     # stable: each module keeps its own order
+
+
 #: In-process runner, one thread: the fastest setting for small test inputs.
 IN_PROCESS = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
 

@@ -74,14 +74,15 @@ def _datatrove_decisions(texts: list[str]) -> dict:
     instances = {family: getattr(filters, name)() for family, name in FAMILIES.items()}
     out = {family: [] for family in FAMILIES}
     out["words"], out["c4_text"] = [], []
-    for i, text in enumerate(texts):
-        for family, instance in instances.items():   # document by document: datatrove caches the words
+    order = sorted(instances, key=lambda family: family == "c4")   # C4 splits each line: its calls evict
+    for i, text in enumerate(texts):                                 # the text's words from datatrove's
+        out["words"].append(split_into_words(text))                  # small cache, so it runs last
+        for family in order:
             document = Document(text=text, id=str(i))
-            result = instance.filter(document)
+            result = instances[family].filter(document)
             out[family].append(None if result is True else result[1])
             if family == "c4":
                 out["c4_text"].append(document.text if result is True else None)
-        out["words"].append(split_into_words(text))
     return out
 
 

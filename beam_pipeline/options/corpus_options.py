@@ -70,9 +70,14 @@ def flink_job_server_jar() -> str:
     return os.path.join(cache, f"beam-flink-{FLINK_VERSION}-job-server-{FLINK_JOB_SERVER_BEAM}", f"{name}.jar")
 
 
-#: Above this much (estimated) text the local runner's shuffles do not fit in this machine's memory: a
-#: build with no --runner goes to embedded Flink (docs/operations.md, "Which runner"; bench/results).
-LOCAL_RUNNER_CEILING_BYTES = 4 << 30
+#: Above this much estimated text (``build.estimated_text_bytes``) the local runner's shuffles do not fit
+#: in 20 GiB: a build with no --runner goes to embedded Flink. Measured on 2 cores and 24 GiB: the local
+#: runner's peak grows 7.16 MiB per MB of text and reaches 20 GiB at 2,678 MB of text, which the estimate
+#: of a zstd corpus puts at 2,009 MB (bench/README.md, "The local runner's ceiling"; docs/operations.md).
+LOCAL_RUNNER_CEILING_BYTES = 2_000_000_000
+#: The job server's thread stack: Flink's batch optimizer walks the build's 196-deep chain of transforms
+#: recursively and overflowed the default 1 MiB stack intermittently (bench/README.md, embedded Flink).
+JOB_SERVER_THREAD_STACK = "-Xss16m"
 
 
 class RunnerError(ValueError):
@@ -101,7 +106,8 @@ class LocalRunnerDefaults:
       assembled (Beam's defaults, Flink 2.2 and a jar Maven Central does not serve
       here, fail in seconds); on embedded Flink (``--flink_master=[local]``, the
       default) the SDK workers run in this process (LOOPBACK) and the parallelism
-      is the number of cores.
+      is the number of cores; the job server this process starts gets a 16 MiB
+      thread stack (:data:`JOB_SERVER_THREAD_STACK`).
     """
 
     @staticmethod
@@ -141,6 +147,8 @@ def flink_defaults(beam_args: list[str]) -> list[str]:
                               f"(Maven resolves it from Maven Central), or pass --flink_job_server_jar or "
                               f"--job_endpoint (docs/flink.md)")
         extra.append(f"--flink_job_server_jar={jar}")
+        if _flag(beam_args, "job_server_jvm_properties") is None and _flag(beam_args, "job_server_jvm_property") is None:
+            extra.append(f"--job_server_jvm_properties={JOB_SERVER_THREAD_STACK}")
     master = _flag(beam_args, "flink_master")
     if master in (None, "[local]", "[auto]"):
         if master is None:

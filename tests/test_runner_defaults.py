@@ -1,0 +1,54 @@
+"""The Beam arguments the CLI adds per runner (beam_pipeline.options.LocalRunnerDefaults)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from beam_pipeline.options import corpus_options
+from beam_pipeline.options.corpus_options import LOCAL_RUNNER_CEILING_BYTES, LocalRunnerDefaults
+
+
+@pytest.fixture
+def jar(tmp_path, monkeypatch):
+    """A job server jar where flink_defaults looks for it (the file's bytes do not matter here)."""
+    monkeypatch.setenv("FLINK_CACHE", str(tmp_path))
+    path = corpus_options.flink_job_server_jar()
+    os.makedirs(os.path.dirname(path))
+    open(path, "wb").close()
+    return path
+
+
+def test_no_runner_is_the_local_runner_on_every_core_up_to_the_ceiling():
+    args = LocalRunnerDefaults.apply([], input_bytes=LOCAL_RUNNER_CEILING_BYTES)
+    assert args[:2] == ["--runner=DirectRunner", "--direct_running_mode=multi_processing"]
+    assert f"--direct_num_workers={os.cpu_count()}" in args
+
+
+def test_above_the_ceiling_no_runner_is_embedded_flink_with_the_assembled_job_server(jar):
+    args = LocalRunnerDefaults.apply(["--temp_location=/tmp/x"], input_bytes=LOCAL_RUNNER_CEILING_BYTES + 1)
+    assert args[:2] == ["--runner=FlinkRunner", "--flink_master=[local]"]
+    assert f"--flink_job_server_jar={jar}" in args
+    assert {"--flink_version=1.19", "--environment_type=LOOPBACK", "--job_server_jvm_properties=-Xss16m",
+            f"--parallelism={os.cpu_count()}", "--temp_location=/tmp/x"} <= set(args)
+
+
+def test_a_runner_the_user_names_is_kept_above_the_ceiling():
+    args = LocalRunnerDefaults.apply(["--runner=DirectRunner"], input_bytes=10 * LOCAL_RUNNER_CEILING_BYTES)
+    assert "--runner=FlinkRunner" not in args
+    assert args.count("--runner=DirectRunner") == 1
+
+
+def test_what_the_user_gives_flink_wins(jar):
+    given = ["--runner=FlinkRunner", "--job_server_jvm_properties=-Xss64m", "--parallelism=7",
+             "--environment_type=DOCKER", "--flink_version=1.18"]
+    args = LocalRunnerDefaults.apply(given)
+    for flag in ("--job_server_jvm_properties", "--parallelism", "--environment_type", "--flink_version"):
+        assert len([a for a in args if a.startswith(flag + "=")]) == 1, flag
+    assert args[:len(given)] == given
+
+
+def test_a_missing_job_server_says_make_flink(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLINK_CACHE", str(tmp_path))
+    with pytest.raises(corpus_options.RunnerError, match="make flink"):
+        LocalRunnerDefaults.apply(["--runner=FlinkRunner"])
