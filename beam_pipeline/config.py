@@ -154,9 +154,37 @@ class SimHashConfig(_Strict):
         return self
 
 
+class TwoTierConfig(_Strict):
+    """``verify: two_tier``: the second tier and short texts (docs/near_dedup.md, "Verification")."""
+
+    low_threshold: float = Field(0.4, gt=0.0, le=1.0, description="Second tier: a pair below verify_threshold "
+                                 "passes at this Jaccard if one text is mostly inside the other.")
+    containment_threshold: float = Field(0.8, gt=0.0, le=1.0, description="Second tier: |A & B| / min(|A|, |B|) "
+                                         "a pair needs (Broder 1997).")
+    short_shingles: int = Field(50, ge=0, description="Texts with fewer shingles are short: their pairs need "
+                                "short_threshold (a short text inside a long one is a quote, not a copy).")
+    short_threshold: float = Field(0.9, gt=0.0, le=1.0, description="Jaccard a pair with a short text needs.")
+    measure: Literal["estimate", "exact"] = Field(
+        "estimate", description="Jaccard and containment estimated from the signatures and shingle counts, "
+        "or exact from shingle sets (stored in signatures, carried through the verification joins).")
+    lsh_threshold: float = Field(0.5, gt=0.0, lt=1.0, description="Similarity for which LSH bands x rows are "
+                                 "chosen (unless minhash.bands / rows are set).")
+
+    @model_validator(mode="after")
+    def _tiers(self) -> "TwoTierConfig":
+        if self.low_threshold > self.short_threshold:
+            raise ValueError(f"low_threshold ({self.low_threshold}) above short_threshold ({self.short_threshold}): "
+                             "short texts would pass more easily than long ones")
+        return self
+
+
 class LineDedupConfig(_Strict):
     enabled: bool = Field(True, description="Count lines corpus-wide; boilerplate stays out of signatures.")
     min_repeats: int = Field(100, ge=1, description="Lines in more than this many documents are boilerplate.")
+    signature_min_repeats: int | None = Field(
+        10, ge=1, description="Lines in more than this many documents (but not boilerplate) are left out of a "
+        "document's signature, not its text, when they are at most half of it (site templates, ads); "
+        "null: only boilerplate lines are.")
     min_chars: int = Field(20, ge=1, description="Shorter (normalized) lines are never boilerplate.")
 
 
@@ -174,9 +202,12 @@ class NearDedupConfig(_Strict):
     shingles: ShingleConfig = ShingleConfig()
     minhash: MinHashConfig = MinHashConfig()
     simhash: SimHashConfig = SimHashConfig()
-    verify: Literal["signature", "jaccard", "none"] = Field(
-        "signature", description="Check of each candidate pair: estimated Jaccard, true Jaccard, or none.")
-    verify_threshold: float | None = Field(None, gt=0.0, le=1.0, description="Defaults to minhash.threshold.")
+    verify: Literal["two_tier", "signature", "jaccard", "none"] = Field(
+        "two_tier", description="Check of each candidate pair: two tiers (Jaccard, or lower Jaccard with "
+        "containment), estimated Jaccard, true Jaccard, or none.")
+    verify_threshold: float | None = Field(None, gt=0.0, le=1.0, description="Defaults to minhash.threshold "
+                                           "(with two_tier: its first tier).")
+    two_tier: TwoTierConfig = TwoTierConfig()
     max_rounds: int = Field(20, ge=1, le=200, description="Connected-component rounds before the stage fails.")
     max_cluster_size: int = Field(100, ge=2, description="Larger clusters are reported and verified pairwise.")
     sample_members: int = Field(10, ge=1, le=1000, description="Members listed per large cluster.")

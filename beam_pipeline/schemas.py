@@ -69,7 +69,8 @@ NEAR_SIGNATURE = pa.schema([
     ("band_keys", pa.list_(pa.int64())),   # one LSH key per band
     ("simhash", pa.uint64()),           # 64-bit fingerprint (null for minhash only)
     ("simhash_keys", pa.list_(pa.int64())),  # pigeonhole block keys
-    ("shingles", pa.binary()),          # sorted distinct uint64 shingle hashes (only for verify: jaccard)
+    ("shingles", pa.binary()),          # sorted distinct uint64 shingle hashes (verify: jaccard; two_tier exact)
+    ("shingle_count", pa.int32()),      # distinct shingles signed (two_tier's containment estimate)
 ])
 
 #: near_dedup -> ``large_clusters``: clusters above max_cluster_size, reported instead of collapsed.

@@ -5,6 +5,7 @@ Usage::
 
     .venv/bin/python bench/bench_near_dedup_stage.py --documents '<root>/layers/ingest/<key>/documents/part-*.parquet'
     .venv/bin/python bench/bench_near_dedup_stage.py --labeled        # bench_near_dedup's labeled set, 6 configs
+    .venv/bin/python bench/bench_near_dedup_stage.py --recall         # near_dup_recall's labeled set, defaults
 
 Each run builds the stage and writes its outputs in one job on the in-process
 DirectRunner (``in_memory``), and reports the process's CPU seconds
@@ -18,7 +19,9 @@ the ``near_dedup`` section of ``--config`` (default: the sample's).
 text with planted near duplicates) as 4 partitions and runs it with
 ``method`` minhash, ``verify: jaccard``, simhash, both, both with
 ``max_cluster_size: 3`` and ``verify: none`` (large clusters), and repeated
-spans.
+spans. ``--recall`` writes the labeled set of ``bench/near_dup_recall.py``
+(773 documents: planted copies of graded strength and hard negatives) as 4
+partitions and runs it with the defaults (``near_dedup: {enabled: true}``).
 
 The spill-file implementation this stage replaced can be measured with the
 same script: export its code (``git archive 1d4bd26 | tar -x -C /tmp/old``)
@@ -138,16 +141,35 @@ def labeled_partitions(directory: str, partitions: int = 4) -> list[str]:
     return paths
 
 
+def recall_partitions(directory: str, partitions: int = 4) -> list[str]:
+    """near_dup_recall's labeled set (its defaults: 120 originals) as ``partitions`` documents partitions."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(beam_pipeline.__file__)), "bench"))
+    import bench_near_dedup
+    import near_dup_recall
+
+    documents, _ = near_dup_recall.labeled_set(120)
+    ranks = {"originals": 1, "negatives": 2, "copies": 5}
+    rows = sorted(({"doc_id": d["label"], "source": d["source"], "source_rank": ranks[d["source"]], "date": None,
+                    "text": d["text"]} for d in documents), key=lambda d: d["doc_id"])
+    os.makedirs(directory, exist_ok=True)
+    paths = [os.path.join(directory, part_name(i, partitions)) for i in range(partitions)]
+    for i, path in enumerate(paths):
+        pq.write_table(pa.Table.from_pylist([r for r in rows if bucket_of(r["doc_id"], partitions) == i],
+                                            schema=bench_near_dedup.DOCS_SCHEMA), path)
+    return paths
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--documents", help="glob of an ingest layer's documents partitions")
     parser.add_argument("--config", default=SAMPLE_CONFIG, help="corpus config whose near_dedup section is used")
     parser.add_argument("--labeled", action="store_true", help="bench_near_dedup's labeled set, 6 configs")
+    parser.add_argument("--recall", action="store_true", help="near_dup_recall's labeled set, defaults")
     parser.add_argument("--repeat", type=int, default=1, help="runs per config (in this process)")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
-    if not args.documents and not args.labeled:
-        parser.error("give --documents or --labeled")
+    if not args.documents and not args.labeled and not args.recall:
+        parser.error("give --documents, --labeled or --recall")
     work = tempfile.mkdtemp(prefix="bench-near-dedup-stage-")
     code = "spill files" if SPILL_FILE_CODE else "runner shuffles"
     print(f"code: {os.path.dirname(beam_pipeline.__file__)} ({code}); load average {os.getloadavg()[0]:.1f}")
@@ -158,6 +180,9 @@ def main(argv=None) -> int:
     if args.labeled:
         paths = labeled_partitions(os.path.join(work, "labeled"))
         runs += [(name, NearDedupConfig(enabled=True, **overrides), paths) for name, overrides in LABELED_RUNS]
+    if args.recall:
+        runs.append(("recall set, defaults", NearDedupConfig(enabled=True),
+                     recall_partitions(os.path.join(work, "recall"))))
     results = {}
     for index, (name, config, paths) in enumerate(runs):
         for attempt in range(args.repeat):

@@ -1,12 +1,13 @@
-"""Prototype near-duplicate verification rules (beam_pipeline/dedup/verify.py), on real text from the sample."""
+"""Near-duplicate verification rules (beam_pipeline/dedup/verify.py), on real text from the sample."""
 from __future__ import annotations
 
 import os
 
 import numpy as np
 import pyarrow.parquet as pq
+import pytest
 
-from beam_pipeline.dedup import verify
+from beam_pipeline.dedup import minhash, verify
 from conftest import REPO
 
 WIKI = os.path.join(REPO, "sample", "data", "wikipedia", "part-0000.parquet")
@@ -64,3 +65,28 @@ def test_repeated_lines_are_removed_before_shingling():
     assert verify.repeated_lines(texts, min_documents=4) == set()
     cleaned = verify.shingles_without_lines(texts[0], repeated)
     assert np.array_equal(cleaned, shingles(one))
+
+
+def test_containment_estimated_from_jaccard_and_set_sizes():
+    """|A & B| = J (|A| + |B|) / (1 + J): exact from the true Jaccard, and within the MinHash estimate's
+    noise from a 112-value signature (what the stage has: signatures and shingle counts, not sets)."""
+    page = articles(1)[0]
+    words = page.split(" ")
+    for share in (0.5, 0.6, 0.8):
+        part = " ".join(words[: int(len(words) * share)])
+        a, b = shingles(page), shingles(part)
+        exact = verify.containment(a, b)
+        assert verify.estimated_containment(verify.jaccard(a, b), len(a), len(b)) == pytest.approx(exact)
+        estimate = minhash.estimate_jaccard(minhash.signature(a, 112, 0), minhash.signature(b, 112, 0))
+        assert abs(verify.estimated_containment(estimate, len(a), len(b)) - exact) < 0.15, share
+    assert verify.estimated_containment(1.0, 10, 10) == 1.0
+    assert verify.estimated_containment(0.9, 100, 10) == 1.0  # never above 1 (an estimate can overshoot)
+    assert verify.estimated_containment(0.5, 0, 10) == 0.0
+
+
+def test_accept_tiers():
+    """Long texts: Jaccard >= 0.7, or >= 0.4 with containment >= 0.8; short texts: Jaccard >= 0.9."""
+    assert verify.accept(0.7, 0.0, 500) and not verify.accept(0.69, 0.79, 500)
+    assert verify.accept(0.4, 0.8, 500) and not verify.accept(0.39, 1.0, 500)
+    assert not verify.accept(0.8, 1.0, verify.MIN_SHINGLES - 1) and verify.accept(0.9, 0.0, verify.MIN_SHINGLES - 1)
+    assert verify.accept(0.5, 0.9, 100, high=0.95, low=0.5, min_containment=0.9, min_shingles=10, short_jaccard=1.0)

@@ -116,7 +116,8 @@ def test_a_document_of_several_previous_versions_is_reported_once_whatever_the_o
 
 def _signature_row(doc_id, band_keys, simhash=None, simhash_keys=(), rank=1, date=None):
     return {"doc_id": doc_id, "source": "web", "source_rank": rank, "date": date, "minhash": doc_id.encode(),
-            "band_keys": list(band_keys), "simhash": simhash, "simhash_keys": list(simhash_keys), "shingles": None}
+            "band_keys": list(band_keys), "simhash": simhash, "simhash_keys": list(simhash_keys), "shingles": None,
+            "shingle_count": 60}
 
 
 def _signatures(rows_by_layer):
@@ -169,7 +170,7 @@ def test_a_previous_version_competes_with_its_member_and_its_own_signature(tmp_p
     main = [o for o in out if not hasattr(o, "tag")]
     tagged = sorted((o.tag, o.value) for o in out if hasattr(o, "tag"))
     member = member_of(row, previous=True)
-    assert main == [("d1", (2, (b"d1", 0b1011, None)))]
+    assert main == [("d1", (2, (b"d1", 0b1011, None, 60)))]  # minhash, simhash, shingles, shingle_count
     assert tagged == [("bands", (4, ("d1", member))), ("bands", (7, ("d1", member))),
                       ("blocks", (3, ("d1", member, 0b1011)))]
     assert representative_order(member)[0] == 0  # a previous version goes first

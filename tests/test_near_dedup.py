@@ -224,6 +224,39 @@ def test_a_footer_longer_than_the_documents_is_boilerplate(tmp_path):
     assert all(r["boilerplate_lines"] == footer_keys for r in out["annotations"])
 
 
+def test_truncated_and_wrapped_copies_are_found_and_pages_of_one_template_are_not(tmp_path):
+    """The defaults (``verify: two_tier``, ``lines.signature_min_repeats: 10``) on real text: copies
+    truncated to 55% of an article (5-gram Jaccard ~0.55, below the first tier) and 70% copies wrapped in
+    a site template join their original through the second tier (one text >= 80% inside the other,
+    Broder 1997); 40 distinct paragraphs under that same template (in 46 documents: not boilerplate at
+    min_repeats 100, but out of their signatures) are never candidates, let alone merged."""
+    notice = [line for line in GPL_NOTICE.split("\n") if len(line) >= 40]
+    head, foot = "\n".join(notice[:3]), "\n".join(notice[3:6])
+    texts = [first_words(t, 400) for t in articles()[:6]]
+    documents, expected = [], set()
+    for i, text in enumerate(texts):
+        words_ = text.split(" ")
+        truncated = " ".join(words_[: int(len(words_) * 0.55)])
+        wrapped = f"{head}\n\n{' '.join(words_[: int(len(words_) * 0.7)])}\n\n{foot}"
+        documents += [doc(f"orig{i}", text, source="wiki", rank=1), doc(f"trunc{i}", truncated),
+                      doc(f"wrapped{i}", wrapped)]
+        expected.add(frozenset({f"orig{i}", f"trunc{i}", f"wrapped{i}"}))
+        assert 0.45 < jaccard(shingle_hashes(text), shingle_hashes(truncated)) < 0.65
+    used = "\n".join(articles()[:6])
+    pages = [p for p in paragraphs(100) if len(p.split()) <= 200 and p not in used][:40]  # not excerpts
+    documents += [doc(f"page{k:02d}", f"{head}\n\n{p}\n\n{foot}") for k, p in enumerate(pages)]
+    out = run_stage(tmp_path, documents, NearDedupConfig(enabled=True, **FAST))
+    assert clusters_of(out["annotations"]) == expected
+    rows = by_id(out["annotations"])
+    assert all(rows[f"orig{i}"]["representative"] == f"orig{i}" for i in range(len(texts)))
+    assert not any(r["boilerplate_lines"] for r in out["annotations"])  # the template is kept in the text
+    assert out["metrics"]["near_duplicates"] == 2 * len(texts)
+    # the rule of before (estimated Jaccard >= 0.7, LSH 16 x 7, template lines in the signatures) misses them
+    before = NearDedupConfig(enabled=True, verify="signature", lines={"signature_min_repeats": None}, **FAST)
+    out = run_stage(tmp_path, documents, before, name="before")
+    assert not any(rows_["is_duplicate"] for rows_ in out["annotations"] if rows_["doc_id"].startswith("trunc"))
+
+
 def test_unverified_hubs_become_large_clusters_checked_against_the_representative(tmp_path):
     """Without candidate verification, a hub of documents sharing band keys forms one component; above
     max_cluster_size it is reported, and only members similar to the representative are duplicates."""
@@ -424,7 +457,7 @@ def test_a_document_that_cannot_be_signed_is_dead_lettered_and_every_document_is
                                                                                            len(documents) - 1, 1)
 
 
-# --- the sample: byte-identical to the spill-file implementation ----------------------------
+# --- the sample: the spill-file implementation's decisions, byte for byte --------------------
 
 #: The sample's layers as the spill-file implementation (commit 1d4bd26) built them. The documents
 #: this stage reads, as sha256 of the canonical JSON of each partition's INPUT_COLUMNS (the files
@@ -434,21 +467,26 @@ SAMPLE_INGEST_DOCUMENTS = [
     "e915ad83c4606a5181a3d6598f833c529d0624d1794add5c0ea2263dcf9bd03e",
     "d0868460e2d8f919f03eff71530a75927348b54caba6b1a6dd6513a5e0a1d7e7",
     "9585c04f4272aec9ff2530183348fc9d0a19043511299ceee12b00a254e2b93d"]
-#: ... and the sha256 of the near-dedup layer's partitions, which this implementation must reproduce.
+#: ... and the sha256 of the near-dedup layer's partitions: its annotations, which this implementation
+#: reproduces with the two-tier default (no copy on the sample lies in the second tier), and its signatures.
 EMPTY_LARGE_CLUSTERS = "4fc63e0dae1ef0804f8ddaef85b1a6f1f85d198c31324523fa9b1fd5b4de82ae"
 SAMPLE_NEAR_DEDUP = {
     "annotations": ["f71132f97a02bdf895599469bc3fe7284161976ad7da0370898d8683509c5ca3",
                     "bbb6baeb2e1ed20f099f8478fd9df840ce549a68885f503234ef2a76103a33b4",
                     "141417fe2b0471607105eca5c57aa258183d77c5e09c33809f1288feefb73d77",
                     "20cd4d204cc599276b5699413c8078d6bf4e0de31220140c8e8905309a66db03"],
-    "signatures": ["1a2db81f5a308f1767492e7b44a42c370d90393839c565d134a0f2308df6eb4e",
-                   "baff127da1966581ddd1242c2aba33fbbbe7755a49955ca7b5aa8e0aa1e1e061",
-                   "1a1b2e0c148c4e8262990920eaa7b8c8ac33caefc09c81bf359fa4a1b065e8ae",
-                   "cbd8a4b0c4d942de2b15e501809a7bd668d77e086285796ab87cee08ce61ba00"],
+    # near_dedup VERSION 2 (verify: two_tier): band keys of 28 x 4 instead of 16 x 7, template lines out of
+    # the MinHash, and a shingle_count column; the spill-file implementation's were 1a2db81f..., baff127d...,
+    # 1a1b2e0c..., cbd8a4b0...
+    "signatures": ["d0efb73ba2286a7149d3a20f0c1c8f09d50b6a9033a03474f31bcab7ada25c22",
+                   "3b900f5b8b77e4a2d319b5420048d51ab05252a9c35901a5fad91891575691d6",
+                   "ee796490f26909b37dd09bbbfdf0a11c939ff8652f976bb5c7bd057ae2a3ea4f",
+                   "5e1504c6a2c0fd3ec76de0cb585c8b41378909b9aa437450b0aacb218588f443"],
     "large_clusters": [EMPTY_LARGE_CLUSTERS] * 4,
 }
 #: The counts of that layer's ledger (the spill-file implementation read them from Beam metrics).
-SAMPLE_NEAR_DEDUP_OTHER = {"boilerplate_documents": 317, "candidate_pairs": 844, "candidate_rejected": 12,
+#: Two-tier verification: more LSH candidates (28 x 4 bands; 844 and 12 rejected with 16 x 7), the same decisions.
+SAMPLE_NEAR_DEDUP_OTHER = {"boilerplate_documents": 317, "candidate_pairs": 1479, "candidate_rejected": 8,
                            "candidate_verified": 54, "clustered_documents": 108, "clusters": 54,
                            "components_rounds": 1, "near_duplicates": 54, "signed": 768, "span_documents": 101}
 SAMPLE_PARTITIONS = 4
@@ -474,7 +512,7 @@ def sample_layers(tmp_path_factory):
     return {"root": root, "config": config, "ingest": ingested.layer, "near": near.layer, "documents": documents}
 
 
-def test_the_sample_layers_are_byte_identical_to_the_spill_file_implementation(sample_layers):
+def test_the_sample_annotations_are_byte_identical_to_the_spill_file_implementation(sample_layers):
     assert [hashlib.sha256(canonical_json(pq.read_table(path, columns=near_dedup.INPUT_COLUMNS).to_pylist()))
             .hexdigest() for path in sample_layers["documents"]] == SAMPLE_INGEST_DOCUMENTS  # the same input
     near = sample_layers["near"]
@@ -514,6 +552,52 @@ def test_sign_document_leaves_boilerplate_lines_out():
     assert row["minhash"] == plain["minhash"] and member[9] == (line_key(footer),)
     member, row = sign_document(doc("y", "too short"), params)
     assert row is None and member[8] is False
+
+
+def test_template_lines_leave_the_signature_only_when_they_are_at_most_half_of_the_document():
+    """``lines.signature_min_repeats``: lines in more documents than that (a site template, an ad block)
+    are left out of a document's signature, not its text, when they are at most half of it; a document
+    that is mostly such lines keeps them (its own paragraphs, copied more often than that, are what it is)."""
+    params = NearDedupParams.from_config(NearDedupConfig(enabled=True))
+    body = paragraphs(100)[0]
+    menu = "Home | News | Sport | Weather | Contact the newsroom of the example site"
+    template = np.array([line_key(menu)], dtype=np.int64)
+    _, plain = sign_document(doc("x", body), params)
+    member, wrapped = sign_document(doc("x", f"{menu}\n{body}"), params, None, template)
+    assert wrapped["minhash"] == plain["minhash"] and member[9] == ()  # not boilerplate: the text keeps it
+    assert wrapped["shingle_count"] == plain["shingle_count"] == len(np.unique(shingle_hashes(body)))
+    mostly_menu = "\n".join([menu] * 3 + [" ".join(body.split()[:20])])
+    kept, _ = near_dedup.signature_text(mostly_menu, None, template)
+    assert kept == mostly_menu
+    assert near_dedup.signature_text(f"{menu}\n{body}", None, template) == (body, ())
+    # boilerplate lines always leave, and are listed; template lines are judged against what is left
+    footer = "All rights reserved by the example publisher of this page"
+    text = f"{menu}\n{body}\n{footer}"
+    assert near_dedup.signature_text(text, np.array([line_key(footer)]), template) == (body, (line_key(footer),))
+
+
+def test_two_tier_pair_check_on_estimates_and_on_exact_sets():
+    """``PairCheck`` with ``verify: two_tier``: the first tier by Jaccard alone; the second by Jaccard
+    >= 0.4 with the containment that the Jaccard estimate and the two shingle counts imply; short texts
+    by Jaccard >= 0.9; signatures without a shingle count (layers written before it) by Jaccard alone."""
+    text = first_words(articles()[0], 400)
+    words_ = text.split(" ")
+    half = " ".join(words_[: len(words_) // 2])
+    other = first_words(articles()[1], 200)
+    for measure in ("estimate", "exact"):
+        params = NearDedupParams.from_config(NearDedupConfig(enabled=True, two_tier={"measure": measure}))
+        check = near_dedup.PairCheck(params, "minhash")
+        payload = {d: near_dedup.payload_of(sign_document(doc(d, t), params)[1])
+                   for d, t in (("a", text), ("b", half), ("c", other))}
+        assert (payload["a"][2] is not None) == (measure == "exact")
+        assert check(payload["a"], payload["b"]) and check(payload["b"], payload["a"]), measure
+        assert not check(payload["b"], payload["c"]) and not check(payload["a"], payload["c"])
+    legacy = [p[:3] + (None,) for p in (payload["a"], payload["b"])]
+    assert not near_dedup.PairCheck(NearDedupParams.from_config(NearDedupConfig(enabled=True)), "minhash")(*legacy)
+    params = NearDedupParams.from_config(NearDedupConfig(enabled=True))
+    assert (params.bands, params.rows) == (28, 4)  # LSH for two_tier.lsh_threshold 0.5, not minhash.threshold
+    old = NearDedupParams.from_config(NearDedupConfig(enabled=True, verify="signature"))
+    assert (old.bands, old.rows) == (16, 7)
 
 
 def test_policy_drops_near_duplicates_after_exact_ones():

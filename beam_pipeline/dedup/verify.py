@@ -1,13 +1,17 @@
-"""Prototype verification rules for near-duplicate candidates: pure functions over shingle sets.
+"""Verification rules for near-duplicate candidates: pure functions over shingle sets or their estimates.
 
-Not wired into the stage yet (``beam_pipeline/transforms/near_dedup.py``
-verifies by Jaccard >= ``verify_threshold``); ``bench/near_dup_recall.py``
-scores these rules offline on its labeled set so the stage can adopt one.
+The near-dedup stage (``beam_pipeline/transforms/near_dedup.py``) decides
+each LSH candidate pair with :func:`accept` (``verify: two_tier``, the
+default), from exact shingle sets (``two_tier.measure: exact``) or from the
+MinHash estimate of Jaccard and the two sets' sizes (``estimate``, the
+default: :func:`estimated_containment`). ``bench/near_dup_recall.py`` scores
+the rules on a labeled set of real text, through the stage and offline.
 
-Today's rule misses copies whose 5-gram Jaccard with the original is 0.4-0.7
-although one text is almost all inside the other: a truncated copy (the first
-half of a page has J = 0.5 with the page), a page wrapped in a site template
-or with inserted ad blocks. Two measures separate those from look-alikes:
+A single Jaccard threshold (0.7) misses copies whose 5-gram Jaccard with the
+original is 0.4-0.7 although one text is almost all inside the other: a
+truncated copy (the first half of a page has J = 0.5 with the page), a page
+wrapped in a site template or with inserted ad blocks. Two measures separate
+those from look-alikes:
 
 * **containment** ``|A & B| / min(|A|, |B|)`` (Broder, "On the resemblance
   and containment of documents", SEQUENCES 1997): near 1 when one text is
@@ -16,9 +20,10 @@ or with inserted ad blocks. Two measures separate those from look-alikes:
   Gopher/MassiveText): lines that occur in several documents of the corpus
   (menus, footers, templates, ad blocks, quoted boilerplate) are removed
   before shingling, so two pages of one site do not meet on their template
-  and a wrapped copy meets its original on the content alone.
+  and a wrapped copy meets its original on the content alone (the stage:
+  ``lines.min_repeats``; here :func:`repeated_lines` for offline scoring).
 
-:func:`two_tier` accepts a pair at Jaccard >= 0.7 as today, and a second tier
+:func:`two_tier` accepts a pair at Jaccard >= 0.7 as before, and a second tier
 of Jaccard >= 0.4 only when one text is >= 80% inside the other; texts with
 fewer than 50 shingles (a few sentences) need Jaccard >= 0.9 (short texts are
 handled apart: a short text inside a long one is a quote, not a copy).
@@ -29,8 +34,8 @@ import collections
 from typing import Iterable
 
 import numpy as np
-import xxhash
 
+from beam_pipeline.dedup.repetition import line_key
 from beam_pipeline.dedup.shingling import shingle_hashes
 
 HIGH_JACCARD = 0.7
@@ -60,23 +65,43 @@ def containment(a: np.ndarray, b: np.ndarray) -> float:
     return _overlap(a, b) / smaller if smaller else 0.0
 
 
+def accept(j: float, contained: float, smaller: int, *, high: float = HIGH_JACCARD, low: float = LOW_JACCARD,
+           min_containment: float = MIN_CONTAINMENT, min_shingles: int = MIN_SHINGLES,
+           short_jaccard: float = SHORT_JACCARD) -> bool:
+    """The two-tier rule on a pair's Jaccard ``j``, containment ``contained`` and smaller set size ``smaller``.
+
+    Texts with fewer than ``min_shingles`` shingles need ``j >= short_jaccard``;
+    longer ones ``j >= high``, or ``j >= low`` with ``contained >= min_containment``.
+    """
+    if smaller < min_shingles:
+        return j >= short_jaccard
+    return j >= high or (j >= low and contained >= min_containment)
+
+
 def two_tier(a: np.ndarray, b: np.ndarray, *, high: float = HIGH_JACCARD, low: float = LOW_JACCARD,
              min_containment: float = MIN_CONTAINMENT, min_shingles: int = MIN_SHINGLES,
              short_jaccard: float = SHORT_JACCARD) -> bool:
-    """Whether a candidate pair is a near duplicate (module docstring)."""
+    """Whether a candidate pair is a near duplicate, from its exact shingle sets (module docstring)."""
     both = _overlap(a, b)
     union = len(a) + len(b) - both
-    j = both / union if union else 0.0
-    if min(len(a), len(b)) < min_shingles:
-        return j >= short_jaccard
-    if j >= high:
-        return True
-    return j >= low and both / min(len(a), len(b)) >= min_containment
+    smaller = min(len(a), len(b))
+    return accept(both / union if union else 0.0, both / smaller if smaller else 0.0, smaller, high=high,
+                  low=low, min_containment=min_containment, min_shingles=min_shingles, short_jaccard=short_jaccard)
 
 
-def line_key(line: str) -> int:
-    """The key of a line: xxh3-64 of its whitespace-collapsed, casefolded text."""
-    return xxhash.xxh3_64_intdigest(" ".join(line.casefold().split()).encode("utf-8"))
+def estimated_containment(j: float, size_a: int, size_b: int) -> float:
+    """Containment ``|A & B| / min(|A|, |B|)`` from a Jaccard estimate and the two set sizes (at most 1).
+
+    ``|A | B| = |A| + |B| - |A & B|`` and ``J = |A & B| / |A | B|`` give
+    ``|A & B| = J (|A| + |B|) / (1 + J)``: a MinHash signature and a shingle
+    count per document are enough (Broder 1997 estimates containment from
+    the same sketches). The estimate's error is the Jaccard estimate's,
+    scaled by ``(|A| + |B|) / ((1 + J)^2 min(|A|, |B|))``.
+    """
+    smaller = min(size_a, size_b)
+    if smaller <= 0:
+        return 0.0
+    return min(1.0, j * (size_a + size_b) / ((1.0 + j) * smaller))
 
 
 def repeated_lines(texts: Iterable[str], *, min_documents: int = 3, min_chars: int = 20) -> set[int]:

@@ -60,17 +60,67 @@ class BoilerplateLines(beam.PTransform):
         self._after = tuple(after)
 
     def expand(self, pbegin):
-        documents, min_chars, min_repeats = self._documents, self._min_chars, self._min_repeats
+        min_repeats = self._min_repeats
+        return (
+            pbegin
+            | "CountLines" >> _CountLines(self._documents, self._min_chars, self._after)
+            | "MoreThanMinRepeats" >> beam.FlatMap(
+                lambda counted: [(0, counted[0])] if counted[1] > min_repeats else []).with_output_types(IntKeyed)
+            | "CollectKeys" >> beam.CombinePerKey(SortedKeysFn())
+            | "Keys" >> beam.Values()
+        )
+
+
+class RepeatedLines(beam.PTransform):
+    """pbegin -> PCollection with at most one (boilerplate keys, signature keys), two sorted tuples:
+    the lines in more than ``min_repeats`` documents, and those in more than ``signature_min_repeats``
+    but not in more than ``min_repeats`` (read it as ``AsSingleton(lines, default_value=((), ()))``).
+
+    One count serves both (:class:`BoilerplateLines`' count): the near-dedup
+    stage strips boilerplate lines from the text and the signatures, and
+    leaves the second class out of a document's signature only
+    (:func:`beam_pipeline.transforms.near_dedup.sign_document`).
+    """
+
+    def __init__(self, document_paths: Iterable[str], min_repeats: int, signature_min_repeats: int,
+                 min_chars: int, after: Iterable = ()):
+        super().__init__()
+        self._documents = tuple(document_paths)
+        self._min_repeats = min_repeats
+        self._signature_min_repeats = signature_min_repeats
+        self._min_chars = min_chars
+        self._after = tuple(after)
+
+    def expand(self, pbegin):
+        min_repeats, lowest = self._min_repeats, min(self._min_repeats, self._signature_min_repeats)
+        return (
+            pbegin
+            | "CountLines" >> _CountLines(self._documents, self._min_chars, self._after)
+            | "MoreThanLowestRepeats" >> beam.FlatMap(
+                lambda counted: [(0, (counted[0], counted[1] > min_repeats))] if counted[1] > lowest else [])
+            .with_output_types(Tuple[int, Tuple[int, bool]])
+            | "CollectKeys" >> beam.CombinePerKey(SortedKeyClassesFn())
+            | "Keys" >> beam.Values()
+        )
+
+
+class _CountLines(beam.PTransform):
+    """pbegin -> (line key, documents holding it): each partition's partial counts, summed per key."""
+
+    def __init__(self, documents: tuple[str, ...], min_chars: int, after: tuple):
+        super().__init__()
+        self._documents = documents
+        self._min_chars = min_chars
+        self._after = after
+
+    def expand(self, pbegin):
+        documents, min_chars = self._documents, self._min_chars
         return (
             pbegin
             | "Partitions" >> PartitionIndexes(len(documents), self._after)
             | "CountLinesPerPartition" >> beam.FlatMap(
                 lambda index: _partition_counts(documents[index], min_chars)).with_output_types(Tuple[int, int])
             | "SumPerLine" >> beam.CombinePerKey(sum)
-            | "MoreThanMinRepeats" >> beam.FlatMap(
-                lambda counted: [(0, counted[0])] if counted[1] > min_repeats else []).with_output_types(IntKeyed)
-            | "CollectKeys" >> beam.CombinePerKey(SortedKeysFn())
-            | "Keys" >> beam.Values()
         )
 
 
@@ -107,6 +157,27 @@ class SortedKeysFn(beam.CombineFn):
 
     def extract_output(self, accumulator):
         return tuple(sorted(accumulator))
+
+
+class SortedKeyClassesFn(beam.CombineFn):
+    """(key, in the first class) -> (sorted keys of the first class, sorted keys of the second)."""
+
+    def create_accumulator(self):
+        return set()
+
+    def add_input(self, accumulator, entry):
+        accumulator.add(entry)
+        return accumulator
+
+    def merge_accumulators(self, accumulators):
+        merged = set()
+        for accumulator in accumulators:
+            merged |= accumulator
+        return merged
+
+    def extract_output(self, accumulator):
+        return (tuple(sorted(key for key, first in accumulator if first)),
+                tuple(sorted(key for key, first in accumulator if not first)))
 
 
 class RepeatedSpans(beam.PTransform):

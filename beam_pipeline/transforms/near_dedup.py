@@ -64,7 +64,7 @@ import numpy as np
 
 from beam_pipeline.accounting import COUNTS, LOST_IN_JOIN, CountingDoFn, Tally
 from beam_pipeline.config import ConfigError, NearDedupConfig
-from beam_pipeline.dedup import minhash, simhash
+from beam_pipeline.dedup import minhash, simhash, verify
 from beam_pipeline.dedup.repetition import LINES_VERSION, SPANS_VERSION, line_keys, merge_ranges
 from beam_pipeline.dedup.shingling import NORMALIZATION_VERSION, shingle_hashes
 from beam_pipeline.hashing import bucket_of, stable_hash64
@@ -73,16 +73,16 @@ from beam_pipeline.schemas import LARGE_CLUSTER, NEAR_DEDUP, NEAR_SIGNATURE, dea
 from beam_pipeline.transforms.connected_components import LABELS, ConnectedComponents
 from beam_pipeline.transforms.keys import IntKeyed, StrKeyed
 from beam_pipeline.transforms.layer_io import PartitionIndexes, WrittenPartitions, write_layer_partition
-from beam_pipeline.transforms.line_dedup import BoilerplateLines, RepeatedSpans
+from beam_pipeline.transforms.line_dedup import RepeatedLines, RepeatedSpans
 
 STAGE = "near_dedup"
-VERSION = "1"
+VERSION = "2"  # 2: verify two_tier (default), shingle_count in signatures
 ANNOTATIONS, SIGNATURES, LARGE_CLUSTERS, DEAD_LETTER = "annotations", "signatures", "large_clusters", "dead_letter"
 OUTPUTS = {ANNOTATIONS: NEAR_DEDUP, SIGNATURES: NEAR_SIGNATURE, LARGE_CLUSTERS: LARGE_CLUSTER}
 INPUT_COLUMNS = ["doc_id", "source", "source_rank", "date", "text"]
 
 #: The columns of a signature row that verification reads (:class:`PairCheck`'s payload).
-PAYLOAD_COLUMNS = ["minhash", "simhash", "shingles"]
+PAYLOAD_COLUMNS = ["minhash", "simhash", "shingles", "shingle_count"]
 
 _MEMBERS, _PAYLOADS, _BANDS, _BLOCKS = "members", "payloads", "bands", "blocks"
 _MEMBER, _PREVIOUS, _LABEL, _SPAN = "member", "previous", "label", "span"
@@ -107,6 +107,11 @@ class NearDedupParams:
     threshold: float
     verify: str
     verify_threshold: float
+    low_threshold: float
+    containment_threshold: float
+    short_shingles: int
+    short_threshold: float
+    exact_sets: bool
     use_simhash: bool
     max_hamming: int
     blocks: int
@@ -115,28 +120,40 @@ class NearDedupParams:
     sample_members: int
     lines: bool
     line_min_repeats: int
+    line_signature_min_repeats: int | None
     line_min_chars: int
     span_sources: tuple[str, ...]
     span_min_words: int
 
     @classmethod
     def from_config(cls, config: NearDedupConfig) -> "NearDedupParams":
-        m = config.minhash
+        m, tiers = config.minhash, config.two_tier
         if m.bands is not None:
             bands, rows = m.bands, m.rows
-        else:
-            bands, rows = minhash.optimal_bands(m.threshold, m.num_perm, m.fp_weight, m.fn_weight)
+        else:  # two tiers accept pairs below minhash.threshold: their candidates come from a lower curve
+            target = tiers.lsh_threshold if config.verify == "two_tier" else m.threshold
+            bands, rows = minhash.optimal_bands(target, m.num_perm, m.fp_weight, m.fn_weight)
         return cls(
             seed=config.seed, shingle_kind=config.shingles.kind, shingle_size=config.shingles.size,
             use_minhash=config.method in ("minhash", "both"), num_perm=m.num_perm, bands=bands, rows=rows,
             threshold=m.threshold, verify=config.verify,
             verify_threshold=config.verify_threshold if config.verify_threshold is not None else m.threshold,
+            low_threshold=tiers.low_threshold, containment_threshold=tiers.containment_threshold,
+            short_shingles=tiers.short_shingles, short_threshold=tiers.short_threshold,
+            exact_sets=config.verify == "jaccard" or (config.verify == "two_tier" and tiers.measure == "exact"),
             use_simhash=config.method in ("simhash", "both"), max_hamming=config.simhash.max_hamming,
             blocks=config.simhash.blocks or config.simhash.max_hamming + 1,
             max_rounds=config.max_rounds, max_cluster_size=config.max_cluster_size,
             sample_members=config.sample_members, lines=config.lines.enabled,
             line_min_repeats=config.lines.min_repeats, line_min_chars=config.lines.min_chars,
+            line_signature_min_repeats=config.lines.signature_min_repeats,
             span_sources=tuple(sorted(config.substrings.sources)), span_min_words=config.substrings.min_words)
+
+    def signature_line_threshold(self) -> int:
+        """Lines in more than this many documents stay out of signatures (boilerplate, or template lines)."""
+        if self.line_signature_min_repeats is None:
+            return self.line_min_repeats
+        return min(self.line_min_repeats, self.line_signature_min_repeats)
 
     def signature_config(self) -> dict:
         """What makes two layers' signatures and band keys comparable (checked for ``against``)."""
@@ -145,7 +162,7 @@ class NearDedupParams:
                 "minhash": {"num_perm": self.num_perm, "bands": self.bands, "rows": self.rows}
                 if self.use_minhash else None,
                 "simhash": {"max_hamming": self.max_hamming, "blocks": self.blocks} if self.use_simhash else None,
-                "shingle_sets": self.verify == "jaccard"}
+                "shingle_sets": self.exact_sets}
 
 
 def stage_config(config: NearDedupConfig) -> dict:
@@ -242,9 +259,9 @@ class AnnotateNearDuplicates(beam.PTransform):
         if params.lines:
             # Counted over a read of its own: the keys must be complete before any document is signed,
             # and signing reads its partition itself, so no document waits in the runner for them.
-            boilerplate = pbegin | "BoilerplateLines" >> BoilerplateLines(
-                documents, params.line_min_repeats, params.line_min_chars, after)
-            side = [beam.pvalue.AsSingleton(boilerplate, default_value=())]
+            lines = pbegin | "RepeatedLines" >> RepeatedLines(
+                documents, params.line_min_repeats, params.signature_line_threshold(), params.line_min_chars, after)
+            side = [beam.pvalue.AsSingleton(lines, default_value=((), ()))]
         signed = (
             pbegin
             | "Partitions" >> PartitionIndexes(len(documents), after)
@@ -477,12 +494,12 @@ class SignPartitionFn(beam.DoFn):
 
     def setup(self):
         self.tally = Tally(STAGE)
-        self._boilerplate_source, self._boilerplate = None, None
+        self._lines_source, self._boilerplate, self._signature_lines = None, None, None
 
-    def process(self, index: int, boilerplate: tuple = ()) -> Iterator:
-        if boilerplate is not self._boilerplate_source:
-            self._boilerplate_source = boilerplate
-            self._boilerplate = np.array(boilerplate, dtype=np.int64)
+    def process(self, index: int, lines: tuple = ((), ())) -> Iterator:
+        if lines is not self._lines_source:
+            self._lines_source = lines
+            self._boilerplate, self._signature_lines = (np.array(keys, dtype=np.int64) for keys in lines)
         params, count, tally = self._params, len(self._documents), self.tally
         tally.take()  # what an attempt that failed on this instance counted is not this element's
         rows = []
@@ -494,7 +511,7 @@ class SignPartitionFn(beam.DoFn):
                                  f"{bucket_of(doc_id, count)} of {count}")
             tally.entered(document["source"])
             try:
-                member, row = sign_document(document, params, self._boilerplate)
+                member, row = sign_document(document, params, self._boilerplate, self._signature_lines)
             except Exception as err:  # noqa: BLE001 - one bad document costs that document only
                 tally.dead_letter(document.get("source"))
                 yield beam.pvalue.TaggedOutput(DEAD_LETTER, dead_letter_row(
@@ -530,8 +547,9 @@ class PreviousSignaturesFn(beam.DoFn):
 
 
 def payload_of(row: dict) -> tuple:
-    """What :class:`PairCheck` compares, from a signature row."""
-    return tuple(row[column] for column in PAYLOAD_COLUMNS)
+    """What :class:`PairCheck` compares, from a signature row (``shingle_count`` is None in
+    layers written before it existed: such pairs are judged by Jaccard alone)."""
+    return tuple(row.get(column) for column in PAYLOAD_COLUMNS)
 
 
 def lsh_keys(row: dict, previous_member: tuple | None, params: NearDedupParams) -> Iterator:
@@ -707,29 +725,28 @@ def representative_order(member: tuple) -> tuple:
     return member[:_SOURCE]
 
 
-def sign_document(document: dict, params: NearDedupParams, boilerplate: np.ndarray | None = None
-                  ) -> tuple[tuple, dict | None]:
+def sign_document(document: dict, params: NearDedupParams, boilerplate: np.ndarray | None = None,
+                  signature_lines: np.ndarray | None = None) -> tuple[tuple, dict | None]:
     """(member, signature row or None): the per-document work of the stage, without Beam.
 
     Boilerplate lines (``lines-v1`` keys in the sorted int64 array
     ``boilerplate``) are left out of the shingles, so documents that share
-    only a footer do not look alike.
+    only a footer do not look alike. Lines of ``signature_lines`` (in more
+    documents than ``lines.signature_min_repeats``) are left out too when,
+    together, they are at most half of what remains (:data:`SIGNATURE_LINES_MAX_SHARE`
+    of its normalized characters): a site template or an ad block around a page
+    is, while the paragraphs of a page copied more often than that are most of
+    each copy and stay (:func:`signature_text`).
     """
-    text = document["text"]
-    present: tuple = ()
-    if boilerplate is not None and boilerplate.size:
-        keys = line_keys(text)[0]
-        marked = np.isin(keys, boilerplate)
-        if marked.any():
-            present = tuple(sorted(set(keys[marked].tolist())))
-            text = "\n".join(itertools.compress(text.split("\n"), (~marked).tolist()))
+    text, present = signature_text(document["text"], boilerplate, signature_lines)
     shingles = shingle_hashes(text, kind=params.shingle_kind, size=params.shingle_size, seed=params.seed)
     member = member_of(document, signed=shingles is not None, boilerplate=present)
     if shingles is None:
         return member, None
+    distinct = np.unique(shingles)
     row = {"doc_id": document["doc_id"], "source": document["source"], "source_rank": document["source_rank"],
            "date": document["date"], "minhash": None, "band_keys": [], "simhash": None, "simhash_keys": [],
-           "shingles": None}
+           "shingles": None, "shingle_count": int(distinct.size)}
     if params.use_minhash:
         sig = minhash.signature(shingles, params.num_perm, params.seed)
         row["minhash"] = minhash.to_bytes(sig)
@@ -738,9 +755,34 @@ def sign_document(document: dict, params: NearDedupParams, boilerplate: np.ndarr
         fingerprint = simhash.fingerprint(shingles)
         row["simhash"] = fingerprint
         row["simhash_keys"] = simhash.block_keys(fingerprint, params.max_hamming, params.blocks, params.seed)
-    if params.verify == "jaccard":
-        row["shingles"] = np.unique(shingles).astype("<u8").tobytes()
+    if params.exact_sets:
+        row["shingles"] = distinct.astype("<u8").tobytes()
     return member, row
+
+
+#: Lines of ``signature_lines`` leave a document's signature only if they are at most this share of it.
+SIGNATURE_LINES_MAX_SHARE = 0.5
+
+
+def signature_text(text: str, boilerplate: np.ndarray | None, signature_lines: np.ndarray | None
+                   ) -> tuple[str, tuple]:
+    """(the text to shingle, the sorted boilerplate keys it holds): ``text`` without its boilerplate lines,
+    and without its ``signature_lines`` if they are at most :data:`SIGNATURE_LINES_MAX_SHARE` of the
+    normalized characters left."""
+    has_boilerplate = boilerplate is not None and boilerplate.size
+    has_signature_lines = signature_lines is not None and signature_lines.size
+    if not has_boilerplate and not has_signature_lines:
+        return text, ()
+    keys, lengths = line_keys(text)
+    drop = np.isin(keys, boilerplate) if has_boilerplate else np.zeros(keys.size, dtype=bool)
+    present = tuple(sorted(set(keys[drop].tolist())))
+    if has_signature_lines:
+        template = np.isin(keys, signature_lines) & ~drop
+        if template.any() and lengths[template].sum() <= SIGNATURE_LINES_MAX_SHARE * lengths[~drop].sum():
+            drop |= template
+    if drop.any():
+        text = "\n".join(itertools.compress(text.split("\n"), (~drop).tolist()))
+    return text, present
 
 
 def annotation_row(member: tuple, cluster_id: str | None, size: int, representative: str, duplicate: bool,
@@ -754,37 +796,48 @@ def annotation_row(member: tuple, cluster_id: str | None, size: int, representat
 class PairCheck:
     """Is a candidate pair a near duplicate? ``criteria``: ``minhash`` (LSH candidates) or ``any``.
 
-    MinHash: estimated Jaccard from the signatures (``verify: signature``) or
-    true Jaccard of the shingle sets (``verify: jaccard``) at least
-    ``verify_threshold``; SimHash: Hamming distance at most ``max_hamming``.
+    MinHash, by ``verify``: estimated Jaccard from the signatures
+    (``signature``) or true Jaccard of the shingle sets (``jaccard``) at least
+    ``verify_threshold``; ``two_tier``: :func:`beam_pipeline.dedup.verify.accept`
+    (``verify_threshold`` as the first tier, then ``low_threshold`` with
+    ``containment_threshold``, and ``short_threshold`` when a text has fewer
+    than ``short_shingles`` shingles) on the estimated Jaccard and the
+    containment it implies with the two shingle counts, or on the exact sets.
+    SimHash: Hamming distance at most ``max_hamming``.
     """
 
     def __init__(self, params: NearDedupParams, criteria: str):
-        self._jaccard = params.verify == "jaccard"
+        self._exact = params.exact_sets
+        self._two_tier = params.verify == "two_tier"
         self._threshold = params.verify_threshold
+        self._tiers = dict(high=params.verify_threshold, low=params.low_threshold,
+                           min_containment=params.containment_threshold, min_shingles=params.short_shingles,
+                           short_jaccard=params.short_threshold)
         self._max_hamming = params.max_hamming
         self._simhash = criteria == "any"
 
     def __call__(self, a: tuple, b: tuple) -> bool:
-        minhash_a, simhash_a, shingles_a = a
-        minhash_b, simhash_b, shingles_b = b
-        if minhash_a is not None and minhash_b is not None:
-            if self._jaccard and shingles_a is not None and shingles_b is not None:
-                similarity = _sorted_jaccard(shingles_a, shingles_b)
-            else:
-                similarity = minhash.estimate_jaccard(minhash.from_bytes(minhash_a), minhash.from_bytes(minhash_b))
-            if similarity >= self._threshold:
-                return True
+        minhash_a, simhash_a = a[:2]
+        minhash_b, simhash_b = b[:2]
+        if minhash_a is not None and minhash_b is not None and self._minhash_accepts(a, b):
+            return True
         if self._simhash and simhash_a is not None and simhash_b is not None:
             return simhash.hamming(simhash_a, simhash_b) <= self._max_hamming
         return False
 
-
-def _sorted_jaccard(a: bytes, b: bytes) -> float:
-    x, y = np.frombuffer(a, dtype="<u8"), np.frombuffer(b, dtype="<u8")
-    common = np.intersect1d(x, y, assume_unique=True).size
-    union = x.size + y.size - common
-    return common / union if union else 1.0
+    def _minhash_accepts(self, a: tuple, b: tuple) -> bool:
+        minhash_a, _, shingles_a, count_a = a
+        minhash_b, _, shingles_b, count_b = b
+        if self._exact and shingles_a is not None and shingles_b is not None:
+            x, y = np.frombuffer(shingles_a, dtype="<u8"), np.frombuffer(shingles_b, dtype="<u8")
+            if self._two_tier:
+                return verify.two_tier(x, y, **self._tiers)
+            return verify.jaccard(x, y) >= self._threshold
+        similarity = minhash.estimate_jaccard(minhash.from_bytes(minhash_a), minhash.from_bytes(minhash_b))
+        if not self._two_tier or count_a is None or count_b is None:
+            return similarity >= self._threshold
+        return verify.accept(similarity, verify.estimated_containment(similarity, count_a, count_b),
+                             min(count_a, count_b), **self._tiers)
 
 
 def _split_bucket(entries: Iterable[tuple[str, tuple | None]]) -> tuple[set, dict]:
