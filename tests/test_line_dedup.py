@@ -11,7 +11,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from beam_pipeline.dedup.repetition import (countable_line_keys, line_key, line_keys, merge_ranges, strip_text,
                                       stripped_document, word_windows)
-from beam_pipeline.transforms.line_dedup import BoilerplateLines, RepeatedSpans, non_first_occurrences, \
+from beam_pipeline.transforms.line_dedup import BoilerplateLines, RepeatedLines, RepeatedSpans, non_first_occurrences, \
     partition_line_counts
 
 OPTIONS = PipelineOptions(["--runner=DirectRunner", "--direct_running_mode=in_memory"])
@@ -90,6 +90,27 @@ def test_boilerplate_lines_are_counted_per_document_across_the_corpus(tmp_path, 
     with TestPipeline(options=OPTIONS) as p:
         keys = p | BoilerplateLines(paths, min_repeats=30, min_chars=20)
         assert_that(keys, equal_to([]))  # no frequent line: no element (the stage reads it with default ())
+
+
+def test_repeated_lines_give_boilerplate_and_template_keys_from_one_count(tmp_path):
+    """``RepeatedLines``: (lines in more than min_repeats documents, lines in more than
+    signature_min_repeats but not more than min_repeats), each sorted."""
+    footer = "Subscribe to our newsletter for weekly updates\nAll rights reserved by the example publisher"
+    menu = "Home | News | Sport | Weather | Contact the newsroom"
+    texts = paragraphs()[:30]
+    documents = [doc(f"d{i:02d}", f"{menu}\n{t}\n{footer}" if i < 12 else f"{t}\n{footer}")
+                 for i, t in enumerate(texts)]  # the footer in 30 documents, the menu in 12
+    paths = partitions_of(tmp_path, documents, 3)
+    boilerplate = tuple(sorted(line_key(line) for line in footer.split("\n")))
+    with TestPipeline(options=OPTIONS) as p:
+        lines = p | RepeatedLines(paths, min_repeats=25, signature_min_repeats=10, min_chars=20)
+        assert_that(lines, equal_to([(boilerplate, (line_key(menu),))]))
+    with TestPipeline(options=OPTIONS) as p:  # the menu is in 12 documents: not more than 12
+        lines = p | RepeatedLines(paths, min_repeats=25, signature_min_repeats=12, min_chars=20)
+        assert_that(lines, equal_to([(boilerplate, ())]))
+    with TestPipeline(options=OPTIONS) as p:  # both above min_repeats: both boilerplate
+        lines = p | RepeatedLines(paths, min_repeats=11, signature_min_repeats=5, min_chars=20)
+        assert_that(lines, equal_to([(tuple(sorted(boilerplate + (line_key(menu),))), ())]))
 
 
 def test_partition_line_counts_count_documents_not_lines():

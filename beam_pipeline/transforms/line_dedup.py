@@ -18,6 +18,10 @@ the layers of ``after`` are committed), so no text goes through the runner:
   map-side combine, done where it is cheapest); the runner sums them per
   key. The tuple travels to the signing step as a side input: 8 bytes per
   boilerplate line on each worker (10 M lines = 80 MB).
+* :class:`RepeatedLines`: the same count, two classes (what the near-dedup
+  stage reads): the boilerplate keys, and the keys of lines in more than
+  ``signature_min_repeats`` documents but not boilerplate (template lines,
+  left out of signatures only).
 * :class:`RepeatedSpans`: -> PCollection[(doc_id, (start, end))], the
   character ranges to cut::
 

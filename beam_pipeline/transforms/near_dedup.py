@@ -10,22 +10,24 @@ Outputs:
   the boilerplate lines and repeated spans that ``select`` strips. Nothing is
   deleted here; the policy rule ``near_duplicate`` decides.
 * ``signatures`` (:data:`~beam_pipeline.schemas.NEAR_SIGNATURE`): MinHash
-  signature, band keys, SimHash and block keys of every signed document: the
-  persisted band index that a later snapshot dedups against.
+  signature, band keys, SimHash and block keys and distinct shingle count of
+  every signed document: the persisted band index that a later snapshot
+  dedups against.
 * ``large_clusters`` (:data:`~beam_pipeline.schemas.LARGE_CLUSTER`): clusters
   above ``max_cluster_size``, with a deterministic sample of members.
 
 The data flow, every grouping the runner's own (``docs/near_dedup.md`` has
 the reasoning and the numbers)::
 
-    documents partition i --BoilerplateLines (CombinePerKey(sum) of line keys)--> side input
-      |                                    v
+    documents partition i --RepeatedLines (CombinePerKey(sum) of line keys)--> side input
+      |                                    v  (boilerplate keys, template keys)
       +--Sign (one task per partition): writes signatures partition i itself
       |    -> (doc_id, member)  (doc_id, payload)  (band key, doc_id)  (block key, doc_id, fingerprint)
       |       (+ previous versions' signature partitions: payloads and keys alike)
       |                                    v
       |    MinHashEdges: GroupByKey(band key) -> star edges (min doc_id, other)
       |                  -> VerifyPairs: CoGroupByKey(a, signatures), CoGroupByKey(b, signatures)
+      |                     (PairCheck: two tiers by default, dedup/verify.py)
       |    SimHashEdges: GroupByKey(block key) -> pairs within max_hamming bits
       |                                    v
       |    ConnectedComponents: large-star / small-star rounds, a GroupByKey(node) per step
