@@ -598,6 +598,10 @@ def test_two_tier_pair_check_on_estimates_and_on_exact_sets():
     assert (params.bands, params.rows) == (28, 4)  # LSH for two_tier.lsh_threshold 0.5, not minhash.threshold
     old = NearDedupParams.from_config(NearDedupConfig(enabled=True, verify="signature"))
     assert (old.bands, old.rows) == (16, 7)
+    # a layer of the 16 x 7 default is reached (against) with two tiers and those bands (docs/near_dedup.md)
+    assert params.signature_config() != old.signature_config()
+    assert NearDedupParams.from_config(NearDedupConfig(enabled=True, minhash={"bands": 16, "rows": 7})
+                                       ).signature_config() == old.signature_config()
 
 
 def test_policy_drops_near_duplicates_after_exact_ones():
