@@ -59,7 +59,7 @@ import dataclasses
 import itertools
 import json
 import re
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 import apache_beam as beam
 import numpy as np
@@ -268,7 +268,8 @@ class AnnotateNearDuplicates(beam.PTransform):
             pbegin
             | "Partitions" >> PartitionIndexes(len(documents), after)
             | "Sign" >> beam.ParDo(SignPartitionFn(params, documents, join(self._layer_path, SIGNATURES)), *side)
-            .with_output_types(StrKeyed, **{_PAYLOADS: StrKeyed, _BANDS: IntKeyed, _BLOCKS: IntKeyed})
+            .with_output_types(StrKeyed, **{_PAYLOADS: StrKeyed, _BANDS: IntKeyed, _BLOCKS: IntKeyed,
+                                            SIGNATURES: Any, DEAD_LETTER: Any, COUNTS: Any})
             .with_outputs(SIGNATURES, _PAYLOADS, _BANDS, _BLOCKS, DEAD_LETTER, COUNTS, main=_MEMBERS)
         )
         payloads, bands, blocks = [signed[_PAYLOADS]], [signed[_BANDS]], [signed[_BLOCKS]]
@@ -331,7 +332,7 @@ class MinHashEdges(beam.PTransform):
             inputs[_KEYS]
             | "GroupByBandKey" >> beam.GroupByKey()
             | "StarCandidates" >> beam.ParDo(MinHashBucketFn())
-            .with_output_types(tuple[str, str], **{_PREVIOUS: StrKeyed})
+            .with_output_types(tuple[str, str], **{_PREVIOUS: StrKeyed, COUNTS: Any})
             .with_outputs(_PREVIOUS, COUNTS, main=_PAIRS)
         )
         edges, counts = buckets[_PAIRS], [buckets[COUNTS]]
@@ -359,7 +360,7 @@ class SimHashEdges(beam.PTransform):
             inputs[_KEYS]
             | "GroupByBlockKey" >> beam.GroupByKey()
             | "ClosePairs" >> beam.ParDo(SimHashBucketFn(self._params.max_hamming))
-            .with_output_types(tuple[str, str], **{_PREVIOUS: StrKeyed})
+            .with_output_types(tuple[str, str], **{_PREVIOUS: StrKeyed, COUNTS: Any})
             .with_outputs(_PREVIOUS, COUNTS, main=_PAIRS)
         )
         return {_EDGES: close[_PAIRS], _PREVIOUS: close[_PREVIOUS], COUNTS: (close[COUNTS],)}
