@@ -69,3 +69,31 @@ def test_quantile_rules_rank_across_partitions_in_rule_order(tmp_path):
     assert sorted(g["doc_id"] for g in gold) == ["c02", "w10", "w12", "w14", "w16", "w18"]
     assert counts["in"] == 24 and counts["passed"] == 6
     assert counts["filtered"] == {"low_quality": 12, "less_safe": 6}
+
+
+def test_a_binding_floor_keeps_more_than_keep_top_would(tmp_path):
+    """floor 0.4 of 20 web documents = 8 must survive less_safe, where keep_top 0.5 of the 10 that reach it
+    would keep 5; curated's floor (ceil(0.4 * 4) = 2) keeps both of its survivors."""
+    from beam_pipeline.policy_rules import Plan, RuleConfig
+
+    docs = [document(f"w{i:02d}", f"web text number {i} " * 2) for i in range(20)] + \
+        [document(f"c{i:02d}", f"curated text number {i} " * 2, "curated") for i in range(4)]
+    quality = [{"doc_id": d["doc_id"], "score": (int(d["doc_id"][1:]) + 0.5) / 20} for d in docs]
+    # distinct values: ties at a keep_top threshold are all kept (docs/policy.md)
+    safety = [{"doc_id": d["doc_id"], "toxicity": 0.0 if int(d["doc_id"][1:]) % 2 == 0 else int(d["doc_id"][1:]) / 100}
+              for d in docs]
+    kept = {}
+    for floor in (0.0, 0.4):
+        rules = [RuleConfig(reason="low_quality", by="quality.score", keep_top=0.5),
+                 RuleConfig(reason="less_safe", by="safety.toxicity", higher_is_better=False, keep_top=0.5,
+                            floor=floor)]
+        plan = Plan(cascade=("quality", "safety"), rules=rules, overrides=[],
+                    domains={"web": "d", "curated": "d"})
+        gold, _, counts = apply_policy(tmp_path / str(floor), PolicyConfig(min_chars=2, rules=rules), docs,
+                                       {"quality": quality, "safety": safety}, plan, partitions=3)
+        kept[floor] = {g["doc_id"] for g in gold}
+        assert counts["filtered"]["low_quality"] == 12
+    assert kept[0.0] == {"c02", "w10", "w12", "w14", "w16", "w18"}
+    web = {d for d in kept[0.4] if d.startswith("w")}
+    assert web == {"w10", "w12", "w14", "w16", "w18", "w11", "w13", "w15"}      # the least toxic first
+    assert {d for d in kept[0.4] if d.startswith("c")} == {"c02", "c03"}

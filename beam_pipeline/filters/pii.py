@@ -303,9 +303,16 @@ def counts(text: str, kinds: Iterable[str] = KINDS) -> dict:
 
 def redact(text: str, kinds: Iterable[str] = KINDS, tokens: Mapping[str, str] | None = None) -> tuple[str, int]:
     """(text with every detection replaced by its kind's token, number of replacements)."""
+    redacted, kinds_replaced = redact_spans(text, kinds, tokens)
+    return redacted, len(kinds_replaced)
+
+
+def redact_spans(text: str, kinds: Iterable[str] = KINDS,
+                 tokens: Mapping[str, str] | None = None) -> tuple[str, list[str]]:
+    """(text with every detection replaced by its kind's token, the kind of each replacement in order)."""
     spans = detect(text, kinds)
     if not spans:
-        return text, 0
+        return text, []
     tokens = {**DEFAULT_TOKENS, **(tokens or {})}
     pieces, position = [], 0
     for start, end, kind in spans:
@@ -313,4 +320,4 @@ def redact(text: str, kinds: Iterable[str] = KINDS, tokens: Mapping[str, str] | 
         pieces.append(tokens[kind])
         position = end
     pieces.append(text[position:])
-    return "".join(pieces), len(spans)
+    return "".join(pieces), [kind for _, _, kind in spans]

@@ -28,7 +28,7 @@ survivors: the floor guarantees the group's overall keep rate after this
 rule is at least ``floor`` (as far as documents reach the rule).
 
 Gold text is redacted here when ``policy.redact.enabled``
-(:func:`beam_pipeline.filters.pii.redact`); counters ``redacted:<kind>``.
+(:func:`beam_pipeline.filters.pii.redact_spans`); counters ``redacted:<kind>``.
 """
 from __future__ import annotations
 
@@ -92,20 +92,12 @@ class PolicyRules:
         redact = getattr(self.policy, "redact", None)
         if redact is None or not redact.enabled:
             return text
-        from beam_pipeline.filters.pii import detect, DEFAULT_TOKENS
+        from beam_pipeline.filters.pii import redact_spans
 
-        spans = detect(text, redact.kinds)
-        if not spans:
-            return text
-        tokens = {**DEFAULT_TOKENS, **redact.tokens}
-        pieces, position = [], 0
-        for start, end, kind in spans:
-            pieces.append(text[position:start])
-            pieces.append(tokens[kind])
-            position = end
+        redacted, kinds = redact_spans(text, redact.kinds, redact.tokens)
+        for kind in kinds:
             counters.inc(f"redacted:{kind}", source)
-        pieces.append(text[position:])
-        return "".join(pieces)
+        return redacted
 
 
 def _rule_id(rule) -> str:
