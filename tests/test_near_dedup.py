@@ -25,8 +25,9 @@ from beam_pipeline.hashing import bucket_of, canonical_json
 from beam_pipeline.layers import Layer, commit_layer, part_name
 from beam_pipeline.policy import decide
 from beam_pipeline.transforms import near_dedup
-from beam_pipeline.transforms.near_dedup import (AssembleFn, NearDedupParams, build_stage, member_of,
-                                                 representative_order, resolve_against, sign_document)
+from beam_pipeline.transforms.near_dedup import (_BOILERPLATE, _DOC_ID, _SIGNED, AssembleFn, NearDedupParams,
+                                                 build_stage, member_of, representative_order, resolve_against,
+                                                 sign_document)
 from conftest import SAMPLE_CONFIG, apply_policy, grouping_key_coders
 from near_dedup_harness import MULTI_PROCESS, add_ingest, add_near_dedup, ingest_spec, ledger, near_dedup_spec, \
     part_digests, read_output, run_near_dedup
@@ -536,11 +537,12 @@ def test_the_sample_layers_are_the_same_on_two_worker_processes(sample_layers, t
 def test_representative_order():
     members = [member_of(doc("d3", "", rank=2, date="2020-01-01")), member_of(doc("d2", "", rank=1, date="2023-05-01")),
                member_of(doc("d1", "", rank=1)), member_of(doc("d4", "", rank=1, date="2021-01-01"))]
-    assert min(members, key=representative_order)[6] == "d4"  # rank 1, earliest known date
+    assert min(members, key=representative_order)[_DOC_ID] == "d4"  # rank 1, earliest known date
     previous = member_of(doc("z9", "", rank=9), previous=True)
-    assert min(members + [previous], key=representative_order)[6] == "z9"  # a previous version wins
-    graded = member_of(doc("d0", "", rank=1, date="2024-01-01"), quality=0.9)
-    assert min(members + [graded], key=representative_order)[6] == "d0"  # known quality beats unknown
+    assert min(members + [previous], key=representative_order)[_DOC_ID] == "z9"  # a previous version wins
+    undated = member_of(doc("d0", "", rank=1))
+    assert min([undated, member_of(doc("d9", "", rank=1, date="2024-01-01"))], key=representative_order)[_DOC_ID] \
+        == "d9"                                                  # a known date beats a missing one, whatever the id
 
 
 def test_sign_document_leaves_boilerplate_lines_out():
@@ -549,9 +551,9 @@ def test_sign_document_leaves_boilerplate_lines_out():
     footer = "All rights reserved by the example publisher"
     member, row = sign_document(doc("x", f"{body}\n{footer}"), params, np.array([line_key(footer)]))
     _, plain = sign_document(doc("x", body), params)
-    assert row["minhash"] == plain["minhash"] and member[9] == (line_key(footer),)
+    assert row["minhash"] == plain["minhash"] and member[_BOILERPLATE] == (line_key(footer),)
     member, row = sign_document(doc("y", "too short"), params)
-    assert row is None and member[8] is False
+    assert row is None and member[_SIGNED] is False
 
 
 def test_template_lines_leave_the_signature_only_when_they_are_at_most_half_of_the_document():
@@ -564,7 +566,7 @@ def test_template_lines_leave_the_signature_only_when_they_are_at_most_half_of_t
     template = np.array([line_key(menu)], dtype=np.int64)
     _, plain = sign_document(doc("x", body), params)
     member, wrapped = sign_document(doc("x", f"{menu}\n{body}"), params, None, template)
-    assert wrapped["minhash"] == plain["minhash"] and member[9] == ()  # not boilerplate: the text keeps it
+    assert wrapped["minhash"] == plain["minhash"] and member[_BOILERPLATE] == ()  # not boilerplate: the text keeps it
     assert wrapped["shingle_count"] == plain["shingle_count"] == len(np.unique(shingle_hashes(body)))
     mostly_menu = "\n".join([menu] * 3 + [" ".join(body.split()[:20])])
     kept, _ = near_dedup.signature_text(mostly_menu, None, template)

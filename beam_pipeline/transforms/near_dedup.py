@@ -37,7 +37,7 @@ the reasoning and the numbers)::
        AssignClusters: CoGroupByKey(doc_id) of member, label, previous-version members, spans
            -> documents in no cluster: their row
            -> GroupByKey(cluster label) -> representative = min(previous version first, source rank,
-                  -quality, date (missing last), doc_id)
+                  date (missing last), doc_id)
                   +-- size <= max_cluster_size: every other member is a duplicate
                   +-- larger: reported; a member is a duplicate only if it verifies against the
                       representative itself (VerifyPairs)
@@ -709,22 +709,20 @@ class LargeMemberRowFn(CountingDoFn):
 
 # --- pure functions -------------------------------------------------------------------
 
-# A member is a plain tuple (cheap to encode); the first seven fields are the representative order.
-_PRIOR, _RANK, _NO_QUALITY, _NEG_QUALITY, _NO_DATE, _DATE, _DOC_ID, _SOURCE, _SIGNED, _BOILERPLATE = range(10)
+# A member is a plain tuple (cheap to encode); the first five fields are the representative order.
+_PRIOR, _RANK, _NO_DATE, _DATE, _DOC_ID, _SOURCE, _SIGNED, _BOILERPLATE = range(8)
 
 
-def member_of(document: dict, *, signed: bool = True, boilerplate: tuple = (), previous: bool = False,
-              quality: float | None = None) -> tuple:
+def member_of(document: dict, *, signed: bool = True, boilerplate: tuple = (), previous: bool = False) -> tuple:
     """The fields of a document the representative choice and its annotation need."""
-    return (0 if previous else 1, document["source_rank"], quality is None, -(quality or 0.0),
-            document["date"] is None, document["date"] or "", document["doc_id"], document["source"],
-            signed, boilerplate)
+    return (0 if previous else 1, document["source_rank"], document["date"] is None, document["date"] or "",
+            document["doc_id"], document["source"], signed, boilerplate)
 
 
 def representative_order(member: tuple) -> tuple:
     """Total order; the minimum is the representative: documents of a previous version first,
-    then source rank, then higher quality (when known; no scorer sets it yet), then the earliest
-    date (missing last), then doc_id."""
+    then source rank, then the earliest date (missing last), then doc_id. No quality term: quality is
+    scored after dedup (docs/near_dedup.md)."""
     return member[:_SOURCE]
 
 
