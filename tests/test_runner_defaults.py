@@ -48,6 +48,13 @@ def test_what_the_user_gives_flink_wins(jar):
     assert args[:len(given)] == given
 
 
+def test_a_job_server_of_ones_own_gets_the_stack_and_a_running_one_nothing(tmp_path):
+    own = LocalRunnerDefaults.apply(["--runner=FlinkRunner", f"--flink_job_server_jar={tmp_path}/js.jar"])
+    assert "--job_server_jvm_properties=-Xss16m" in own
+    running = LocalRunnerDefaults.apply(["--runner=FlinkRunner", "--job_endpoint=localhost:8099"])
+    assert not [a for a in running if a.startswith(("--job_server_jvm", "--flink_job_server_jar"))]
+
+
 def test_a_missing_job_server_says_make_flink(tmp_path, monkeypatch):
     monkeypatch.setenv("FLINK_CACHE", str(tmp_path))
     with pytest.raises(corpus_options.RunnerError, match="make flink"):

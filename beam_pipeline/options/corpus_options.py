@@ -147,8 +147,9 @@ def flink_defaults(beam_args: list[str]) -> list[str]:
                               f"(Maven resolves it from Maven Central), or pass --flink_job_server_jar or "
                               f"--job_endpoint (docs/flink.md)")
         extra.append(f"--flink_job_server_jar={jar}")
-        if _flag(beam_args, "job_server_jvm_properties") is None and _flag(beam_args, "job_server_jvm_property") is None:
-            extra.append(f"--job_server_jvm_properties={JOB_SERVER_THREAD_STACK}")
+    if _flag(beam_args, "job_endpoint") is None and _flag(beam_args, "job_server_jvm_properties") is None \
+            and _flag(beam_args, "job_server_jvm_property") is None:    # the job server this process starts
+        extra.append(f"--job_server_jvm_properties={JOB_SERVER_THREAD_STACK}")
     master = _flag(beam_args, "flink_master")
     if master in (None, "[local]", "[auto]"):
         if master is None:
