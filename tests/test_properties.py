@@ -26,6 +26,7 @@ from datetime import timedelta
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -200,7 +201,8 @@ def test_compressed_jsonl_damaged(lines, codec, data):
 def parquet_bytes() -> bytes:
     table = pa.table({"text": [f"document {i} " * (i + 1) for i in range(30)],
                       "url": [f"https://example.com/{i}" for i in range(30)],
-                      "metadata": pa.array([{"url": f"u{i}", "date": "2024"} if i % 3 else None for i in range(30)])})
+                      "metadata": pa.array([{"url": f"u{i}", "date": "2024", "text": f"nested {i}"} if i % 3 else None
+                                           for i in range(30)])})
     sink = io.BytesIO()
     pq.write_table(table, sink, row_group_size=10, compression="snappy")
     return sink.getvalue()
@@ -217,8 +219,8 @@ def test_parquet_damaged(flips, cut, fields):
     for index, mask in flips:
         damaged[index] ^= mask
     items = read(bytes(damaged[:cut]) if cut else bytes(damaged), "x.parquet", "parquet", **fields)
-    if not flips and not cut:
-        assert len(items) == 30
+    if not flips and not cut:  # every row is a record or (null metadata, nested text) a bad record
+        assert len(items) == 30 and [item.position for item in items] == list(range(30))
     assert len([item for item in items if isinstance(item, RawRecord)]) <= 30
 
 
@@ -250,6 +252,17 @@ def test_warc_fixtures_are_read():
     for data in (WARC, WARC_GZ):
         items = read(data, "x.warc", "warc")
         assert [type(item) for item in items] == [RawRecord] * 4
+
+
+@pytest.mark.parametrize("content_type", ["application/httpI msgtype=response", "application/http-x"])
+def test_warc_content_type_fastwarc_reads_no_http_from(content_type):
+    """Found by test_warc_damaged (a flipped bit turned ';' into 'I'): a block type that starts with
+    application/http but that FastWARC parses no HTTP message from is a bad record, not an AttributeError."""
+    record = WARC_RECORDS[1].replace(b"application/http; msgtype=response", content_type.encode())
+    items = read(WARC_RECORDS[0] + record + WARC_RECORDS[2], "x.warc", "warc")
+    assert [type(item) for item in items] == [RawRecord, BadRecord, RawRecord]
+    assert items[1].error == f"broken WARC header: Content-Type {content_type!r}"
+    assert items[1].position == items[1].byte_offset == len(WARC_RECORDS[0])
 
 
 @properties(max_examples=120)
