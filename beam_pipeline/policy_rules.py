@@ -28,7 +28,8 @@ Grammar (no ``eval``: a hand-written tokenizer and recursive-descent parser)::
     op         := "<" | "<=" | ">" | ">=" | "==" | "!="
     literal    := number | 'string' | "string" | true | false
 
-A bare ``ref`` tests a boolean column. References are checked when the
+A bare ``ref`` tests a boolean column. At most ``MAX_NESTING`` (100) levels of
+``not`` and ``(`` may be open at once. References are checked when the
 config is loaded: the layer must exist, the column must exist in its schema
 (:mod:`beam_pipeline.schemas`), and the literal must have the column's type
 (numbers for numeric columns, strings for text, true/false for flags).

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 from beam_pipeline import hashing
 from beam_pipeline.dedup import minhash
-from beam_pipeline.policy_rules import RuleError, parse_condition, parse_reference
+from beam_pipeline.policy_rules import MAX_NESTING, RuleError, parse_condition, parse_reference
 from beam_pipeline.readers import BadRecord, RawRecord, iter_records
 
 HANG_SECONDS = 20  # one example running this long is a hang, whatever the machine's load
@@ -105,6 +105,15 @@ def test_parser_token_soup(words, separator):
 @given(st.integers(min_value=1, max_value=5000), st.sampled_from(["(", "not ", "( not "]))
 def test_parser_deep_nesting(depth, opener):
     check_condition(opener * depth + "safety.flagged" + ")" * (depth * opener.count("(")))
+
+
+def test_parser_nesting_limit():
+    """Found by test_parser_deep_nesting: deep nesting was a RecursionError; now a RuleError at the token
+    that opens level MAX_NESTING + 1, and MAX_NESTING levels still parse."""
+    condition = parse_condition("not " * MAX_NESTING + "safety.flagged", COLUMNS)
+    assert condition.evaluate({"safety": {"flagged": True}}) is True  # an even number of 'not's
+    with pytest.raises(RuleError, match=f"more than {MAX_NESTING} levels of 'not' and '\\(' at column 251:"):
+        parse_condition("(" * 50 + "not " * 75 + "safety.flagged" + ")" * 50, COLUMNS)
 
 
 @properties(max_examples=200)
