@@ -473,6 +473,11 @@ def _record_from_json(data: bytes, position: int, byte_offset: int, fields: _Fie
 
 _MISSING = object()
 
+# An unpaired surrogate in a parsed string can only come from such an escape.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+_JSON_TYPE_NAMES = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
+
 
 class _NotAnObject(Exception):
     """A field path runs into a value that is not an object (becomes a per-record dead letter)."""
@@ -502,10 +507,6 @@ def _nested_value(value: object, name: str, segments: list[str], start: int = 0)
         if value is _MISSING:
             return _MISSING
     return value
-# An unpaired surrogate in a parsed string can only come from such an escape.
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-
-_JSON_TYPE_NAMES = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
 
 
 def _json_type(value: object) -> str:
@@ -712,13 +713,14 @@ def _is_parquet_data_error(exc: Exception) -> bool:
 
     Arrow reports corrupt data as ArrowException subclasses or as a plain
     OSError ("Couldn't deserialize thrift", "Corrupt snappy compressed
-    data"). Errors of the file object itself re-raise with their own type
-    (ConnectionError, TimeoutError, ... are OSError subclasses) and are not
-    data errors: they propagate so the runner can retry.
+    data"), and a column name in the footer that is not UTF-8 as a
+    UnicodeDecodeError. Errors of the file object itself re-raise with their
+    own type (ConnectionError, TimeoutError, ... are OSError subclasses) and
+    are not data errors: they propagate so the runner can retry.
     """
     import pyarrow as pa
 
-    return isinstance(exc, pa.ArrowException) or type(exc) is OSError
+    return isinstance(exc, (pa.ArrowException, UnicodeDecodeError)) or type(exc) is OSError
 
 
 class _Undecodable(NamedTuple):
