@@ -24,6 +24,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 from beam_pipeline.arrivals.config import LandingConfig
 from beam_pipeline.hashing import digest_json
 from beam_pipeline.policy_rules import OverrideConfig, RedactConfig, RuleConfig, expand_policy_file
+from beam_pipeline.readers import field_path_problem
 from beam_pipeline.scoring.config import (BlocklistConfig, CascadeConfig, DecontaminationConfig, HeuristicsConfig,
                                           LanguageConfig, PiiConfig, QualityConfig, SafetyConfig, check_scoring,
                                           resolve_paths)
@@ -42,13 +43,24 @@ class _Strict(BaseModel):
 
 
 class FieldMap(_Strict):
-    """Which record fields hold the text and the provenance (JSONL and Parquet)."""
+    """Which record fields hold the text and the provenance (JSONL and Parquet).
+
+    Each is a field path: ``url`` or, nested, ``metadata.url`` (beam_pipeline/readers.py).
+    """
 
     text: str = "text"
     url: str = "url"
     date: str = "date"
     license: str = "license"
     id: str = "id"
+
+    @field_validator("text", "url", "date", "license", "id")
+    @classmethod
+    def _field_path(cls, value: str) -> str:
+        problem = field_path_problem(value)
+        if problem:
+            raise ValueError(f"not a field path: {problem}")
+        return value
 
 
 class SourceConfig(_Strict):

@@ -28,7 +28,8 @@ Grammar (no ``eval``: a hand-written tokenizer and recursive-descent parser)::
     op         := "<" | "<=" | ">" | ">=" | "==" | "!="
     literal    := number | 'string' | "string" | true | false
 
-A bare ``ref`` tests a boolean column. References are checked when the
+A bare ``ref`` tests a boolean column. At most ``MAX_NESTING`` (100) levels of
+``not`` and ``(`` may be open at once. References are checked when the
 config is loaded: the layer must exist, the column must exist in its schema
 (:mod:`beam_pipeline.schemas`), and the literal must have the column's type
 (numbers for numeric columns, strings for text, true/false for flags).
@@ -125,6 +126,7 @@ _TOKEN = re.compile(r"""
   | (?P<punct>[()\[\],])
 """, re.VERBOSE)
 KEYWORDS = {"and", "or", "not", "in", "is", "null", "true", "false"}
+MAX_NESTING = 100  # 'not' and '(' levels: a deeper expression is a RuleError, not Python's RecursionError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,6 +165,7 @@ class _Parser:
         self.at = 0
         self.columns = columns
         self.layers_used: set[str] = set()
+        self.depth = 0  # 'not' and '(' levels open
 
     def error(self, message: str, token: Token | None = None):
         token = token or self.tokens[self.at]
@@ -204,14 +207,23 @@ class _Parser:
         return parts[0] if len(parts) == 1 else ("and", tuple(parts))
 
     def not_expr(self):
-        if self.accept("keyword", "not"):
-            return ("not", self.not_expr())
-        if self.accept("punct", "("):
-            node = self.or_expr()
-            if not self.accept("punct", ")"):
-                self.error("expected ')'")
+        if self.peek().text in ("not", "(") and self.peek().kind in ("keyword", "punct"):
+            if self.depth == MAX_NESTING:
+                self.error(f"more than {MAX_NESTING} levels of 'not' and '('")
+            self.depth += 1
+            node = self.nested()
+            self.depth -= 1
             return node
         return self.test()
+
+    def nested(self):
+        if self.accept("keyword", "not"):
+            return ("not", self.not_expr())
+        self.take()  # "("
+        node = self.or_expr()
+        if not self.accept("punct", ")"):
+            self.error("expected ')'")
+        return node
 
     def reference(self) -> tuple[str, str, str]:
         token = self.peek()

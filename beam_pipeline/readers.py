@@ -32,22 +32,33 @@ Optional fields (url, date, license, record id) are None when absent or
 JSON null, else ``str(value)``. An empty text (``""``) is a record, not a bad
 record: the caller decides what to do with it.
 
+Field names are paths (:func:`field_path_problem` says which are valid): a
+name with dots such as ``metadata.url`` reaches into nested objects (JSONL)
+or struct columns (Parquet), the layout of datatrove, Dolma and FineWeb
+exports. A key (or top-level column) spelled exactly like the whole name wins,
+so flattened exports keep working. A path that ends early (a key absent or an
+object null on the way) is an absent value: None for the optional fields, a
+missing text field for the text. A path that runs into a value that is not an
+object (``metadata`` is a string, an array, ...) is a dead letter for that
+record, since the record's layout is not the one the config describes.
+
 Dead-letter rules (each yields a :class:`BadRecord` and reading goes on)
 -------------------------------------------------------------------------
 * jsonl line that is not valid UTF-8 (``invalid utf-8 at byte N``, N counted
   from the start of the line), not valid JSON (including a raw NUL byte; a
   ``\\u0000`` escape inside a string is fine), not an object (array, number,
   string, boolean, null), without the text field, whose text is not a string,
-  or whose fields hold an unpaired UTF-16 surrogate escape such as ``\\ud800``
-  (such a string cannot be encoded as UTF-8 further down the pipeline).
+  whose fields hold an unpaired UTF-16 surrogate escape such as ``\\ud800``
+  (such a string cannot be encoded as UTF-8 further down the pipeline), or
+  where a field path runs through a value that is not an object.
   Blank and whitespace-only lines are skipped silently.
 * Any line or text file larger than ``max_record_bytes``: it is never held in
   memory; the reader keeps its first 256 bytes, skips the rest, and reports
   the true size (``record of N bytes exceeds max_record_bytes=M``).
 * parquet: a file that is not parquet, or lacks the text column, is ONE bad
   record for the whole file; an unreadable row group is one bad record for
-  that group; a null, non-string, undecodable or oversized text is a bad
-  record for that row.
+  that group; a null, non-string, undecodable or oversized text, or a field
+  path through a value that is not a struct, is a bad record for that row.
 
 Compression
 -----------
@@ -131,6 +142,23 @@ class _FieldNames:
 
     def optional(self) -> tuple[str, ...]:
         return (self.url, self.date, self.license, self.record_id)
+
+
+def field_path_problem(name: str) -> str | None:
+    """Why ``name`` is not a valid field path, or None if it is.
+
+    A field path is one or more non-empty names joined by single dots
+    (``text``, ``metadata.url``); a name may hold any character but the dot,
+    and may not start or end with white space (``metadata. url`` is a typo).
+    """
+    if not name:
+        return "is empty"
+    for segment in name.split("."):
+        if not segment:
+            return "has an empty name between dots (write names joined by single dots, e.g. metadata.url)"
+        if segment != segment.strip():
+            return f"has a name with white space around it: {segment!r}"
+    return None
 
 
 def iter_records(
@@ -429,34 +457,71 @@ def _record_from_json(data: bytes, position: int, byte_offset: int, fields: _Fie
     if not isinstance(value, dict):
         raise _BadLine(f"record is a JSON {_json_type(value)}, expected an object")
 
-    text = value.get(fields.text, _MISSING)
-    if text is _MISSING:
-        raise _BadLine(f"missing text field {fields.text!r}")
-    if not isinstance(text, str):
-        raise _BadLine(f"text field {fields.text!r} is not a string (got {_json_type(text)})")
-    get = value.get
-    url = _optional_str(get(fields.url))
-    date = _optional_str(get(fields.date))
-    license_ = _optional_str(get(fields.license))
-    record_id = _optional_str(get(fields.record_id))
+    try:
+        text = _field_value(value, fields.text)
+        if text is _MISSING:
+            raise _BadLine(f"missing text field {fields.text!r}")
+        if not isinstance(text, str):
+            raise _BadLine(f"text field {fields.text!r} is not a string (got {_json_type(text)})")
+        url, date, license_, record_id = (_optional_str(_field_value(value, name)) for name in fields.optional())
+    except _NotAnObject as exc:
+        raise _BadLine(str(exc)) from None
     if _SURROGATE_ESCAPE.search(data):  # rare; one fast pass over the line
         _reject_unpaired_surrogates(fields, text, url, date, license_, record_id)
     return RawRecord(position, byte_offset, text, url, date, license_, record_id)
 
 
 _MISSING = object()
+
 # An unpaired surrogate in a parsed string can only come from such an escape.
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 _JSON_TYPE_NAMES = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
 
 
+class _NotAnObject(Exception):
+    """A field path runs into a value that is not an object (becomes a per-record dead letter)."""
+
+
+def _field_value(record: dict, name: str) -> object:
+    """The value at field path ``name`` in ``record``; _MISSING if the path ends early.
+
+    A key spelled exactly like the whole name wins over the nested path.
+    """
+    value = record.get(name, _MISSING)
+    if value is not _MISSING or "." not in name:
+        return value
+    return _nested_value(record, name, name.split("."))
+
+
+def _nested_value(value: object, name: str, segments: list[str], start: int = 0) -> object:
+    """Follow ``segments[start:]`` from ``value``; None or an absent key on the way gives _MISSING."""
+    for depth in range(start, len(segments)):
+        key = segments[depth]
+        if value is None:
+            return _MISSING
+        if not isinstance(value, dict):
+            where = ".".join(segments[:depth])
+            raise _NotAnObject(f"field {name!r}: {where!r} is {_type_name(value)}, not an object")
+        value = value.get(key, _MISSING)
+        if value is _MISSING:
+            return _MISSING
+    return value
+
+
 def _json_type(value: object) -> str:
     return _JSON_TYPE_NAMES.get(type(value), "number")
 
 
+def _type_name(value: object) -> str:
+    """'a string', 'an array', ... for messages; Arrow's other Python values by their type."""
+    kind = _JSON_TYPE_NAMES.get(type(value)) or ("number" if isinstance(value, (int, float)) else
+                                                  type(value).__name__)
+    return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
+
+
 def _optional_str(value: object) -> str | None:
-    if value is None:
+    if value is None or value is _MISSING:
         return None
     return value if isinstance(value, str) else str(value)
 
@@ -524,21 +589,62 @@ def _iter_parquet(
                 raise
             yield BadRecord(0, None, f"not a parquet file: {exc}", _file_head(fileobj))
             return
-        found = parquet.schema_arrow.names
-        if fields.text not in found:
-            error = f"missing text column {fields.text!r}; columns found: {', '.join(found) or '(none)'}"
-            yield BadRecord(0, None, error, b"")
+        schema = parquet.schema_arrow
+        selections = {name: _parquet_selection(schema, name) for name in (fields.text, *fields.optional())}
+        if selections[fields.text] is None:
+            found = ", ".join(schema.names) or "(none)"
+            yield BadRecord(0, None, f"missing text column {fields.text!r}; columns found: {found}", b"")
             return
-        wanted = [fields.text, *fields.optional()]
-        columns = [name for name in dict.fromkeys(wanted) if name in found]  # text first, no repeats
+        # The text's column first, no repeats: Arrow reads only these (a struct's selected children only).
+        columns = list(dict.fromkeys(selection.read for selection in selections.values() if selection))
         first_row = 0
         for group in range(parquet.num_row_groups):
-            yield from _read_row_group(parquet, group, first_row, columns, fields, max_record_bytes)
+            yield from _read_row_group(parquet, group, first_row, columns, fields, selections, max_record_bytes)
             first_row += parquet.metadata.row_group(group).num_rows
 
 
+class _Selection(NamedTuple):
+    """Where a field path is in a Parquet file."""
+
+    read: str  # what Arrow is asked to read: a column or a dotted path into struct columns
+    column: str  # the top-level column that holds the value in a read batch
+    below: tuple[str, ...]  # the path from that column's values to the field's value
+
+
+def _parquet_selection(schema, name: str) -> _Selection | None:
+    """Where field path ``name`` is in a file of this schema; None if no column holds it.
+
+    A top-level column spelled like the whole name wins. A path through struct
+    columns reads only the struct's child it names; a path into a column that
+    is not a struct reads that column, and each row becomes a dead letter
+    (``_nested_value``).
+    """
+    import pyarrow as pa
+
+    if name in schema.names:
+        return _Selection(name, name, ())
+    top, *below = name.split(".")
+    if not below or top not in schema.names:
+        return None
+    value_type = schema.field(top).type
+    for key in below:
+        if not pa.types.is_struct(value_type):
+            return _Selection(top, top, tuple(below))
+        index = value_type.get_field_index(key)
+        if index < 0:  # no such child: the value is absent in every row
+            return None
+        value_type = value_type.field(index).type
+    return _Selection(name, top, tuple(below))
+
+
 def _read_row_group(
-    parquet, group: int, first_row: int, columns: list[str], fields: _FieldNames, max_record_bytes: int
+    parquet,
+    group: int,
+    first_row: int,
+    columns: list[str],
+    fields: _FieldNames,
+    selections: dict[str, _Selection | None],
+    max_record_bytes: int,
 ) -> Iterator[RawRecord | BadRecord]:
     """Rows of one row group; the unreadable rest of a group becomes one BadRecord."""
     position = first_row
@@ -555,28 +661,49 @@ def _read_row_group(
             return
         if batch is None:
             return
-        yield from _rows_of_batch(batch, position, fields, max_record_bytes)
+        yield from _rows_of_batch(batch, position, fields, selections, max_record_bytes)
         position += batch.num_rows
 
 
+def _field_column(batch, name: str, selection: _Selection | None) -> list:
+    """Values of field ``name`` in every row: a value, _MISSING, _Undecodable or _NotAnObject."""
+    if selection is None:
+        return [_MISSING] * batch.num_rows
+    values = _column_values(batch.column(selection.column))
+    if not selection.below:
+        return values
+    segments = name.split(".")
+    start = len(segments) - len(selection.below)
+    nested = []
+    for value in values:
+        if not isinstance(value, _Undecodable):
+            try:
+                value = _nested_value(value, name, segments, start)
+            except _NotAnObject as exc:
+                value = exc
+        nested.append(value)
+    return nested
+
+
 def _rows_of_batch(
-    batch, first_row: int, fields: _FieldNames, max_record_bytes: int
+    batch, first_row: int, fields: _FieldNames, selections: dict[str, _Selection | None], max_record_bytes: int
 ) -> Iterator[RawRecord | BadRecord]:
-    names = batch.schema.names
-    texts = _column_values(batch.column(fields.text))
-    optional_columns = [
-        _column_values(batch.column(name)) if name in names else [None] * batch.num_rows
-        for name in fields.optional()
-    ]
+    texts = _field_column(batch, fields.text, selections[fields.text])
+    optional_columns = [_field_column(batch, name, selections[name]) for name in fields.optional()]
     for index, text in enumerate(texts):
         position = first_row + index
         problem = _parquet_text_problem(text, fields.text, max_record_bytes)
         if problem:
             yield BadRecord(position, None, *problem)
             continue
+        optional = [column[index] for column in optional_columns]
+        wrong_shape = next((value for value in optional if isinstance(value, _NotAnObject)), None)
+        if wrong_shape is not None:
+            yield BadRecord(position, None, str(wrong_shape), text[:_PREFIX_BYTES].encode("utf-8")[:_PREFIX_BYTES])
+            continue
         url, date, license_, record_id = (
-            None if isinstance(column[index], _Undecodable) else _optional_str(column[index])
-            for column in optional_columns
+            None if isinstance(value, _Undecodable) else _optional_str(value)
+            for value in optional
         )
         yield RawRecord(position, None, text, url, date, license_, record_id)
 
@@ -586,13 +713,14 @@ def _is_parquet_data_error(exc: Exception) -> bool:
 
     Arrow reports corrupt data as ArrowException subclasses or as a plain
     OSError ("Couldn't deserialize thrift", "Corrupt snappy compressed
-    data"). Errors of the file object itself re-raise with their own type
-    (ConnectionError, TimeoutError, ... are OSError subclasses) and are not
-    data errors: they propagate so the runner can retry.
+    data"), and a column name in the footer that is not UTF-8 as a
+    UnicodeDecodeError. Errors of the file object itself re-raise with their
+    own type (ConnectionError, TimeoutError, ... are OSError subclasses) and
+    are not data errors: they propagate so the runner can retry.
     """
     import pyarrow as pa
 
-    return isinstance(exc, pa.ArrowException) or type(exc) is OSError
+    return isinstance(exc, (pa.ArrowException, UnicodeDecodeError)) or type(exc) is OSError
 
 
 class _Undecodable(NamedTuple):
@@ -617,6 +745,10 @@ def _column_values(column) -> list:
 
 def _parquet_text_problem(text: object, name: str, max_record_bytes: int) -> tuple[str, bytes] | None:
     """(error, raw_prefix) if a text cell is unusable, else None."""
+    if text is _MISSING:
+        return f"missing text field {name!r}", b""
+    if isinstance(text, _NotAnObject):
+        return str(text), b""
     if text is None:
         return f"text field {name!r} is null", b""
     if isinstance(text, _Undecodable):

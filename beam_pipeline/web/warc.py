@@ -324,6 +324,9 @@ def _warc_capture(record, offset: int, position: int, select: Select, stream) ->
         except Exception as exc:  # FastWARC raises OSError/ValueError on a broken status line or header
             return _bad_record(record, offset, position, stream, f"broken HTTP header: {exc}")
         http = record.http_headers
+        if http is None:  # FastWARC parses no HTTP message under a Content-Type it does not take for one
+            return _bad_record(record, offset, position, stream,
+                               f"broken WARC header: Content-Type {headers.get('content-type')!r}")
         status = http.status_code
         if status is None:
             return _bad_record(record, offset, position, stream,
