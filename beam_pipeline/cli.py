@@ -269,6 +269,8 @@ def _run(config: CorpusConfig, options: PipelineOptions, snapshot_id: str | None
     if prepare is not None:  # e.g. re-selection pins the scorer layers (scoring/commands.py)
         prepare(build)
     _CURRENT_BUILD[:] = [build]
+    from beam_pipeline.dead_letters import quiet_dead_letter_stops
+    quiet_dead_letter_stops()  # the runner's tracebacks of a dead-letter stop: reported below in one line
     result = build.run()
     print()
     width = max(len("stage"), *(len(stage.stage) for stage in result.stages))

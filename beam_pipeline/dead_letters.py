@@ -9,6 +9,7 @@ because there are too many (``accounting.max_dead_letter_fraction``).
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -87,6 +88,32 @@ def stop_message(failure) -> list[str]:
                          f"all: python -m beam_pipeline dead-letter {layer.root} --stage {folder.stage})")
             lines += [f"  {describe(row)}" for row in shown]
     return lines
+
+
+class RunnerLogsOfADeadLetterStop(logging.Filter):
+    """Drops the runner's error logs of a dead-letter stop (the commit step's ``AccountingError``, with
+    its tracebacks from the worker and the runner): the CLI reports the stop itself, in one line, with
+    where the dead letters are and the first of them (:func:`stop_message`)."""
+
+    MARK = "max_dead_letter_fraction"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR:
+            return True
+        text = record.getMessage()
+        if record.exc_info and record.exc_info[1] is not None:
+            text += str(record.exc_info[1])
+        return self.MARK not in text
+
+
+def quiet_dead_letter_stops() -> None:
+    """Install :class:`RunnerLogsOfADeadLetterStop` on the root logger's handlers (the driver's log output)."""
+    root = logging.getLogger()
+    if not root.handlers:
+        logging.basicConfig()  # what the first warning of a job would do anyway
+    for handler in root.handlers:
+        if not any(isinstance(f, RunnerLogsOfADeadLetterStop) for f in handler.filters):
+            handler.addFilter(RunnerLogsOfADeadLetterStop())
 
 
 def cli_dead_letter(args) -> int:
