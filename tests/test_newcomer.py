@@ -40,13 +40,20 @@ def test_documented_command_blocks_run_as_written_on_the_demo(built, tmp_path):
     readme = command_blocks(os.path.join(REPO, "README.md"))
     unmarked_demo = [b["line"] for b in readme if "out/demo" in b["text"] and b["lang"] == "sh" and not b["marked"]]
     assert not unmarked_demo, f"README command blocks on the demo's output that no test runs (lines {unmarked_demo})"
+    printed = ""
     for path, marked in blocks.items():
         for block in marked:
             assert "<" not in block["text"].replace("<<", ""), f"{path}:{block['line']}: a placeholder in a block"
-            result = subprocess.run(["bash", "-euo", "pipefail", "-c", block["text"]], cwd=workdir,
-                                    capture_output=True, text=True, timeout=600)
-            assert result.returncode == 0, f"{path}:{block['line']} failed:\n{block['text']}\n{result.stderr[-3000:]}"
+            # every command runs; each that fails is reported (`diff` exits 1 when the datasets differ, as diff(1))
+            script = "set -uo pipefail\ntrap 'echo \"FAILED($?): $BASH_COMMAND\" >&2' ERR\n" + block["text"]
+            result = subprocess.run(["bash", "-c", script], cwd=workdir, capture_output=True, text=True, timeout=600)
+            failed = [line for line in result.stderr.splitlines() if line.startswith("FAILED(")]
+            unexpected = [line for line in failed if not line.startswith("FAILED(1): .venv/bin/beam-pipeline diff ")]
+            assert not unexpected, f"{path}:{block['line']}:\n{block['text']}\n{result.stderr[-3000:]}"
+            printed += result.stdout
     # what the README's commands did, checked against the data
+    assert "dataset_id  738a689ad93c4d2d1a0b1b15aaa91a630bcba70d6430db1361700c4bfa4acbea" in printed  # takedown
+    assert "changed  encyclopedic-00002-of-00003" in printed  # diff: the one shard the takedown rebuilt
     takedown = os.path.join(workdir, "out", "demo", "datasets")
     assert len(os.listdir(takedown)) == 2 and open(os.path.join(takedown, SAMPLE_DATASET_ID, "SUPERSEDED_BY")).read()
     assert os.path.getsize(os.path.join(workdir, "out", "megatron", "demo.bin")) > 0
