@@ -106,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     verbose = "--verbose" in argv
     argv = [arg for arg in argv if arg != "--verbose"]
+    _CURRENT_BUILD.clear()
     try:
         parser = _parser()
         args, beam_args = parser.parse_known_args(argv)
@@ -134,8 +135,9 @@ def _interrupted_line(committed: str) -> str:
 #: The build being run (for the Ctrl-C line: what it had committed).
 _CURRENT_BUILD: list = []
 
-#: Commands whose leftover arguments are Apache Beam pipeline options.
-BEAM_OPTION_COMMANDS = ("run", "snapshot", "select", "land")
+#: Commands whose leftover arguments are Apache Beam pipeline options (``bronze`` and ``report``: the
+#: filesystem options, ``--s3_*`` and GCP's).
+BEAM_OPTION_COMMANDS = ("run", "snapshot", "select", "land", "bronze", "report")
 
 
 def _command_parser(parser: argparse.ArgumentParser, args) -> argparse.ArgumentParser | None:
@@ -159,6 +161,7 @@ def _dispatch(args, beam_args: list[str]) -> int:
         if args.command in DATASET_COMMANDS:
             return _dataset_command(args, beam_args)
         if args.command == "report":
+            FileSystems.set_options(PipelineOptions(beam_args))  # s3:// / gs:// runs: --s3_* / GCP options
             return _report(args)
         if args.command in scoring_commands.COMMANDS:
             if args.command == "select":

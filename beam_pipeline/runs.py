@@ -29,9 +29,11 @@ def run_folder(root: str, run_id: str) -> str:
     return join(first, f"{RERUN_PREFIX}{number}")
 
 
-def metrics_paths(root: str) -> list[str]:
-    """Every run's metrics.json under ``root`` (first runs and reruns)."""
-    patterns = [join(root, "runs", "*", METRICS), join(root, "runs", "*", f"{RERUN_PREFIX}*", METRICS)]
+def metrics_paths(root: str, reruns: bool = True) -> list[str]:
+    """Every run's metrics.json under ``root``: the first runs, and the reruns unless ``reruns`` is False."""
+    patterns = [join(root, "runs", "*", METRICS)]
+    if reruns:
+        patterns.append(join(root, "runs", "*", f"{RERUN_PREFIX}*", METRICS))
     return sorted(m.path for result in FileSystems.match(patterns) for m in result.metadata_list)
 
 

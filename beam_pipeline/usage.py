@@ -42,10 +42,12 @@ class UserError(Exception):
 
 
 class OneLineArgumentParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line naming the command's ``--help`` (not usage + error)."""
+    """argparse, but a usage error is one line naming the command's ``--help`` (not usage + error);
+    like argparse, it ends with ``SystemExit(2)``."""
 
     def error(self, message: str):
-        raise UserError(f"{self.prog}: {message} (see `{self.prog} --help`)")
+        report(UserError(f"{self.prog}: {message} (see `{self.prog} --help`)"))
+        raise SystemExit(EXIT_USAGE)
 
 
 # --- unknown options --------------------------------------------------------------------------------

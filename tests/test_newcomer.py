@@ -164,12 +164,14 @@ def test_a_rerun_keeps_the_first_runs_report_and_writes_its_own(tmp_path):
         assert os.path.getsize(os.path.join(rerun, "report.html")) > 0
         assert {name: open(os.path.join(run_dir, name), "rb").read() for name in kept} == kept  # untouched
 
-    # `report <root>`: the latest run; `report <dataset>`: the run that built it
-    latest = run_cli(["report", str(tmp_path / "out")])
-    assert latest.returncode == 0 and latest.stdout.strip() == f"report      {run_dir}/rerun-3/report.html"
+    # `report <root>` and `report <dataset>`: the run that built the layers; a rerun: its folder
     (dataset,) = glob.glob(str(tmp_path / "out" / "datasets" / "*"))
-    built_by = run_cli(["report", dataset])
-    assert built_by.stdout.strip() == f"report      {run_dir}/report.html"
+    for target in (str(tmp_path / "out"), dataset):
+        again = run_cli(["report", target])
+        assert again.returncode == 0 and again.stdout.strip() == f"report      {run_dir}/report.html"
+    rerun = run_cli(["report", os.path.join(run_dir, "rerun-3")])
+    assert rerun.returncode == 0 and rerun.stdout.strip() == f"report      {run_dir}/rerun-3/report.html"
+    assert json.load(open(os.path.join(run_dir, "metrics.json"))) == json.loads(kept["metrics.json"])
 
 
 # --- dead letters ----------------------------------------------------------------------------------------

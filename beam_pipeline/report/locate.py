@@ -4,8 +4,9 @@
 
 * ``<root>/runs/<run_id>`` or ``<root>/runs/<run_id>/metrics.json``;
 * ``<root>/datasets/<dataset_id>`` or its ``manifest.json``;
-* an output root: its most recently written run (a rerun's folder
-  ``runs/<run_id>/rerun-N`` counts: ``beam_pipeline/runs.py``).
+* an output root: its most recently written first run (``runs/<run_id>``,
+  the run of the latest build; a rerun, ``runs/<run_id>/rerun-N``, is named
+  by its folder: ``beam_pipeline/runs.py``).
 
 From a run's metrics the dataset is ``<root>/datasets/<dataset_id>``; from a
 dataset the run is ``runs/<run_id>`` with ``run_id = sha256(snapshot id,
@@ -77,7 +78,7 @@ def locate(target: str) -> RunRef:
     if _exists(join(path, MANIFEST)):
         return _from_manifest(join(path, MANIFEST))
     runs = _run_metrics(path)
-    if runs:  # an output root: its latest run (or rerun)
+    if runs:  # an output root: its latest build's run (a rerun is named by its folder)
         return _from_metrics(max(runs, key=lambda m: (_modified(m), m)))
     raise ReportError(f"{target}: not a run folder (runs/<run_id>), a metrics.json, a dataset folder "
                       f"(datasets/<dataset_id>), a manifest.json, or an output root with a run")
@@ -132,10 +133,10 @@ def _modified(path: str) -> float:
 
 
 def _run_metrics(root: str) -> list[str]:
-    """Every run's (and rerun's) metrics.json under an output root."""
+    """The metrics.json of every first run (``runs/<run_id>/``, not the reruns below it) under an output root."""
     if not _SCHEME.match(root) and not os.path.isdir(join(root, "runs")):
         return []
     try:
-        return metrics_paths(root)
+        return metrics_paths(root, reruns=False)
     except Exception:  # noqa: BLE001 - a store that cannot list: no run found
         return []
