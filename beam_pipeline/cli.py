@@ -9,6 +9,7 @@ Commands:
 * ``land``, ``bronze``: the landing job and the bronze layer's log and
                 garbage collection (``beam_pipeline/arrivals``, docs/operations.md);
 * ``inspect``   summarize a dataset from its manifest;
+* ``dead-letter`` list the records the stages could not process, with their origin;
 * ``report``    write a run's HTML report (``runs/<run_id>/report.html``), or
                 compare two runs or datasets (``--compare A B``);
 * ``select``, ``train-quality``, ``contamination-report``: re-selection
@@ -20,7 +21,10 @@ Commands:
 
 Arguments a command does not know are Beam pipeline options
 (``--runner=DataflowRunner --project=...``); with no ``--runner`` the build
-runs locally on every core, with no network.
+runs locally on every core, with no network. An option neither knows is
+refused before anything runs; user errors are one line and an exit code
+(``beam_pipeline/usage.py``, docs/config.md "Exit codes"); Ctrl-C is one line
+and 130 (``beam_pipeline/interrupt.py``).
 """
 from __future__ import annotations
 
@@ -53,7 +57,9 @@ examples:
   python -m beam_pipeline report --compare out/a/datasets/<id> out/b/datasets/<id>
 
 Any other --option is passed to Apache Beam (see `--help` of apache_beam's
-PipelineOptions); without --runner the local DirectRunner uses every core.
+PipelineOptions); an option neither knows is refused. Without --runner the
+local DirectRunner uses every core. Errors are one line with an exit code
+(docs/config.md, "Exit codes"); --verbose shows tracebacks instead.
 """
 
 

@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from conftest import IN_PROCESS, SAMPLE_CONFIG, dataset_id_from_output, run_cli, tiny_corpus
+from conftest import IN_PROCESS, dataset_id_from_output, run_cli, tiny_corpus
 from tests.helpers.newcomer import DOC_FILES, REPO, RUNS_MARKER, command_blocks, demo_workdir, error_lines, \
     interrupt_cli, unwritable_folder
 
