@@ -310,9 +310,11 @@ def _run(config: CorpusConfig, options: PipelineOptions, snapshot_id: str | None
 
 def _committed_so_far() -> str:
     """"N of M layers of this build are committed (stages); " for the Ctrl-C line."""
-    layers = getattr(_CURRENT_BUILD[-1], "layers", None) if _CURRENT_BUILD else None
+    if not _CURRENT_BUILD:
+        return ""  # not a build (land: every landed file is committed as it lands)
+    layers = getattr(_CURRENT_BUILD[-1], "layers", None)
     if not layers:
-        return "nothing was committed yet; "
+        return "nothing of this build was committed yet; "
     try:
         done = [stage for stage, layer in layers if layer.is_complete()]
     except Exception:  # noqa: BLE001 - the line must come out even if the store does not answer
