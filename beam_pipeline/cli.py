@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                             beam_options=args.command in BEAM_OPTION_COMMANDS)
         if args.command in BEAM_OPTION_COMMANDS:
             usage.check_runner(beam_args)
+        usage.check_config_path(getattr(args, "config", None))
         # Before any job starts a thread or a worker: they inherit a Ctrl-C that only this process sees
         with QuietInterrupt(lambda: _interrupted_line(_committed_so_far()), usage.EXIT_INTERRUPTED):
             return _dispatch(args, beam_args)
@@ -127,6 +128,11 @@ def main(argv: list[str] | None = None) -> int:
         if verbose:
             raise
         return usage.report(err)
+    except OSError as err:  # a path of the user's that cannot be read or written (anything else: a bug)
+        error = usage.os_error(err)
+        if verbose or error is None:
+            raise
+        return usage.report(error)
     except KeyboardInterrupt:
         if verbose:
             raise

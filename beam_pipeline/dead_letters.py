@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import sys
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -118,6 +120,11 @@ def quiet_dead_letter_stops() -> None:
 
 def cli_dead_letter(args) -> int:
     """``python -m beam_pipeline dead-letter <output_root> [--stage S] [--limit N]``."""
+    if "://" not in args.output_root and not os.path.isdir(args.output_root):
+        from beam_pipeline.usage import EXIT_NOT_FOUND
+        print(f"error: no output root at {args.output_root}: pass the folder a build wrote (its output_root)",
+              file=sys.stderr)
+        return EXIT_NOT_FOUND
     found = folders(args.output_root.rstrip("/"), args.stage)
     if not found:
         print(f"no dead letters under {args.output_root}" + (f" for stage {args.stage}" if args.stage else ""))

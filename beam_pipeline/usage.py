@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import errno
 import os
 import sys
 
@@ -193,6 +194,29 @@ def check_writable(output_root: str) -> None:
     except OSError as err:
         raise UserError(f"the output root {output_root} cannot be written ({err.strerror or err}): pass "
                         f"--output_root <a folder you can write>", EXIT_NOT_WRITABLE) from None
+
+
+def check_config_path(path: str | None) -> None:
+    """Refuse a ``--config`` that is a folder (naming the YAML files in it)."""
+    if path and "://" not in path and os.path.isdir(path):
+        found = sorted(name for name in os.listdir(path) if name.endswith((".yaml", ".yml")))
+        best = "corpus.yaml" if "corpus.yaml" in found else (found[0] if found else None)
+        hint = f", e.g. {os.path.join(path, best)}" if best else ""
+        raise UserError(f"--config {path} is a folder: pass the corpus YAML file{hint}")
+
+
+#: errno -> exit code of an OSError on a path the user gave (see :func:`os_error`).
+_OS_ERRORS = {errno.EACCES: EXIT_NOT_WRITABLE, errno.EPERM: EXIT_NOT_WRITABLE, errno.EROFS: EXIT_NOT_WRITABLE,
+              errno.ENOSPC: EXIT_NOT_WRITABLE, errno.ENOENT: EXIT_NOT_FOUND, errno.ENOTDIR: EXIT_NOT_FOUND,
+              errno.EISDIR: EXIT_NOT_FOUND}
+
+
+def os_error(err: OSError) -> UserError | None:
+    """A user's path that cannot be read or written, as a one-line error (None: not one of those)."""
+    if err.errno not in _OS_ERRORS:
+        return None
+    where = f": {err.filename}" if err.filename else ""
+    return UserError(f"{err.strerror or err}{where}", _OS_ERRORS[err.errno])
 
 
 def report(err: UserError | Exception, exit_code: int | None = None) -> int:

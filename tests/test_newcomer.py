@@ -123,6 +123,25 @@ def test_inspect_on_something_else_than_a_dataset_is_one_line(built, tmp_path, c
     assert run_cli(["inspect", built["dataset"]]).returncode == 0
 
 
+def test_a_config_folder_names_the_yaml_in_it():
+    for command in ("run", "select"):
+        result = run_cli([command, "--config", "sample"])
+        assert result.returncode == 2
+        assert one_line(result.stderr) == ("error: --config sample is a folder: pass the corpus YAML file, "
+                                           "e.g. sample/corpus.yaml")
+
+
+def test_paths_that_cannot_be_read_or_written_are_one_line(built, tmp_path):
+    result = run_cli(["dead-letter", str(tmp_path / "no-such-root")])
+    assert result.returncode == 3
+    assert one_line(result.stderr).startswith(f"error: no output root at {tmp_path / 'no-such-root'}")
+    with unwritable_folder(str(tmp_path / "read-only")) as folder:
+        result = run_cli(["export-megatron", built["dataset"], os.path.join(folder, "megatron", "demo")])
+    assert result.returncode == 4
+    assert one_line(result.stderr) == f"error: Permission denied: {folder}/megatron" or \
+        one_line(result.stderr) == f"error: Operation not permitted: {folder}/megatron"
+
+
 # --- Ctrl-C ---------------------------------------------------------------------------------------------
 
 def test_ctrl_c_during_a_build_is_one_line_and_the_rerun_resumes(tmp_path):
