@@ -53,7 +53,11 @@ _ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception|RecordsLost): ")
 
 
 class StageFailed(RuntimeError):
-    """The build's job failed; the message names the stage and the root cause where known."""
+    """The build's job failed; the message names the stage and the root cause where known.
+
+    ``layers``: the layers of the failed stage(s) (their dead letters are kept for inspection)."""
+
+    layers: list = []
 
 
 @dataclasses.dataclass
@@ -332,6 +336,8 @@ class CorpusBuild:
         self.root = config.output_root
         self.scored_layers: dict | None = None  # re-selection: the scorer layers of an earlier run
         self.allowed_stages: tuple[str, ...] | None = None  # re-selection: the stages that may run
+        self.run_dir: str | None = None  # where this invocation's metrics and report go (set by _prepare)
+        self.layers: list[tuple[str, Layer]] = []  # (stage, layer) of the job being run, once it is built
 
     def run(self) -> BuildResult:
         """Build: run the job, wait for it, run it again while a stage's records do not balance."""
@@ -342,6 +348,7 @@ class CorpusBuild:
         for attempt in range(1, attempts_allowed + 1):
             progress = BuildProgress(self.options, self.log, self.progress_interval)
             graph = self.assemble(*prepared, dict(attempts), runner=progress.runner())
+            self.layers = [(ref.stage, ref.layer) for ref in graph.refs]  # what an interrupted build reports
             for stage in graph.computed:
                 attempts[stage] = attempts.get(stage, 0) + 1
             try:
@@ -372,6 +379,8 @@ class CorpusBuild:
                                      self.config.layout.min_partitions)
         tokenizer = tokenize_shard.inspect_tokenizer(self.config.tokenize)
         run_id = digest_json({"snapshot": snapshot_id, "config": self.config.digest()})[:16]
+        from beam_pipeline.runs import run_folder
+        self.run_dir = run_folder(self.root, run_id)  # runs/<run_id>, or runs/<run_id>/rerun-N (beam_pipeline/runs.py)
         return snapshot_id, manifest, partitions, tokenizer, run_id
 
     def _snapshot(self) -> tuple[str, dict]:
@@ -473,7 +482,7 @@ class CorpusBuild:
             if not ref.reused:
                 clear_layer(ref.layer)  # what a killed or failed run of this layer left behind
         _ = graph.pipeline | "Publish" >> publish.PublishDataset(
-            config, snapshot_id, tokenizer, run_id, stages, earlier_attempts or {}, partitions)
+            config, snapshot_id, tokenizer, run_id, stages, earlier_attempts or {}, partitions, run_dir=self.run_dir)
         return graph
 
     def _run_job(self, graph: BuildGraph, progress: BuildProgress) -> None:
@@ -490,8 +499,10 @@ class CorpusBuild:
                 state = result.wait_until_finish()
         except Exception as err:  # noqa: BLE001 - runners wrap worker errors in many types
             stage = failed_stage(str(err), graph)
-            raise StageFailed(f"stage {stage} failed: {root_cause(err)}" if stage
-                              else f"the build's job failed: {root_cause(err)}") from err
+            failure = StageFailed(f"stage {stage} failed: {root_cause(err)}" if stage
+                                  else f"the build's job failed: {root_cause(err)}")
+            failure.layers = [ref.layer for ref in graph.refs if ref.stage in (stage or "").split("+")]
+            raise failure from err
         if state != PipelineState.DONE:
             raise StageFailed(f"the build's job ended in state {state}")
 
@@ -501,7 +512,8 @@ class CorpusBuild:
                                           else f"runs in this job -> {ref.layer.path}"))
 
     def _result(self, run_id: str, snapshot_id: str, attempts: dict[str, int], seconds: float) -> BuildResult:
-        metrics_path = join(self.root, "runs", run_id, "metrics.json")
+        run_dir = self.run_dir or join(self.root, "runs", run_id)
+        metrics_path = join(run_dir, "metrics.json")
         metrics = json.loads(read_bytes(metrics_path))
         manifest = json.loads(read_bytes(join(dataset_path(self.root, metrics["dataset_id"]), MANIFEST)))
         stages = []
@@ -510,7 +522,7 @@ class CorpusBuild:
             ledger = layer.ledger()
             stages.append(StageOutcome(entry["name"], layer, ledger["version"], digest_json(ledger["config"]),
                                        entry["reused"], ledger["counts"], ledger, attempts.get(entry["name"], 0)))
-        report = join(self.root, "runs", run_id, "report.html")
+        report = join(run_dir, "report.html")
         return BuildResult(run_id=run_id, snapshot_id=snapshot_id, dataset_id=metrics["dataset_id"],
                            dataset_path=dataset_path(self.root, metrics["dataset_id"]), metrics_path=metrics_path,
                            report_path=report if FileSystems.exists(report) else None, stages=stages,

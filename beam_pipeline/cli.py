@@ -9,6 +9,7 @@ Commands:
 * ``land``, ``bronze``: the landing job and the bronze layer's log and
                 garbage collection (``beam_pipeline/arrivals``, docs/operations.md);
 * ``inspect``   summarize a dataset from its manifest;
+* ``dead-letter`` list the records the stages could not process, with their origin;
 * ``report``    write a run's HTML report (``runs/<run_id>/report.html``), or
                 compare two runs or datasets (``--compare A B``);
 * ``select``, ``train-quality``, ``contamination-report``: re-selection
@@ -20,7 +21,10 @@ Commands:
 
 Arguments a command does not know are Beam pipeline options
 (``--runner=DataflowRunner --project=...``); with no ``--runner`` the build
-runs locally on every core, with no network.
+runs locally on every core, with no network. An option neither knows is
+refused before anything runs; user errors are one line and an exit code
+(``beam_pipeline/usage.py``, docs/config.md "Exit codes"); Ctrl-C is one line
+and 130 (``beam_pipeline/interrupt.py``).
 """
 from __future__ import annotations
 
@@ -31,12 +35,14 @@ import time
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from beam_pipeline import usage
+from beam_pipeline.interrupt import QuietInterrupt
 from beam_pipeline.arrivals import commands as arrivals_commands
 from beam_pipeline.scoring import commands as scoring_commands
 from beam_pipeline.accounting import AccountingError
 from beam_pipeline.build import CorpusBuild, StageFailed
 from beam_pipeline.config import ConfigError, CorpusConfig
-from beam_pipeline.manifest import load_manifest, summarize
+from beam_pipeline.manifest import NotADataset, load_manifest, summarize
 from beam_pipeline.options import CorpusOptions, LocalRunnerDefaults, RunnerError, add_driver_arguments
 from beam_pipeline.snapshot import InputChangedError, SnapshotError, snapshot_path, take_snapshot
 
@@ -51,12 +57,14 @@ examples:
   python -m beam_pipeline report --compare out/a/datasets/<id> out/b/datasets/<id>
 
 Any other --option is passed to Apache Beam (see `--help` of apache_beam's
-PipelineOptions); without --runner the local DirectRunner uses every core.
+PipelineOptions); an option neither knows is refused. Without --runner the
+local DirectRunner uses every core. Errors are one line with an exit code
+(docs/config.md, "Exit codes"); --verbose shows tracebacks instead.
 """
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = usage.OneLineArgumentParser(
         prog="python -m beam_pipeline",
         description="Turn raw text into deterministic, provenance-tracked LLM pretraining token shards.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -85,6 +93,12 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--output", help="where to write the page (default: in the run folder)")
     report.add_argument("--target_tokens", type=int, help="override report.target_tokens of the config")
     report.add_argument("--mixture", help="override report.mixture, e.g. docs=0.5,encyclopedic=0.3,legal=0.2")
+    dead = commands.add_parser("dead-letter", help="list the records a build could not process, with their origin",
+                               description="Every stage's dead letters under <root>/dead_letter/<stage>/<layer>/: "
+                                           "source file, line or byte offset, error.")
+    dead.add_argument("output_root", help="the build's output root")
+    dead.add_argument("--stage", help="only this stage's dead letters")
+    dead.add_argument("--limit", type=int, default=20, help="records shown per layer (0: all; default 20)")
     _add_dataset_commands(commands)
     scoring_commands.add_commands(commands)
     arrivals_commands.add_commands(commands)
@@ -92,20 +106,84 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args, beam_args = _parser().parse_known_args(argv)
+    """Run one command; its exit code (``beam_pipeline.usage``: 0 done, 1 failed, 2 usage or config,
+    3 not found, 4 output root not writable, 130 interrupted). ``--verbose`` anywhere: tracebacks
+    instead of one-line errors."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    verbose = "--verbose" in argv
+    argv = [arg for arg in argv if arg != "--verbose"]
+    _CURRENT_BUILD.clear()
+    try:
+        parser = _parser()
+        args, beam_args = parser.parse_known_args(argv)
+        usage.check_options(beam_args, args.command, _command_parser(parser, args),
+                            beam_options=args.command in BEAM_OPTION_COMMANDS)
+        if args.command in BEAM_OPTION_COMMANDS:
+            usage.check_runner(beam_args)
+        usage.check_config_path(getattr(args, "config", None))
+        # Before any job starts a thread or a worker: they inherit a Ctrl-C that only this process sees
+        with QuietInterrupt(lambda: _interrupted_line(_committed_so_far()), usage.EXIT_INTERRUPTED):
+            return _dispatch(args, beam_args)
+    except usage.UserError as err:
+        if verbose:
+            raise
+        return usage.report(err)
+    except OSError as err:  # a path of the user's that cannot be read or written (anything else: a bug)
+        error = usage.os_error(err)
+        if verbose or error is None:
+            raise
+        return usage.report(error)
+    except KeyboardInterrupt:
+        if verbose:
+            raise
+        print(_interrupted_line(""), file=sys.stderr)
+        return usage.EXIT_INTERRUPTED
+
+
+def _interrupted_line(committed: str) -> str:
+    return f"interrupted; {committed}rerun the same command to resume"
+
+
+#: The build being run (for the Ctrl-C line: what it had committed).
+_CURRENT_BUILD: list = []
+
+#: Commands whose leftover arguments are Apache Beam pipeline options (``bronze`` and ``report``: the
+#: filesystem options, ``--s3_*`` and GCP's).
+BEAM_OPTION_COMMANDS = ("run", "snapshot", "select", "land", "bronze", "report")
+
+
+def _command_parser(parser: argparse.ArgumentParser, args) -> argparse.ArgumentParser | None:
+    """The sub-parser of ``args.command`` (``bronze gc``: the innermost one)."""
+    found = parser
+    for name in (args.command, getattr(args, "bronze_command", None)):
+        subparsers = [a for a in found._actions if isinstance(a, argparse._SubParsersAction)]
+        if not name or not subparsers or name not in subparsers[0].choices:
+            break
+        found = subparsers[0].choices[name]
+    return found
+
+
+def _dispatch(args, beam_args: list[str]) -> int:
     try:
         if args.command == "inspect":
             return _inspect(args)
+        if args.command == "dead-letter":
+            from beam_pipeline.dead_letters import cli_dead_letter
+            return cli_dead_letter(args)
         if args.command in DATASET_COMMANDS:
             return _dataset_command(args, beam_args)
         if args.command == "report":
+            FileSystems.set_options(PipelineOptions(beam_args))  # s3:// / gs:// runs: --s3_* / GCP options
             return _report(args)
         if args.command in scoring_commands.COMMANDS:
+            if args.command == "select":
+                _check_output_root(args)
             return scoring_commands.main(args, beam_args, run=_run)
         if args.command in arrivals_commands.COMMANDS:
             return arrivals_commands.main(args, beam_args)
         FileSystems.set_options(PipelineOptions(beam_args))  # driver-side s3:// and gs:// calls: --s3_* / GCP options
         config = _load(args)
+        usage.check_writable(config.output_root)
         options = PipelineOptions(LocalRunnerDefaults.apply(beam_args, _input_bytes(config, beam_args)))
         FileSystems.set_options(options)
         _check_storage(config, beam_args)
@@ -114,10 +192,27 @@ def main(argv: list[str] | None = None) -> int:
         return _run(config, options, args.snapshot_id, driver=_driver_settings(args))
     except (ConfigError, RunnerError) as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
-    except (SnapshotError, InputChangedError, AccountingError, StageFailed) as err:
+        return usage.EXIT_USAGE
+    except StageFailed as err:
         print(f"error: {err}", file=sys.stderr)
-        return 1
+        from beam_pipeline.dead_letters import stop_message
+        for line in stop_message(err):
+            print(line, file=sys.stderr)
+        return usage.EXIT_FAILED
+    except (SnapshotError, InputChangedError, AccountingError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return usage.EXIT_FAILED
+
+
+def _check_output_root(args) -> None:
+    """``select``: the output root (given, or the config's) must be writable before anything runs."""
+    if args.output_root:
+        usage.check_writable(args.output_root)
+    elif args.config:
+        try:
+            usage.check_writable(_load(args).output_root)
+        except ConfigError:
+            pass  # reported by the command itself
 
 
 def _check_storage(config: CorpusConfig, beam_args: list[str]) -> None:
@@ -188,6 +283,9 @@ def _run(config: CorpusConfig, options: PipelineOptions, snapshot_id: str | None
     build = CorpusBuild(config, options, snapshot_id=snapshot_id, log=_log(started), **(driver or {}))
     if prepare is not None:  # e.g. re-selection pins the scorer layers (scoring/commands.py)
         prepare(build)
+    _CURRENT_BUILD[:] = [build]
+    from beam_pipeline.dead_letters import quiet_dead_letter_stops
+    quiet_dead_letter_stops()  # the runner's tracebacks of a dead-letter stop: reported below in one line
     result = build.run()
     print()
     width = max(len("stage"), *(len(stage.stage) for stage in result.stages))
@@ -216,6 +314,21 @@ def _run(config: CorpusConfig, options: PipelineOptions, snapshot_id: str | None
     return 0
 
 
+def _committed_so_far() -> str:
+    """"N of M layers of this build are committed (stages); " for the Ctrl-C line."""
+    if not _CURRENT_BUILD:
+        return ""  # not a build (land: every landed file is committed as it lands)
+    layers = getattr(_CURRENT_BUILD[-1], "layers", None)
+    if not layers:
+        return "nothing of this build was committed yet; "
+    try:
+        done = [stage for stage, layer in layers if layer.is_complete()]
+    except Exception:  # noqa: BLE001 - the line must come out even if the store does not answer
+        return ""
+    return (f"{len(done)} of {len(layers)} layers of this build are committed"
+            + (f" ({', '.join(done)})" if done else "") + "; ")
+
+
 def _log(started: float):
     def log(message: str) -> None:
         print(f"{time.monotonic() - started:7.1f}s {message}", flush=True)
@@ -223,7 +336,12 @@ def _log(started: float):
 
 
 def _inspect(args) -> int:
-    print(summarize(load_manifest(args.dataset)))
+    try:
+        manifest = load_manifest(args.dataset)
+    except NotADataset as err:
+        print(f"error: {err}", file=sys.stderr)
+        return usage.EXIT_NOT_FOUND
+    print(summarize(manifest))
     return 0
 
 
@@ -312,12 +430,14 @@ def _add_dataset_commands(commands) -> None:
 
 
 def _dataset_command(args, extra: list[str]) -> int:
-    if extra:
-        print(f"error: {args.command}: unrecognized arguments: {' '.join(extra)}", file=sys.stderr)
-        return 2
+    usage.check_options(extra, args.command, None, beam_options=False)  # main() checked them already
     import importlib
     module, _, function = DATASET_COMMANDS[args.command].partition(":")
-    return getattr(importlib.import_module(module), function)(args)
+    try:
+        return getattr(importlib.import_module(module), function)(args)
+    except NotADataset as err:
+        print(f"error: {err}", file=sys.stderr)
+        return usage.EXIT_NOT_FOUND
 
 
 if __name__ == "__main__":

@@ -32,11 +32,59 @@ def dataset_path(root: str, dataset_id: str) -> str:
     return join(root, "datasets", dataset_id)
 
 
+class NotADataset(FileNotFoundError):
+    """The path holds no dataset manifest (nothing there, an output root, another kind of JSON file)."""
+
+
 def load_manifest(path: str) -> dict:
-    """Load a manifest from its file, its dataset folder, or ``<root>/datasets/<id>``."""
+    """Load a manifest from its file, its dataset folder, or ``<root>/datasets/<id>``.
+
+    Raises :class:`NotADataset` with what the path is instead and what to pass.
+    """
+    given = path
     if not path.endswith(".json"):
         path = join(path, MANIFEST)
-    return json.loads(read_bytes(path))
+    try:
+        data = read_bytes(path)
+    except Exception:  # noqa: BLE001 - every filesystem's "not found"
+        raise NotADataset(_not_found(given, path)) from None
+    try:
+        manifest = json.loads(data)
+    except ValueError as err:
+        raise NotADataset(f"{path} is not JSON ({err})") from None
+    if not isinstance(manifest, dict) or "shards" not in manifest or "dataset_id" not in manifest:
+        raise NotADataset(f"{path} is not a dataset manifest{_kind_of(manifest)}; pass a dataset folder "
+                          f"<root>/datasets/<dataset_id> (or its manifest.json)")
+    return manifest
+
+
+def _not_found(given: str, path: str) -> str:
+    from apache_beam.io.filesystems import FileSystems
+
+    root = given.rstrip("/")
+    try:
+        datasets = sorted(m.path.rstrip("/").rsplit("/", 2)[-2] for m in FileSystems.match(
+            [join(root, "datasets", "*", MANIFEST)])[0].metadata_list)
+    except Exception:  # noqa: BLE001 - a store that cannot list: no hint
+        datasets = []
+    if datasets:
+        return (f"{given} is an output root, not a dataset: pass one of its datasets, "
+                + ", ".join(join(root, "datasets", d) for d in datasets[:3])
+                + (f" (and {len(datasets) - 3} more)" if len(datasets) > 3 else ""))
+    return (f"no dataset manifest at {path}: pass a dataset folder <root>/datasets/<dataset_id> "
+            f"(or its manifest.json), as `run` prints it")
+
+
+def _kind_of(data) -> str:
+    """' (it is a ...)' for the other JSON files of an output root."""
+    if isinstance(data, dict):
+        if "total_bytes" in data and "sources" in data:
+            return " (it is a snapshot manifest: snapshots/<id>.json)"
+        if "stage" in data and "outputs" in data:
+            return " (it is a layer's ledger)"
+        if "run_id" in data and "stages" in data:
+            return " (it is a run's metrics: runs/<run_id>/metrics.json)"
+    return ""
 
 
 def summarize(manifest: dict) -> str:

@@ -164,7 +164,7 @@ def _stages(ref: RunRef) -> list[dict]:
 def _run_info(ref: RunRef, stages: list[dict]) -> dict:
     manifest = ref.manifest
     return {
-        "run_id": ref.run_id, "root": ref.root, "report_path": ref.report_path,
+        "run_id": ref.run_id, "root": ref.root, "run_dir": ref.run_dir, "report_path": ref.report_path,
         "dataset_id": manifest["dataset_id"], "snapshot_id": manifest["snapshot_id"],
         "config_digest": manifest["config_digest"], "seed": manifest.get("seed"),
         "seq_len": manifest.get("seq_len"), "tokenizer": manifest.get("tokenizer", {}),

@@ -237,7 +237,7 @@ def render_run(data: dict, plots: dict) -> str:
     if arrivals:
         sections.insert(-1, arrivals)
         nav.insert(-1, ("arrivals", "Arrivals"))
-    footer = (f"Written by <code>python -m beam_pipeline report {esc(run['root'])}/runs/{esc(run['run_id'])}</code> "
+    footer = (f"Written by <code>python -m beam_pipeline report {esc(run.get('run_dir') or run['root'] + '/runs/' + run['run_id'])}</code> "
               "from the run's metrics.json, the layers' ledgers and partitions, and the dataset manifest. "
               "Self-contained: no network is needed to view it.")
     return page(f"Run report · {data['name']} · {run['run_id']}", header, nav, sections, footer)

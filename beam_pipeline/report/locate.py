@@ -4,11 +4,14 @@
 
 * ``<root>/runs/<run_id>`` or ``<root>/runs/<run_id>/metrics.json``;
 * ``<root>/datasets/<dataset_id>`` or its ``manifest.json``;
-* an output root: its most recently written run.
+* an output root: its most recently written first run (``runs/<run_id>``,
+  the run of the latest build; a rerun, ``runs/<run_id>/rerun-N``, is named
+  by its folder: ``beam_pipeline/runs.py``).
 
 From a run's metrics the dataset is ``<root>/datasets/<dataset_id>``; from a
 dataset the run is ``runs/<run_id>`` with ``run_id = sha256(snapshot id,
-config digest)[:16]`` (``docs/format.md``). A dataset whose run folder is gone
+config digest)[:16]`` (``docs/format.md``): the first run, the one that
+built it. A dataset whose run folder is gone
 still gets a report: the stage counts then come from its manifest.
 """
 from __future__ import annotations
@@ -23,6 +26,7 @@ from apache_beam.io.filesystems import FileSystems
 from beam_pipeline.hashing import digest_json
 from beam_pipeline.layers import join, read_bytes
 from beam_pipeline.manifest import MANIFEST
+from beam_pipeline.runs import metrics_paths, root_of
 
 METRICS = "metrics.json"
 REPORT = "report.html"
@@ -42,10 +46,11 @@ class RunRef:
     metrics: dict | None
     manifest: dict
     manifest_path: str
+    folder: str | None = None  # the run's folder when it is a rerun's (runs/<run_id>/rerun-N; beam_pipeline/runs.py)
 
     @property
     def run_dir(self) -> str:
-        return join(self.root, "runs", self.run_id)
+        return self.folder or join(self.root, "runs", self.run_id)
 
     @property
     def report_path(self) -> str:
@@ -72,11 +77,9 @@ def locate(target: str) -> RunRef:
         return _from_metrics(join(path, METRICS))
     if _exists(join(path, MANIFEST)):
         return _from_manifest(join(path, MANIFEST))
-    runs = _children(join(path, "runs"))
-    runs = [r for r in runs if _exists(join(path, "runs", r, METRICS))]
-    if runs:  # an output root: its latest run (the only one, usually)
-        latest = max(runs, key=lambda r: (_modified(join(path, "runs", r, METRICS)), r))
-        return _from_metrics(join(path, "runs", latest, METRICS))
+    runs = _run_metrics(path)
+    if runs:  # an output root: its latest build's run (a rerun is named by its folder)
+        return _from_metrics(max(runs, key=lambda m: (_modified(m), m)))
     raise ReportError(f"{target}: not a run folder (runs/<run_id>), a metrics.json, a dataset folder "
                       f"(datasets/<dataset_id>), a manifest.json, or an output root with a run")
 
@@ -86,14 +89,14 @@ def _from_metrics(path: str) -> RunRef:
         raise ReportError(f"no run metrics at {path}")
     metrics = json.loads(read_bytes(path))
     run_dir = path.rsplit("/", 1)[0]
-    root = run_dir.rsplit("/", 2)[0]
+    root = root_of(path, metrics["run_id"])
     manifest_path = join(root, "datasets", metrics["dataset_id"], MANIFEST)
     if not _exists(manifest_path):
         raise ReportError(f"run {metrics['run_id']} names dataset {metrics['dataset_id']}, "
                           f"but {manifest_path} does not exist")
     manifest = json.loads(read_bytes(manifest_path))
     return RunRef(root=root, run_id=metrics["run_id"], metrics=metrics, manifest=manifest,
-                  manifest_path=manifest_path)
+                  manifest_path=manifest_path, folder=run_dir)
 
 
 def _from_manifest(path: str) -> RunRef:
@@ -129,8 +132,11 @@ def _modified(path: str) -> float:
         return 0.0
 
 
-def _children(path: str) -> list[str]:
-    if not _SCHEME.match(path):
-        return sorted(os.listdir(path)) if os.path.isdir(path) else []
-    found = FileSystems.match([join(path, "*", METRICS)])[0].metadata_list
-    return sorted({m.path.rstrip("/").rsplit("/", 2)[-2] for m in found})
+def _run_metrics(root: str) -> list[str]:
+    """The metrics.json of every first run (``runs/<run_id>/``, not the reruns below it) under an output root."""
+    if not _SCHEME.match(root) and not os.path.isdir(join(root, "runs")):
+        return []
+    try:
+        return metrics_paths(root, reruns=False)
+    except Exception:  # noqa: BLE001 - a store that cannot list: no run found
+        return []

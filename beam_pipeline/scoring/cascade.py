@@ -69,8 +69,12 @@ def select_config(config) -> dict:
 
 
 def scoring_digest(config) -> str:
-    """Digest of everything that decides the scorer layers except the policy (see module doc)."""
-    dumped = config.model_dump(mode="json", exclude={"output_root", "policy", "report", "tokenize"})
+    """Digest of everything that decides the scorer layers except the policy (see module doc).
+
+    Over the config's :meth:`~beam_pipeline.config.CorpusConfig.portable_dump` (paths inside the
+    config's folder relative to it): the same config and inputs copied to another folder find the
+    same scores, as they get the same snapshot id."""
+    dumped = {k: v for k, v in config.portable_dump().items() if k not in ("policy", "tokenize")}
     dumped.get("decontamination", {}).pop("index", None)
     return digest_json(dumped)[:24]
 

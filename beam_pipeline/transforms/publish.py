@@ -5,8 +5,8 @@ is a side input here)::
 
     ledgers ─ PublishManifest: shards moved to datasets/<dataset_id>/shards/, manifest.json written last
             ─ WriteLineage (dataset/lineage.py): one part per layer partition, marker written last
-            ─ WriteRunMetrics: runs/<run_id>/metrics.json (counts from the ledgers, commit times)
-            ─ WriteReport: runs/<run_id>/report.html (a failure is logged, never fails the build)
+            ─ WriteRunMetrics: runs/<run_id>[/rerun-N]/metrics.json (counts from the ledgers, commit times)
+            ─ WriteReport: runs/<run_id>[/rerun-N]/report.html (a failure is logged, never fails the build)
             ─ RemoveTemporaries: half-written files of failed (retried) attempts of these steps
 
 Everything here runs inside the job, so a launch that does not wait for the
@@ -40,8 +40,9 @@ class PublishDataset(beam.PTransform):
     """
 
     def __init__(self, config, snapshot_id: str, tokenizer, run_id: str, stages: list, attempts: dict[str, int],
-                 partitions: int):
+                 partitions: int, run_dir: str | None = None):
         super().__init__()
+        self._run_dir = run_dir or join(config.output_root, "runs", run_id)  # beam_pipeline/runs.py
         self._config = config
         self._snapshot_id = snapshot_id
         self._tokenizer = tokenizer
@@ -65,12 +66,13 @@ class PublishDataset(beam.PTransform):
         metrics = (
             manifest
             | "WriteRunMetrics" >> beam.ParDo(RunMetricsFn(self._config, self._run_id, self._snapshot_id,
-                                                           self._attempts, self._started),
+                                                           self._attempts, self._started, self._run_dir),
                                               beam.pvalue.AsSingleton(lineage), *ledgers)
         )
-        report = metrics | "WriteReport" >> beam.ParDo(WriteReportFn(self._config.output_root, self._run_id))
-        return metrics | "RemoveTemporaries" >> beam.Map(_remove_temporaries, self._config.output_root, self._run_id,
-                                                          beam.pvalue.AsList(report))
+        report = metrics | "WriteReport" >> beam.ParDo(WriteReportFn(self._config.output_root, self._run_id,
+                                                                     self._run_dir))
+        return metrics | "RemoveTemporaries" >> beam.Map(_remove_temporaries, self._config.output_root,
+                                                          self._run_dir, beam.pvalue.AsList(report))
 
 
 class PublishManifestFn(beam.DoFn):
@@ -124,15 +126,17 @@ def publish(config, snapshot_id: str, tokenizer, committed: list) -> dict:
 class RunMetricsFn(beam.DoFn):
     """The manifest (+ the lineage marker and every stage's Committed) -> runs/<run_id>/metrics.json."""
 
-    def __init__(self, config, run_id: str, snapshot_id: str, attempts: dict[str, int], started: float):
+    def __init__(self, config, run_id: str, snapshot_id: str, attempts: dict[str, int], started: float,
+                 run_dir: str | None = None):
         self._config = config
+        self._run_dir = run_dir or join(config.output_root, "runs", run_id)
         self._run_id = run_id
         self._snapshot_id = snapshot_id
         self._attempts = attempts
         self._started = started
 
     def process(self, manifest: dict, _lineage, *committed) -> Iterator[dict]:
-        path = join(self._config.output_root, "runs", self._run_id, "metrics.json")
+        path = join(self._run_dir, "metrics.json")
         metrics = run_metrics(self._run_id, self._snapshot_id, self._config.digest(), manifest["dataset_id"],
                               list(committed), self._attempts, self._started, time.time())
         write_json_atomic(path, metrics)
@@ -163,28 +167,29 @@ def run_metrics(run_id: str, snapshot_id: str, config_digest: str, dataset_id: s
             "stages": stages, "timing_seconds": {"total": round(finished - started, 3), **timing}}
 
 
-def _remove_temporaries(metrics: dict, root: str, run_id: str, _report) -> dict:
+def _remove_temporaries(metrics: dict, root: str, run_dir: str, _report) -> dict:
     """Delete the half-written files that failed (retried) attempts of the steps above left in the
     dataset and run folders; every writer there is done by now."""
     from beam_pipeline.layers import TEMPORARY_PREFIX, remove_matching
 
     dataset = dataset_path(root, metrics["dataset_id"])
     remove_matching(*(join(folder, TEMPORARY_PREFIX + "*") for folder in (
-        dataset, join(dataset, "shards"), join(dataset, "lineage"), join(root, "runs", run_id))))
+        dataset, join(dataset, "shards"), join(dataset, "lineage"), run_dir)))
     return metrics
 
 
 class WriteReportFn(beam.DoFn):
     """The run's metrics -> runs/<run_id>/report.html; a report that fails is logged, never fatal."""
 
-    def __init__(self, root: str, run_id: str):
+    def __init__(self, root: str, run_id: str, run_dir: str | None = None):
         self._root = root
         self._run_id = run_id
+        self._run_dir = run_dir or join(root, "runs", run_id)
 
     def process(self, _metrics: dict) -> Iterator[str]:
         from beam_pipeline.report import write_report
 
-        metrics_path = join(self._root, "runs", self._run_id, "metrics.json")
+        metrics_path = join(self._run_dir, "metrics.json")
         try:
             yield write_report(metrics_path)
         except Exception as err:  # noqa: BLE001 - the dataset is published; a report bug must not hide that
