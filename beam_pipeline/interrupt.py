@@ -27,9 +27,11 @@ import sys
 import threading
 from typing import Callable
 
-#: The sentinel: writes one byte to stdout on SIGINT; exits when the driver closes its stdin (or dies).
+#: The sentinel: writes ``r`` once its handler is in place, ``!`` on SIGINT; exits when the driver closes
+#: its stdin (or dies).
 _SENTINEL = ("import os, signal, sys\n"
              "signal.signal(signal.SIGINT, lambda *a: (os.write(1, b'!'), os._exit(0)))\n"
+             "os.write(1, b'r')\n"
              "sys.stdin.buffer.read()\n")
 
 
@@ -49,6 +51,13 @@ class QuietInterrupt:
             return self  # not a terminal's command (a test calling main() in a thread, a caller's own handler)
         self._sentinel = subprocess.Popen([sys.executable, "-S", "-c", _SENTINEL], stdin=subprocess.PIPE,
                                           stdout=subprocess.PIPE)
+        # wait until the sentinel handles SIGINT: a Ctrl-C before that would end it without telling the
+        # driver, which ignores SIGINT from the next line on (seen on a loaded machine: the build ran on)
+        if self._sentinel.stdout.read(1) != b"r":
+            self._sentinel.wait()
+            self._sentinel.stdout.close()
+            self._sentinel = None
+            raise KeyboardInterrupt  # interrupted before the command started
         self._previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
         self._watcher = threading.Thread(target=self._watch, name="ctrl-c", daemon=True)
         self._watcher.start()

@@ -99,7 +99,7 @@ def test_contamination_report_against_the_retained_index(built, tmp_path, capsys
 def test_contamination_report_needs_an_index(tmp_path, capsys):
     dataset = tmp_path / "datasets" / "abc"
     dataset.mkdir(parents=True)
-    (dataset / "manifest.json").write_text(json.dumps({"dataset_id": "abc", "stages": [{"name": "select"}]}))
+    (dataset / "manifest.json").write_text(json.dumps({"dataset_id": "abc", "shards": [], "stages": [{"name": "select"}]}))
     (tmp_path / "e.txt").write_text("x\n")
     assert cli.main(["contamination-report", "--dataset", str(dataset), "--evalset", str(tmp_path / "e.txt")]) == 2
     assert "built without decontamination.index: true" in capsys.readouterr().err
