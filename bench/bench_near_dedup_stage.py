@@ -133,11 +133,16 @@ def labeled_partitions(directory: str, partitions: int = 4) -> list[str]:
 
     documents, _ = bench_near_dedup.labeled_set()
     rows = sorted(documents, key=lambda d: d["doc_id"])
+    return _write_partitions(rows, directory, partitions, bench_near_dedup.DOCS_SCHEMA)
+
+
+def _write_partitions(rows: list[dict], directory: str, partitions: int, schema) -> list[str]:
+    """``rows`` (sorted by doc_id) as ``partitions`` documents partitions, placed by bucket_of(doc_id)."""
     os.makedirs(directory, exist_ok=True)
     paths = [os.path.join(directory, part_name(i, partitions)) for i in range(partitions)]
     for i, path in enumerate(paths):
         pq.write_table(pa.Table.from_pylist([r for r in rows if bucket_of(r["doc_id"], partitions) == i],
-                                            schema=bench_near_dedup.DOCS_SCHEMA), path)
+                                            schema=schema), path)
     return paths
 
 
@@ -151,12 +156,7 @@ def recall_partitions(directory: str, partitions: int = 4) -> list[str]:
     ranks = {"originals": 1, "negatives": 2, "copies": 5}
     rows = sorted(({"doc_id": d["label"], "source": d["source"], "source_rank": ranks[d["source"]], "date": None,
                     "text": d["text"]} for d in documents), key=lambda d: d["doc_id"])
-    os.makedirs(directory, exist_ok=True)
-    paths = [os.path.join(directory, part_name(i, partitions)) for i in range(partitions)]
-    for i, path in enumerate(paths):
-        pq.write_table(pa.Table.from_pylist([r for r in rows if bucket_of(r["doc_id"], partitions) == i],
-                                            schema=bench_near_dedup.DOCS_SCHEMA), path)
-    return paths
+    return _write_partitions(rows, directory, partitions, bench_near_dedup.DOCS_SCHEMA)
 
 
 def main(argv=None) -> int:

@@ -11,7 +11,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from beam_pipeline.dedup.repetition import (countable_line_keys, line_key, line_keys, merge_ranges, strip_text,
                                       stripped_document, word_windows)
-from beam_pipeline.transforms.line_dedup import BoilerplateLines, RepeatedLines, RepeatedSpans, non_first_occurrences, \
+from beam_pipeline.transforms.line_dedup import RepeatedLines, RepeatedSpans, non_first_occurrences, \
     partition_line_counts
 
 OPTIONS = PipelineOptions(["--runner=DirectRunner", "--direct_running_mode=in_memory"])
@@ -82,13 +82,13 @@ def test_boilerplate_lines_are_counted_per_document_across_the_corpus(tmp_path, 
     documents.append(doc("twice", "\n".join([texts[0].split("\n")[0]] * 40)))  # one document, one line 40 times
     paths = partitions_of(tmp_path, documents, count)
     with TestPipeline(options=OPTIONS) as p:
-        keys = p | BoilerplateLines(paths, min_repeats=25, min_chars=20)
-        assert_that(keys, equal_to([tuple(sorted(line_key(line) for line in footer.split("\n")))]))
+        keys = p | RepeatedLines(paths, min_repeats=25, signature_min_repeats=25, min_chars=20)
+        assert_that(keys, equal_to([(tuple(sorted(line_key(line) for line in footer.split("\n"))), ())]))
     with TestPipeline(options=OPTIONS) as p:  # 30 documents hold the footer: not more than 30
-        keys = p | BoilerplateLines(paths, min_repeats=29, min_chars=20)
-        assert_that(keys, equal_to([tuple(sorted(line_key(line) for line in footer.split("\n")))]))
+        keys = p | RepeatedLines(paths, min_repeats=29, signature_min_repeats=29, min_chars=20)
+        assert_that(keys, equal_to([(tuple(sorted(line_key(line) for line in footer.split("\n"))), ())]))
     with TestPipeline(options=OPTIONS) as p:
-        keys = p | BoilerplateLines(paths, min_repeats=30, min_chars=20)
+        keys = p | RepeatedLines(paths, min_repeats=30, signature_min_repeats=30, min_chars=20)
         assert_that(keys, equal_to([]))  # no frequent line: no element (the stage reads it with default ())
 
 
@@ -123,7 +123,7 @@ def test_documents_without_text_are_counted_as_empty(tmp_path):
     line = "a line long enough to be counted as boilerplate"
     paths = partitions_of(tmp_path, [doc("a", line), doc("b", None), doc("c", line)], 1)
     with TestPipeline(options=OPTIONS) as p:
-        assert_that(p | BoilerplateLines(paths, min_repeats=1, min_chars=20), equal_to([(line_key(line),)]))
+        assert_that(p | RepeatedLines(paths, min_repeats=1, signature_min_repeats=1, min_chars=20), equal_to([((line_key(line),), ())]))
 
 
 # --- spans -----------------------------------------------------------------------------

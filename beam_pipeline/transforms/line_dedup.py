@@ -6,17 +6,19 @@ and the stripping that ``select`` applies, are in :mod:`beam_pipeline.dedup.repe
 Both read the documents' partitions themselves (one task per partition, once
 the layers of ``after`` are committed), so no text goes through the runner:
 
-* :class:`BoilerplateLines`: -> a one-element PCollection holding the sorted
-  tuple of ``lines-v1`` keys of the lines that occur in more than
-  ``min_repeats`` documents (each document counts a line once)::
+* :class:`RepeatedLines`: -> a one-element PCollection holding two sorted
+  tuples of ``lines-v1`` keys: the lines that occur in more than
+  ``min_repeats`` documents (boilerplate; each document counts a line once)
+  and those in more than ``signature_min_repeats`` but not ``min_repeats``
+  (left out of signatures only)::
 
       partition i -> (line key, documents of partition i holding it)
-        -> CombinePerKey(sum) -> keys above min_repeats -> CombinePerKey(sorted tuple) on one int key
+        -> CombinePerKey(sum) -> keys above the lower bound -> CombinePerKey(two sorted tuples) on one int key
 
   The task of a partition counts its documents' distinct lines with numpy
   and emits one partial count per distinct line of the partition (the
   map-side combine, done where it is cheapest); the runner sums them per
-  key. The tuple travels to the signing step as a side input: 8 bytes per
+  key. The tuples travel to the signing step as a side input: 8 bytes per
   boilerplate line on each worker (10 M lines = 80 MB).
 * :class:`RepeatedLines`: the same count, two classes (what the near-dedup
   stage reads): the boilerplate keys, and the keys of lines in more than
@@ -44,35 +46,8 @@ from beam_pipeline.dedup.repetition import countable_line_keys, word_windows
 from beam_pipeline.layers import read_partition_rows
 from apache_beam.typehints import Tuple
 
-from beam_pipeline.transforms.keys import IntKeyed, StrKeyed
+from beam_pipeline.transforms.keys import StrKeyed
 from beam_pipeline.transforms.layer_io import PartitionIndexes
-
-
-class BoilerplateLines(beam.PTransform):
-    """pbegin -> PCollection with at most one tuple[int, ...] (sorted keys; none when no line is
-    frequent: read it as ``AsSingleton(keys, default_value=())``).
-
-    ``document_paths`` are the partitions of the documents (any split works: a
-    document is counted where it is), read once every layer of ``after`` is committed.
-    """
-
-    def __init__(self, document_paths: Iterable[str], min_repeats: int, min_chars: int, after: Iterable = ()):
-        super().__init__()
-        self._documents = tuple(document_paths)
-        self._min_repeats = min_repeats
-        self._min_chars = min_chars
-        self._after = tuple(after)
-
-    def expand(self, pbegin):
-        min_repeats = self._min_repeats
-        return (
-            pbegin
-            | "CountLines" >> _CountLines(self._documents, self._min_chars, self._after)
-            | "MoreThanMinRepeats" >> beam.FlatMap(
-                lambda counted: [(0, counted[0])] if counted[1] > min_repeats else []).with_output_types(IntKeyed)
-            | "CollectKeys" >> beam.CombinePerKey(SortedKeysFn())
-            | "Keys" >> beam.Values()
-        )
 
 
 class RepeatedLines(beam.PTransform):
@@ -80,7 +55,7 @@ class RepeatedLines(beam.PTransform):
     the lines in more than ``min_repeats`` documents, and those in more than ``signature_min_repeats``
     but not in more than ``min_repeats`` (read it as ``AsSingleton(lines, default_value=((), ()))``).
 
-    One count serves both (:class:`BoilerplateLines`' count): the near-dedup
+    One count serves both: the near-dedup
     stage strips boilerplate lines from the text and the signatures, and
     leaves the second class out of a document's signature only
     (:func:`beam_pipeline.transforms.near_dedup.sign_document`).
@@ -141,26 +116,6 @@ def _partition_counts(path: str, min_chars: int) -> Iterator[tuple[int, int]]:
     texts = (row["text"] or "" for row in read_partition_rows(path, ["text"]))  # no text: signing dead-letters it
     keys, counts = partition_line_counts(texts, min_chars)
     return zip(keys.tolist(), counts.tolist())
-
-
-class SortedKeysFn(beam.CombineFn):
-    """Ints -> their sorted tuple (without repeats)."""
-
-    def create_accumulator(self):
-        return set()
-
-    def add_input(self, accumulator, key):
-        accumulator.add(key)
-        return accumulator
-
-    def merge_accumulators(self, accumulators):
-        merged = set()
-        for accumulator in accumulators:
-            merged |= accumulator
-        return merged
-
-    def extract_output(self, accumulator):
-        return tuple(sorted(accumulator))
 
 
 class SortedKeyClassesFn(beam.CombineFn):
