@@ -188,7 +188,7 @@ def move(src: str, dst: str) -> None:
     if not FileSystems.exists(parent):
         try:
             FileSystems.mkdirs(parent)
-        except IOError:  # created concurrently, or a store without folders
+        except OSError:  # created concurrently, or a store without folders
             pass
     FileSystems.rename([src], [dst])
 

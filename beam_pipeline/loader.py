@@ -622,7 +622,7 @@ def torch_item(item: TokenSequence, lane: int) -> dict:
             "bucket": item.bucket, "lane": lane, "lane_step": item.step}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _torch_dataset_class():
     try:
         from torch.utils.data import IterableDataset, get_worker_info

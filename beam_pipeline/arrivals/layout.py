@@ -74,14 +74,14 @@ def object_path(output_root: str, key: str) -> str:
 
 def window_stamp(seconds: float) -> str:
     """UTC ``2024-06-01T12:05:00Z`` of a window bound (whole seconds)."""
-    return datetime.datetime.fromtimestamp(int(seconds), tz=datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.datetime.fromtimestamp(int(seconds), tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_stamp(text: str) -> float:
     """Seconds since the epoch of an ISO-8601 time (``Z`` or an offset; a naive time is UTC)."""
     value = datetime.datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
     if value.tzinfo is None:
-        value = value.replace(tzinfo=datetime.timezone.utc)
+        value = value.replace(tzinfo=datetime.UTC)
     return value.timestamp()
 
 
@@ -96,4 +96,4 @@ def segment_pattern(window_start: float, source: str) -> str:
 
 
 def _compact(seconds: float) -> str:
-    return datetime.datetime.fromtimestamp(int(seconds), tz=datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return datetime.datetime.fromtimestamp(int(seconds), tz=datetime.UTC).strftime("%Y%m%dT%H%M%SZ")

@@ -40,21 +40,28 @@ import uuid
 from typing import Iterator
 
 import apache_beam as beam
+from apache_beam.coders import StrUtf8Coder
 from apache_beam.io import fileio
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.coders import StrUtf8Coder
 from apache_beam.metrics import Metrics
 from apache_beam.transforms import userstate
 from apache_beam.transforms.window import FixedWindows, TimestampedValue
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, Timestamp
 
 from beam_pipeline.arrivals.config import LandingConfig
-from beam_pipeline.arrivals.layout import extension_of, object_key, object_path, segment_pattern, tmp_dir, \
-    window_stamp
+from beam_pipeline.arrivals.layout import extension_of, object_key, object_path, segment_pattern, tmp_dir, window_stamp
 from beam_pipeline.arrivals.log import identity, read_log, read_segment, segment_paths, write_segment
-from beam_pipeline.arrivals.stability import LAND, WAIT, Observation, PathState, is_marker, observe, \
-    replaced_versions, stable_versions
+from beam_pipeline.arrivals.stability import (
+    LAND,
+    WAIT,
+    Observation,
+    PathState,
+    is_marker,
+    observe,
+    replaced_versions,
+    stable_versions,
+)
 from beam_pipeline.layers import join, move
 
 LOG = logging.getLogger("beam_pipeline.land")
@@ -65,7 +72,7 @@ COMMIT_BATCH = 20_000
 MIN_SPACING = 0.5
 _CHUNK = 1 << 20
 
-Key = typing.Tuple[str, str]
+Key = tuple[str, str]
 
 
 def landing_uri(source) -> str:
@@ -95,7 +102,7 @@ class LandContinuously(beam.PTransform):
                 self._uri, interval=interval, has_deduplication=False,
                 start_timestamp=self._start, stop_timestamp=self._stop)
             | "StampListing" >> beam.Map(observation_of, self._source, self._landing.marker_suffix)
-            .with_output_types(typing.Tuple[Key, typing.Any])
+            .with_output_types(tuple[Key, typing.Any])
             | "DropMarkers" >> beam.Filter(lambda kv: kv[1] is not None)
             | "StabilityGate" >> beam.ParDo(StabilityGateFn(self._root, self._source, self._landing))
         )
@@ -152,7 +159,7 @@ class CommitArrivals(beam.PTransform):
             arrivals_and_statuses
             | "IntoWindows" >> beam.WindowInto(FixedWindows(self._window_seconds))
             | "BySource" >> beam.Map(lambda arrival: (arrival["source"], arrival))
-            .with_output_types(typing.Tuple[str, typing.Any])
+            .with_output_types(tuple[str, typing.Any])
             | "BatchPerWindow" >> beam.GroupIntoBatches(COMMIT_BATCH)
             | "WriteSegment" >> beam.ParDo(CommitSegmentFn(self._root))
         )
@@ -330,7 +337,7 @@ def land_file(output_root: str, request: dict) -> dict | None:
         existing = FileSystems.match([target])[0].metadata_list
         if existing:
             if existing[0].size_in_bytes != size:
-                raise IOError(f"bronze object {target} has {existing[0].size_in_bytes} bytes, its name says "
+                raise OSError(f"bronze object {target} has {existing[0].size_in_bytes} bytes, its name says "
                               f"{size}: the bronze layer was altered")
             _discard(tmp)
             created = False

@@ -48,9 +48,9 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline import schemas
-from beam_pipeline.hashing import bucket_of, doc_id as make_doc_id, sha256_bytes
-from beam_pipeline.layers import Layer, join, part_name, read_bytes, write_bytes_atomic, \
-    write_json_atomic
+from beam_pipeline.hashing import bucket_of, sha256_bytes
+from beam_pipeline.hashing import doc_id as make_doc_id
+from beam_pipeline.layers import Layer, join, part_name, read_bytes, write_bytes_atomic, write_json_atomic
 from beam_pipeline.manifest import MANIFEST, load_manifest
 from beam_pipeline.transforms.keys import IntKeyed
 

@@ -44,11 +44,24 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline.layers import join, move, read_bytes, remove_folder, write_json_atomic
 from beam_pipeline.dataset.lineage import (
-    PLACEMENT, LineageError, conform, dataset_dir_of, empty_placement, has_lineage, lineage_dir, lineage_marker,
-    lineage_parts, read_parts, root_of, sort_lineage, spill_placement, write_lineage_marker, write_lineage_part,
+    PLACEMENT,
+    LineageError,
+    conform,
+    dataset_dir_of,
+    empty_placement,
+    has_lineage,
+    lineage_dir,
+    lineage_marker,
+    lineage_parts,
+    read_parts,
+    root_of,
+    sort_lineage,
+    spill_placement,
+    write_lineage_marker,
+    write_lineage_part,
 )
+from beam_pipeline.layers import join, move, read_bytes, remove_folder, write_json_atomic
 from beam_pipeline.loader import SUPERSEDED_BY, superseded_by
 from beam_pipeline.manifest import MANIFEST, dataset_id_of, dataset_path, load_manifest, shard_leaf
 from beam_pipeline.transforms.tokenize_shard import pack_documents, write_shard

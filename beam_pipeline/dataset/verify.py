@@ -219,8 +219,14 @@ def _looks_like_id(name: str) -> bool:
 # --- lineage ------------------------------------------------------------------
 
 def _verify_lineage(dataset_dir: str, manifest: dict, report: Report) -> None:
-    from beam_pipeline.dataset.lineage import has_lineage, lineage_dir, lineage_marker, lineage_parts, read_parts, \
-        spill_placement
+    from beam_pipeline.dataset.lineage import (
+        has_lineage,
+        lineage_dir,
+        lineage_marker,
+        lineage_parts,
+        read_parts,
+        spill_placement,
+    )
 
     if not has_lineage(dataset_dir):
         report.notes.append("no lineage (lineage/_LINEAGE.json): skipped")

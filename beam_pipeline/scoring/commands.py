@@ -74,9 +74,9 @@ def main(args, beam_args: list[str], run) -> int:
 def _select(args, beam_args, run) -> int:
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from beam_pipeline.scoring.cascade import RESELECT_STAGES, ReselectError, read_pointer
     from beam_pipeline.config import ConfigError, load_config
     from beam_pipeline.options import LocalRunnerDefaults
+    from beam_pipeline.scoring.cascade import RESELECT_STAGES, ReselectError, read_pointer
 
     if not args.config:
         raise ConfigError("--config is required: the corpus YAML file whose policy to re-apply")

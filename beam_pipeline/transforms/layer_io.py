@@ -32,11 +32,25 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple
 import apache_beam as beam
 import pyarrow as pa
 
-from beam_pipeline.accounting import COUNTS, DEAD_LETTER, LOST_IN_JOIN, AccountingError, SumCounts, check_outputs, \
-    check_stage, stage_counts
+from beam_pipeline.accounting import (
+    COUNTS,
+    DEAD_LETTER,
+    LOST_IN_JOIN,
+    AccountingError,
+    SumCounts,
+    check_outputs,
+    check_stage,
+    stage_counts,
+)
 from beam_pipeline.hashing import bucket_of
-from beam_pipeline.layers import Layer, commit_layer, part_name, read_partition_rows, remove_temporaries, \
-    write_partition
+from beam_pipeline.layers import (
+    Layer,
+    commit_layer,
+    part_name,
+    read_partition_rows,
+    remove_temporaries,
+    write_partition,
+)
 from beam_pipeline.transforms.keys import IntKeyed
 
 

@@ -41,11 +41,10 @@ from typing import Iterable, Iterator
 
 import apache_beam as beam
 import numpy as np
+from apache_beam.typehints import Tuple
 
 from beam_pipeline.dedup.repetition import countable_line_keys, word_windows
 from beam_pipeline.layers import read_partition_rows
-from apache_beam.typehints import Tuple
-
 from beam_pipeline.transforms.keys import StrKeyed
 from beam_pipeline.transforms.layer_io import PartitionIndexes
 

@@ -197,7 +197,7 @@ def resolve_against(root: str, entry: str, config: NearDedupConfig) -> PreviousL
         manifest_path = join(root, "datasets", entry, "manifest.json")
         try:
             manifest = json.loads(read_bytes(manifest_path))
-        except (IOError, OSError, ValueError) as err:
+        except (OSError, ValueError) as err:
             raise ConfigError(f"near_dedup.against: dataset {entry} not found under {root} ({err})") from None
         keys = [s["layer_key"] for s in manifest["stages"] if s["name"] == STAGE]
         if not keys:
@@ -207,7 +207,7 @@ def resolve_against(root: str, entry: str, config: NearDedupConfig) -> PreviousL
         path = entry.rstrip("/")
     try:
         ledger = json.loads(read_bytes(join(path, "_LEDGER.json")))
-    except (IOError, OSError, ValueError):
+    except (OSError, ValueError):
         raise ConfigError(f"near_dedup.against: {entry!r} is not a complete {STAGE} layer "
                           f"(no readable {join(path, '_LEDGER.json')}); give the absolute path of "
                           f"<root>/layers/{STAGE}/<key> or a dataset id") from None

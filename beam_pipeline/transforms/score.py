@@ -35,7 +35,6 @@ Counts (per scorer stage, as data): ``in`` every document, ``passed`` scored,
 from __future__ import annotations
 
 import abc
-
 from typing import Iterator
 
 import apache_beam as beam
@@ -45,8 +44,12 @@ from apache_beam.utils import shared
 from beam_pipeline import schemas
 from beam_pipeline.accounting import COUNTS, Tally
 from beam_pipeline.hashing import digest_json, sha256_stream
-from beam_pipeline.transforms.layer_io import PartitionIndexes, PartitionInputs, WrittenPartitions, \
-    write_layer_partition
+from beam_pipeline.transforms.layer_io import (
+    PartitionIndexes,
+    PartitionInputs,
+    WrittenPartitions,
+    write_layer_partition,
+)
 
 ANNOTATIONS = "annotations"
 DEAD_LETTER = "dead_letter"

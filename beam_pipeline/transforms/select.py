@@ -34,10 +34,13 @@ from beam_pipeline.accounting import COUNTS, Tally
 from beam_pipeline.config import PolicyConfig
 from beam_pipeline.dedup.repetition import stripped_document
 from beam_pipeline.policy import decide
-from beam_pipeline.transforms.layer_io import PartitionIndexes, PartitionInputs, WrittenPartitions, \
-    write_layer_partition
-from beam_pipeline.transforms.select_rules import DOCUMENT_GROUPS, PolicyRules, QuantileThresholds, \
-    quantile_reason
+from beam_pipeline.transforms.layer_io import (
+    PartitionIndexes,
+    PartitionInputs,
+    WrittenPartitions,
+    write_layer_partition,
+)
+from beam_pipeline.transforms.select_rules import DOCUMENT_GROUPS, PolicyRules, QuantileThresholds, quantile_reason
 
 STAGE = "select"
 VERSION = "1"
