@@ -7,18 +7,22 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_ROOT ?= out/demo
 
-.PHONY: venv lock lint demo demo-flink flink report test test-flink bench bench-scale bench-web-scale clean sample
+.PHONY: venv models lock lint demo demo-flink flink report test test-flink bench bench-scale bench-web-scale clean sample
 
-venv: $(STAMP)
+venv: $(STAMP) models
 
-$(STAMP): requirements/runtime.txt requirements/dev.txt requirements/test.txt setup.py beam_pipeline/models.py
+## The language-ID model into the model cache (~/.cache/beam_pipeline/models, or $$BEAM_PIPELINE_MODELS;
+## docs/config.md): fetched once, sha256-checked; a no-op without network once it is there.
+models: $(STAMP)
+	@$(PY) -m beam_pipeline.models fetch >/dev/null
+
+$(STAMP): requirements/runtime.txt requirements/dev.txt requirements/test.txt setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip==24.3.1
 	$(PY) -m pip install --quiet --require-hashes -r requirements/runtime.txt
 	$(PY) -m pip install --quiet --require-hashes -r requirements/dev.txt
 	$(PY) -m pip install --quiet --require-hashes --no-deps -r requirements/test.txt
 	$(PY) -m pip install --quiet --no-deps -e .
-	$(PY) -m beam_pipeline.models fetch
 	touch $(STAMP)
 
 ## Test-only PyTorch (tests/test_loader_torch.py runs the loader in a real DataLoader): ~2.5 GB of
@@ -44,12 +48,12 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy beam_pipeline
 
 ## Build the bundled sample corpus on the local runner and print the summary.
-demo: $(STAMP)
+demo: $(STAMP) models
 	$(PY) -m beam_pipeline run --config sample/corpus.yaml --output_root $(DEMO_ROOT)
 
 ## The same build on embedded Flink (a Flink mini cluster in the job server, spilling to disk): what
 ## corpora larger than the local runner's memory use. `make flink` assembles the job server once.
-demo-flink: $(STAMP) flink
+demo-flink: $(STAMP) flink models
 	$(PY) -m beam_pipeline run --config sample/corpus.yaml --output_root out/demo-flink \
 	    --runner=FlinkRunner --flink_master=[local]
 
@@ -63,12 +67,12 @@ report: $(STAMP)
 	$(PY) -m beam_pipeline report $(DEMO_ROOT)
 
 ## Run the whole test suite (what .ci/run calls); it builds the sample on embedded Flink too.
-test: $(STAMP) $(TORCH_STAMP) flink
+test: $(STAMP) $(TORCH_STAMP) flink models
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests
 
 ## The sample on a real Flink session cluster on localhost (Java; downloads Flink and the
 ## Beam job server into ~/.cache/beam_pipeline/flink once). docs/flink.md.
-test-flink: $(STAMP)
+test-flink: $(STAMP) models
 	scripts/flink_cluster.sh start
 	BEAM_PIPELINE_FLINK=1 $(PY) -m pytest -q tests/test_flink.py; status=$$?; \
 	  scripts/flink_cluster.sh stop; exit $$status
@@ -76,17 +80,17 @@ test-flink: $(STAMP)
 ## Reproducible benchmarks; results land in bench/results/. The spine against the bare
 ## libraries (~20 min), then the whole build at 250 MB, 500 MB and 1 GB (bench-scale, ~30 min)
 ## and on web crawls of 2, 4 and 6 captures per URL (bench-web-scale, ~15 min).
-bench: $(STAMP)
+bench: $(STAMP) models
 	$(PY) bench/run_all.py
 	$(PY) bench/bench_scale.py
 	$(PY) bench/bench_web_scale.py
 
 ## Only the end-to-end scale run: every stage on 250 MB, 500 MB and 1 GB of real text.
-bench-scale: $(STAMP)
+bench-scale: $(STAMP) models
 	$(PY) bench/bench_scale.py
 
 ## Only the web path end to end: re-crawls of the same pages, 2, 4 and 6 captures per URL.
-bench-web-scale: $(STAMP)
+bench-web-scale: $(STAMP) models
 	$(PY) bench/bench_web_scale.py
 
 ## Rebuild the bundled sample from Debian and PyPI packages (needs the registries).

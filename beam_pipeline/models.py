@@ -23,8 +23,16 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 
+from beam_pipeline.usage import EXIT_NOT_FOUND, UserError
+
 CACHE_ENV = "BEAM_PIPELINE_MODELS"
 FETCH_COMMAND = "python -m beam_pipeline.models fetch"
+
+
+class ModelCacheError(UserError):
+    """The cached model is missing or is not the pinned file: one line, ``error: ...``, exit 3."""
+
+    exit_code = EXIT_NOT_FOUND
 
 
 @dataclass(frozen=True)
@@ -64,10 +72,10 @@ def cached_path(model: ModelFile = LID_176, directory: str | None = None) -> str
     when it is missing or differs."""
     path = os.path.join(directory or cache_dir(), model.name)
     if not os.path.exists(path):
-        raise FileNotFoundError(f"model {model.name} is not in the model cache ({path}): run `{FETCH_COMMAND}`")
+        raise ModelCacheError(f"model {model.name} is not in the model cache ({path}): run `{FETCH_COMMAND}`")
     found = sha256_of(path)
     if found != model.sha256:
-        raise ValueError(
+        raise ModelCacheError(
             f"model {path} has sha256 {found}, expected {model.sha256}: delete it and run `{FETCH_COMMAND}`"
         )
     return path
@@ -82,7 +90,7 @@ def fetch(model: ModelFile = LID_176, directory: str | None = None) -> str:
     directory = directory or cache_dir()
     try:
         return cached_path(model, directory)
-    except (FileNotFoundError, ValueError):
+    except ModelCacheError:
         pass
     os.makedirs(directory, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
