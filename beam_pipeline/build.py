@@ -38,6 +38,7 @@ from apache_beam.runners.runner import PipelineState
 
 from beam_pipeline import schemas
 from beam_pipeline.accounting import COUNTS, DEAD_LETTER, LOST_IN_JOIN, RECORDS_LOST
+from beam_pipeline.code_version import stage_version
 from beam_pipeline.config import CorpusConfig
 from beam_pipeline.hashing import digest_json
 from beam_pipeline.layers import Layer, clear_layer, join, layer_key, part_name, read_bytes
@@ -133,6 +134,12 @@ class StagePlan:
         return [value.committed for value in self.inputs.values() if isinstance(value, LayerRef)]
 
 
+def with_code_version(plan: StagePlan) -> StagePlan:
+    """The plan with its version followed by the digest of the stage's code and libraries
+    (:mod:`beam_pipeline.code_version`): editing a stage's code gives its layer a new key."""
+    return dataclasses.replace(plan, version=stage_version(plan.stage, plan.version))
+
+
 def title(stage: str) -> str:
     """A stage's label in the job graph: ``exact_dedup`` -> ``ExactDedup``."""
     return "".join(part.title() for part in stage.split("_"))
@@ -183,6 +190,7 @@ class BuildGraph:
         (optional, waited for)}``. Rows of an output are written by
         :class:`WriteLayerOutput`; the commit waits for all of it.
         """
+        plan = with_code_version(plan)
         layer = self.layer_of(plan)
         ref = self.reused(plan, layer)
         if ref is not None:
@@ -206,7 +214,7 @@ class BuildGraph:
         refs: list[LayerRef] = []
         pending: list[tuple[StagePlan, Layer]] = []
         for make in plans:
-            plan = make(refs) if callable(make) else make
+            plan = with_code_version(make(refs) if callable(make) else make)
             layer = self.layer_of(plan)
             ref = None if pending else self.reused(plan, layer)
             if ref is None:

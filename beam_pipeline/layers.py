@@ -4,6 +4,9 @@ A layer lives at ``<root>/layers/<stage>/<layer_key>/`` where::
 
     layer_key = sha256(stage, stage code version, stage config, input layer keys)[:24]
 
+The code version is the stage's version followed by a digest of its code and
+libraries (:mod:`beam_pipeline.code_version`).
+
 Each named output of a stage (``documents``, ``annotations``, ``gold``, ...)
 is a set of Parquet partitions ``<output>/part-00003-of-00016.parquet``; every
 row lands in partition ``xxh3(doc_id) % n`` and rows are sorted by doc_id
