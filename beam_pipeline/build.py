@@ -443,7 +443,7 @@ class CorpusBuild:
                 near_dedup.STAGE, near_dedup.VERSION, near_dedup.stage_config(config.near_dedup),
                 {"documents": ingested, **{f"against.{i}": prev.key for i, prev in enumerate(previous)}},
                 outputs={**near_dedup.OUTPUTS, DEAD_LETTER: schemas.DEAD_LETTER},
-                rows_match={near_dedup.ANNOTATIONS: "passed"}),
+                rows_match={near_dedup.ANNOTATIONS: "passed"}, finalize=near_dedup.summarize_layer),
                 lambda p, layer: near_dedup.build_stage(
                     p, config.near_dedup, ingested.part_paths(ingest.DOCUMENTS), previous, layer.path,
                     after=[ingested.committed]))

@@ -205,6 +205,17 @@ class SubstringDedupConfig(_Strict):
     min_words: int = Field(50, ge=5, le=10_000, description="Shortest repeated span removed, in words.")
 
 
+class ClusterAlarmConfig(_Strict):
+    """Alarms on near-dup clusters above ``max_cluster_size`` (docs/near_dedup.md, "Large clusters")."""
+
+    max_size: int | None = Field(1000, ge=2, description="Alarm on a cluster with more members; null: no size alarm.")
+    max_share: float | None = Field(0.01, gt=0.0, le=1.0, description="Alarm on a cluster holding more than this "
+                                    "share of the stage's documents; null: no share alarm.")
+    action: Literal["warn", "fail"] = Field("warn", description="warn: console and run report; fail: also publish "
+                                            "no dataset (the layers stay committed).")
+    examples: int = Field(3, ge=1, le=20, description="Largest clusters an alarm shows.")
+
+
 class NearDedupConfig(_Strict):
     """Near-duplicate clusters, boilerplate lines and repeated spans (docs/near_dedup.md)."""
 
@@ -223,6 +234,7 @@ class NearDedupConfig(_Strict):
     max_rounds: int = Field(20, ge=1, le=200, description="Connected-component rounds before the stage fails.")
     max_cluster_size: int = Field(100, ge=2, description="Larger clusters are reported and verified pairwise.")
     sample_members: int = Field(10, ge=1, le=1000, description="Members listed per large cluster.")
+    alarms: ClusterAlarmConfig = ClusterAlarmConfig()
     lines: LineDedupConfig = LineDedupConfig()
     substrings: SubstringDedupConfig = SubstringDedupConfig()
     against: list[str] = Field(default_factory=list,

@@ -67,10 +67,11 @@ import numpy as np
 from beam_pipeline.accounting import COUNTS, LOST_IN_JOIN, CountingDoFn, Tally
 from beam_pipeline.config import ConfigError, NearDedupConfig
 from beam_pipeline.dedup import minhash, simhash, verify
+from beam_pipeline.dedup.cluster_alarms import largest_clusters, size_bucket
 from beam_pipeline.dedup.repetition import LINES_VERSION, SPANS_VERSION, line_keys, merge_ranges
 from beam_pipeline.dedup.shingling import NORMALIZATION_VERSION, shingle_hashes
 from beam_pipeline.hashing import bucket_of, stable_hash64
-from beam_pipeline.layers import join, read_bytes, read_partition_rows
+from beam_pipeline.layers import join, part_name, read_bytes, read_partition_rows
 from beam_pipeline.schemas import LARGE_CLUSTER, NEAR_DEDUP, NEAR_SIGNATURE, dead_letter_row
 from beam_pipeline.transforms.connected_components import LABELS, ConnectedComponents
 from beam_pipeline.transforms.keys import IntKeyed, StrKeyed
@@ -167,10 +168,18 @@ class NearDedupParams:
                 "shingle_sets": self.exact_sets}
 
 
+def summarize_layer(layer, partitions: int) -> dict:
+    """Extra ledger fields of a near-dedup layer: its largest clusters (``dedup/cluster_alarms.py``)."""
+    directory = layer.output_path(LARGE_CLUSTERS)
+    return {"largest_clusters": largest_clusters([join(directory, part_name(i, partitions))
+                                                  for i in range(partitions)])}
+
+
 def stage_config(config: NearDedupConfig) -> dict:
-    """The layer-key slice: the config (without ``against``, whose layer keys are inputs) and versions."""
+    """The layer-key slice: the config (without ``against``, whose layer keys are inputs, and ``alarms``,
+    which judge the layer without shaping it) and versions."""
     params = NearDedupParams.from_config(config)
-    return {**config.model_dump(mode="json", exclude={"against"}),
+    return {**config.model_dump(mode="json", exclude={"against", "alarms"}),
             "signature": params.signature_config(),
             "versions": {"lines": LINES_VERSION, "spans": SPANS_VERSION}}
 
@@ -671,6 +680,7 @@ class ClusterFn(CountingDoFn):
         representative = entries[0][0][_DOC_ID]
         large = size > self._cap
         self.tally.inc("large_clusters" if large else "clusters")
+        self.tally.inc(size_bucket(size))
         if large:
             sample = sorted(sorted((e[0][_DOC_ID] for e in entries),
                                    key=lambda d: (stable_hash64(self._seed, "sample", d), d))[:self._sample])
