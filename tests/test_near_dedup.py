@@ -491,7 +491,7 @@ SAMPLE_NEAR_DEDUP = {
 #: The counts of that layer's ledger (the spill-file implementation read them from Beam metrics).
 #: Two-tier verification: more LSH candidates (28 x 4 bands; 844 and 12 rejected with 16 x 7), the same decisions.
 SAMPLE_NEAR_DEDUP_OTHER = {"boilerplate_documents": 317, "candidate_pairs": 1479, "candidate_rejected": 8,
-                           "candidate_verified": 54, "clustered_documents": 108, "clusters": 54,
+                           "candidate_verified": 54, "cluster_size_2": 54, "clustered_documents": 108, "clusters": 54,
                            "components_rounds": 1, "near_duplicates": 54, "signed": 768, "span_documents": 101}
 SAMPLE_PARTITIONS = 4
 

@@ -312,7 +312,9 @@ def test_compare_shows_what_changed(built, run_dir):
     passed = next(r for r in cmp["counts"] if r["what"] == "select · passed")
     assert passed["b"] - passed["a"] == -10
     assert {"reason": "select:too_few_words", "a": 0, "b": 10} in cmp["drops"]
-    assert any(v["what"] == "select version" and v["a"] == "1" and v["b"] == "2" for v in cmp["versions"])
+    version_a = next(s for s in a["stages"] if s["name"] == "select")["version"]
+    assert version_a.startswith("1+code.")  # the stage's version and its code digest (beam_pipeline/code_version.py)
+    assert any(v["what"] == "select version" and v["a"] == version_a and v["b"] == "2" for v in cmp["versions"])
     docs = next(m for m in cmp["mixture"] if m["bucket"] == "docs")
     assert docs["a_tokens"] - docs["b_tokens"] == 1000
 
