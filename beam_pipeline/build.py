@@ -476,7 +476,8 @@ class CorpusBuild:
 
         indexed = cascade.add_index(graph, config, selected)  # decontamination.index: n-grams of the gold text
 
-        tokenize_config = {**config.tokenize.model_dump(mode="json", exclude={"tokenizer", "batch_size"}),
+        tokenize_config = {**config.tokenize.model_dump(mode="json", exclude={"tokenizer", "batch_size",
+                                                                              "sort_memory_bytes"}),
                            "tokenizer_sha256": tokenizer.sha256, "seed": config.seed}
         tokenized = graph.stage(StagePlan(
             tokenize_shard.STAGE, tokenize_shard.VERSION, tokenize_config, {"gold": selected}, outputs={},

@@ -267,8 +267,11 @@ class TokenizeConfig(_Strict):
     eos_token: str = "<|endoftext|>"
     pad_token: str | None = Field(None, description="Fills the tail of a shard's last sequence; defaults to eos_token.")
     seq_len: int = Field(8192, ge=16, le=1 << 20)
-    shard_tokens: int = Field(1 << 26, ge=16, description="Target tokens per shard (shards are cut per domain).")
+    shard_tokens: int = Field(1 << 28, ge=16, description="Target tokens per shard (shards are cut per domain); "
+                              "the default is about 1 GB of uint32 tokens (512 MB of uint16).")
     batch_size: int = Field(256, ge=1, le=65536, description="Documents per tokenizer call.")
+    sort_memory_bytes: int = Field(256 << 20, ge=1, description="Tokens of one shard a worker holds while "
+                                   "ordering it; beyond, sorted runs spill to local disk. Not in the layer key.")
 
     @model_validator(mode="after")
     def _shard_holds_sequences(self) -> "TokenizeConfig":
