@@ -426,12 +426,13 @@ class CorpusBuild:
 
         exact = None
         if config.exact_dedup.enabled:
+            earlier = [exact_dedup.resolve_against(self.root, entry) for entry in config.exact_dedup.against]
             exact = graph.stage(StagePlan(
-                exact_dedup.STAGE, exact_dedup.VERSION, config.exact_dedup.model_dump(mode="json"),
-                {"documents": ingested}, outputs={exact_dedup.ANNOTATIONS: schemas.EXACT_DEDUP},
-                rows_match={exact_dedup.ANNOTATIONS: "passed"}),
+                exact_dedup.STAGE, exact_dedup.VERSION, config.exact_dedup.model_dump(mode="json", exclude={"against"}),
+                {"documents": ingested, **{f"against.{i}": layer.key for i, layer in enumerate(earlier)}},
+                outputs={exact_dedup.ANNOTATIONS: schemas.EXACT_DEDUP}, rows_match={exact_dedup.ANNOTATIONS: "passed"}),
                 lambda p, layer: p | "ExactDedup" >> exact_dedup.AnnotateExactDuplicates(
-                    ingested.part_paths(ingest.DOCUMENTS), after=[ingested.committed]))
+                    ingested.part_paths(ingest.DOCUMENTS), after=[ingested.committed], previous=tuple(earlier)))
 
         near = None
         if config.near_dedup.enabled:

@@ -128,6 +128,9 @@ class IngestConfig(_Strict):
 
 class ExactDedupConfig(_Strict):
     enabled: bool = True
+    against: list[str] = Field(default_factory=list,
+                               description="Earlier exact_dedup layers (absolute path/URI) or dataset ids whose texts "
+                                           "this build's copies are duplicates of (a refresh).")
 
 
 class ShingleConfig(_Strict):
