@@ -41,7 +41,7 @@ from beam_pipeline.accounting import COUNTS, DEAD_LETTER, LOST_IN_JOIN, RECORDS_
 from beam_pipeline.code_version import stage_version
 from beam_pipeline.config import CorpusConfig
 from beam_pipeline.hashing import digest_json
-from beam_pipeline.layers import Layer, clear_layer, join, layer_key, part_name, read_bytes
+from beam_pipeline.layers import Layer, join, layer_key, part_name, read_bytes
 from beam_pipeline.manifest import MANIFEST, dataset_path
 from beam_pipeline.progress import BuildProgress
 from beam_pipeline.snapshot import check_sources_match, check_unchanged, load_snapshot, take_snapshot
@@ -49,6 +49,7 @@ from beam_pipeline.transforms import exact_dedup, ingest, select, tokenize_shard
 from beam_pipeline.transforms.layer_io import WRITTEN, CommitLayer, Committed, LayerSpec, PartitionInputs, \
     WriteLayerOutput, WrittenPartitions
 from beam_pipeline.transforms import publish
+from beam_pipeline.transforms.task_ledger import clear_uncommitted, discard_task_records
 
 _ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception|RecordsLost): ")
 
@@ -365,6 +366,9 @@ class CorpusBuild:
             except StageFailed as err:
                 if not _retryable(str(err)) or attempt == attempts_allowed:
                     raise
+                for ref in graph.refs:
+                    if not ref.layer.is_complete():
+                        discard_task_records(ref.layer)  # what a task counted may not be what it wrote
                 self.log(f"[{_stage_named(str(err)) or 'build'}] WARNING: attempt {attempt} of {attempts_allowed}: "
                          f"{err}. Nothing uncommitted is kept; the job runs again and reuses the layers "
                          f"committed so far.")
@@ -489,8 +493,11 @@ class CorpusBuild:
 
         stages = [ref for ref in (ingested, exact, near, *scored, selected, indexed, tokenized) if ref is not None]
         for ref in stages:
-            if not ref.reused:
-                clear_layer(ref.layer)  # what a killed or failed run of this layer left behind
+            if not ref.reused:  # what a killed or failed run of this layer left behind, but its finished tasks
+                finished = clear_uncommitted(ref.layer, partitions)
+                if finished:
+                    self.log(f"[{ref.stage}] {finished} of {partitions} partitions finished by an earlier, "
+                             f"interrupted run: reused")
         _ = graph.pipeline | "Publish" >> publish.PublishDataset(
             config, snapshot_id, tokenizer, run_id, stages, earlier_attempts or {}, partitions, run_dir=self.run_dir)
         return graph
