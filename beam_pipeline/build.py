@@ -29,7 +29,7 @@ import json
 import math
 import re
 import time
-from typing import Any, Callable
+from typing import Callable
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -41,10 +41,13 @@ from beam_pipeline.accounting import COUNTS, DEAD_LETTER, LOST_IN_JOIN, RECORDS_
 from beam_pipeline.code_version import stage_version
 from beam_pipeline.config import CorpusConfig
 from beam_pipeline.hashing import digest_json
-from beam_pipeline.layers import Layer, join, layer_key, part_name, read_bytes
+from beam_pipeline.layers import Layer, join, layer_key, read_bytes
 from beam_pipeline.manifest import MANIFEST, dataset_path
 from beam_pipeline.progress import BuildProgress
+from beam_pipeline.scoring import cascade
+from beam_pipeline.scoring.cascade import ReselectError
 from beam_pipeline.snapshot import check_sources_match, check_unchanged, load_snapshot, take_snapshot
+from beam_pipeline.stage_plan import LayerRef, StagePlan
 from beam_pipeline.transforms import exact_dedup, ingest, select, tokenize_shard
 from beam_pipeline.transforms.layer_io import WRITTEN, CommitLayer, Committed, LayerSpec, PartitionInputs, \
     WriteLayerOutput, WrittenPartitions
@@ -89,51 +92,6 @@ class BuildResult:
 
 
 # --- the graph ------------------------------------------------------------------------------------
-
-@dataclasses.dataclass
-class LayerRef:
-    """A stage's layer as the later stages of the job see it: where it is, and when it is committed."""
-
-    stage: str
-    layer: Layer
-    version: str
-    config: Any
-    partitions: int
-    committed: Any          # PCollection of one Committed element, there once the layer is complete
-    reused: bool
-
-    @property
-    def key(self) -> str:
-        return self.layer.key
-
-    @property
-    def config_digest(self) -> str:
-        return digest_json(self.config)
-
-    def part_paths(self, output: str) -> list[str]:
-        """The partitions of an output (their names do not depend on whether the layer is reused)."""
-        return [join(self.layer.output_path(output), part_name(i, self.partitions)) for i in range(self.partitions)]
-
-
-@dataclasses.dataclass(frozen=True)
-class StagePlan:
-    """One layer of the build, before it is added to the graph."""
-
-    stage: str
-    version: str
-    config: Any
-    inputs: dict            # input name -> LayerRef of this build, or a key (snapshot id, earlier layers)
-    outputs: dict           # output name -> schema
-    rows_match: dict = dataclasses.field(default_factory=dict)
-    finalize: Callable[[Layer, int], dict] | None = None
-
-    def input_keys(self) -> dict[str, str]:
-        return {name: value.key if isinstance(value, LayerRef) else value for name, value in self.inputs.items()}
-
-    def after(self) -> list:
-        """The Committed collections of the input layers of this build (what the stage waits for)."""
-        return [value.committed for value in self.inputs.values() if isinstance(value, LayerRef)]
-
 
 def with_code_version(plan: StagePlan) -> StagePlan:
     """The plan with its version followed by the digest of the stage's code and libraries
@@ -242,8 +200,6 @@ class BuildGraph:
 
     def _check_allowed(self, stage: str) -> None:
         if self.allowed is not None and stage not in self.allowed:
-            from beam_pipeline.scoring.cascade import ReselectError
-
             raise ReselectError(
                 f"re-selection would have to run {stage}: its layer for this config does not exist, so the config "
                 f"changed in more than the policy (or the layers were deleted); use `run`")
@@ -415,8 +371,6 @@ class CorpusBuild:
 
         ``earlier_attempts``: runs of the job before this one in which a stage was computed (the run
         metrics count this one too)."""
-        from beam_pipeline.scoring import cascade
-
         config = self.config
         graph = BuildGraph(beam.Pipeline(runner=runner, options=self.options), self.root, partitions,
                            config.accounting.max_dead_letter_fraction, self.log, self.allowed_stages)

@@ -16,8 +16,8 @@ Commands:
   without recomputing scores, classifier training, decontamination of new
   eval sets (``beam_pipeline/scoring/commands.py``, ``docs/policy.md``);
 * ``verify``, ``export-megatron``, ``lineage``, ``trace``, ``takedown``,
-  ``diff``: the training-side contract over published datasets (issue 6,
-  ``docs/format.md``), dispatched by ``DATASET_COMMANDS``.
+  ``diff``: the training-side contract over published datasets
+  (``docs/format.md``), dispatched by ``DATASET_COMMANDS``.
 
 Arguments a command does not know are Beam pipeline options
 (``--runner=DataflowRunner --project=...``); with no ``--runner`` the build

@@ -23,6 +23,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from beam_pipeline.arrivals.config import LandingConfig
 from beam_pipeline.hashing import digest_json
+from beam_pipeline.paths import has_scheme, resolve_path
 from beam_pipeline.policy_rules import OverrideConfig, RedactConfig, RuleConfig, expand_policy_file
 from beam_pipeline.readers import field_path_problem
 from beam_pipeline.scoring.config import (BlocklistConfig, CascadeConfig, DecontaminationConfig, HeuristicsConfig,
@@ -31,7 +32,6 @@ from beam_pipeline.scoring.config import (BlocklistConfig, CascadeConfig, Decont
 from beam_pipeline.web.config import ExtractConfig
 
 SOURCE_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
-_SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 
 
 class ConfigError(ValueError):
@@ -404,13 +404,6 @@ def portable_paths(value: Any, base_dir: str | None) -> Any:
     return value
 
 
-def resolve_path(path: str, base_dir: str) -> str:
-    """Resolve ``path`` against ``base_dir`` unless it is absolute or has a scheme."""
-    if _SCHEME.match(path) or os.path.isabs(path):
-        return path
-    return os.path.normpath(os.path.join(base_dir, path))
-
-
 def parse_config(data: Any, *, base_dir: str = ".", source_name: str = "<config>") -> CorpusConfig:
     """Validate a parsed YAML mapping; relative paths are resolved against ``base_dir``."""
     if not isinstance(data, dict):
@@ -428,7 +421,7 @@ def parse_config(data: Any, *, base_dir: str = ".", source_name: str = "<config>
             update={"tokenizer": resolve_path(config.tokenize.tokenizer, base_dir)}),
         **resolve_paths(config, base_dir),  # models, lists, eval sets of the scoring stages
     })
-    resolved._base_dir = resolve_path(base_dir, os.getcwd()) if not _SCHEME.match(base_dir) else base_dir
+    resolved._base_dir = resolve_path(base_dir, os.getcwd()) if not has_scheme(base_dir) else base_dir
     return resolved
 
 
