@@ -20,7 +20,7 @@ to classify and are skipped).
 """
 from __future__ import annotations
 
-from beam_pipeline.filters.heuristics import split_paragraphs
+from beam_pipeline.filters.paragraphs import split_paragraphs
 
 BUILTIN_LID = "builtin:lid.176"
 LABEL_PREFIX = "__label__"
