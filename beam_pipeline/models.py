@@ -15,6 +15,7 @@ The cache folder is ``$BEAM_PIPELINE_MODELS`` if set, else ``~/.cache/beam_pipel
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import subprocess
@@ -23,16 +24,16 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 
-from beam_pipeline.usage import EXIT_NOT_FOUND, UserError
-
 CACHE_ENV = "BEAM_PIPELINE_MODELS"
 FETCH_COMMAND = "python -m beam_pipeline.models fetch"
 
 
-class ModelCacheError(UserError):
-    """The cached model is missing or is not the pinned file: one line, ``error: ...``, exit 3."""
+class ModelCacheError(FileNotFoundError):
+    """The cached model is missing or is not the pinned file. An ENOENT ``OSError``, so the command line
+    prints its message as one line, ``error: ...``, and exits 3 (beam_pipeline/usage.py, ``os_error``)."""
 
-    exit_code = EXIT_NOT_FOUND
+    def __init__(self, message: str):
+        super().__init__(errno.ENOENT, message)
 
 
 @dataclass(frozen=True)
