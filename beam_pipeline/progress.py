@@ -255,7 +255,10 @@ class BuildProgress:
     def runner(self):
         """The runner for the build's pipeline; None keeps the one the options name."""
         if self._runner is None and self.interval > 0 and is_local_direct(self.options):
-            frequency = min(self.interval, self.LEDGER_POLL) if self.bar is not None else self.interval
+            # the counts of the bundles in flight are fresh at every line: a stage's bundle may run longer
+            # than the interval (the fused scorers of the sample: 15 s), and its first answer comes one
+            # request period after it starts
+            frequency = min(self.interval, self.LEDGER_POLL)
             self._runner = CountingFnApiRunner(self._bundle_done, lambda _steps: None,
                                                progress_request_frequency=frequency)
         return self._runner

@@ -39,8 +39,7 @@ def _corpus_with_a_dead_letter(tmp_path) -> str:
 
 
 def _run_log(tmp_path) -> str:
-    (path,) = glob.glob(str(tmp_path / "out" / "runs" / "*" / "beam.log"))
-    return path
+    return _run_log_of(tmp_path / "out")
 
 
 def test_default_console_has_stages_progress_and_dead_letters_and_no_beam_chatter(tmp_path):
@@ -89,7 +88,7 @@ def test_a_terminal_gets_a_progress_bar_redrawn_in_place(tmp_path):
     config = tiny_corpus(tmp_path, "console", TEXTS)
     leader, follower = pty.openpty()
     process = subprocess.Popen([sys.executable, "-m", "beam_pipeline", "run", "--config", config,
-                                "--progress_interval", "1", *DEFAULT_RUNNER],
+                                "--progress_interval", "0.5", *DEFAULT_RUNNER],
                                cwd=REPO, stdout=follower, stderr=subprocess.PIPE, text=True)
     os.close(follower)
     output = b""
@@ -104,7 +103,9 @@ def test_a_terminal_gets_a_progress_bar_redrawn_in_place(tmp_path):
     os.close(leader)
     assert process.wait(timeout=600) == 0, process.stderr.read()[-3000:]
     text = output.decode()
-    bars = re.findall(r"\r(\[\w+\] \[[#.]{24}\] [\d,]+/[\d,]+ [\d,.]+/s [\dhms]+( ETA [\dhms]+)?)", text)
+    # a stage whose total is known draws [####....] done/total; ingest (no total yet) its records so far
+    bars = re.findall(r"\r(\[\w+\] (\[[#.]{24}\] [\d,]+/[\d,]+|[\d,]+ records) [\d,.]+/s [\dhms]+( ETA [\dhms]+)?)",
+                      text)
     assert bars, text[-3000:]
     assert "records so far" not in text  # a terminal gets the bar, not the lines
     assert "dataset_id  " in text and "WARNING:apache_beam" not in text
@@ -124,3 +125,23 @@ def test_the_workers_get_no_option_they_would_discard(caplog):
         {"pipeline_type_check": True, "direct_runner_use_stacked_bundle": True}
     turned_off = PipelineOptions(["--no_pipeline_type_check"])
     assert options_for_workers(turned_off)["pipeline_type_check"] is False  # a changed value is kept
+
+
+def test_the_demo_console_has_progress_and_no_beam_warnings(tmp_path):
+    """``make demo``'s command (the sample, the default local runner), with progress every 5 s rather than
+    30 so that lines appear however fast the machine builds the sample."""
+    from tests.test_newcomer import SAMPLE_DATASET_ID
+
+    result = run_cli(["run", "--config", "sample/corpus.yaml", "--output_root", str(tmp_path / "demo"),
+                      "--progress_interval", "5"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"dataset_id  {SAMPLE_DATASET_ID}" in result.stdout.splitlines()
+    assert result.stderr == "", result.stderr[-3000:]
+    assert not [line for line in result.stdout.splitlines() if "WARNING" in line], result.stdout
+    assert [line for line in result.stdout.splitlines() if PROGRESS.match(line)], result.stdout
+    assert "Worker: " in open(_run_log_of(tmp_path / "demo"), encoding="utf-8").read()
+
+
+def _run_log_of(root) -> str:
+    (path,) = glob.glob(str(root / "runs" / "*" / "beam.log"))
+    return path
