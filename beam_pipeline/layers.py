@@ -4,6 +4,9 @@ A layer lives at ``<root>/layers/<stage>/<layer_key>/`` where::
 
     layer_key = sha256(stage, stage code version, stage config, input layer keys)[:24]
 
+The code version is the stage's version followed by a digest of its code and
+libraries (:mod:`beam_pipeline.code_version`).
+
 Each named output of a stage (``documents``, ``annotations``, ``gold``, ...)
 is a set of Parquet partitions ``<output>/part-00003-of-00016.parquet``; every
 row lands in partition ``xxh3(doc_id) % n`` and rows are sorted by doc_id
@@ -25,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import re
 import uuid
 from typing import Any, Iterable
 
@@ -250,3 +254,39 @@ def commit_layer(layer: Layer, *, version: str, config: Any, inputs: dict[str, s
         ledger.update(extra)
     write_json_atomic(layer.ledger_path, ledger)
     return ledger
+
+
+_DATASET_ID = re.compile(r"^[0-9a-f]{64}$")
+
+
+class EarlierLayerError(ValueError):
+    """An ``against`` entry that names no complete layer of the stage."""
+
+
+def earlier_layer(root: str, entry: str, stage: str, option: str) -> tuple[str, dict]:
+    """An ``against`` entry of a dedup stage -> (its layer's path, its ledger).
+
+    ``entry`` is the path/URI of ``<root>/layers/<stage>/<key>`` or the id of a
+    dataset under ``root`` (its manifest names the layer). ``option`` (e.g.
+    ``near_dedup.against``) names the setting in the error messages.
+    """
+    if _DATASET_ID.match(entry):
+        try:
+            manifest = json.loads(read_bytes(join(root, "datasets", entry, "manifest.json")))
+        except (IOError, OSError, ValueError) as err:
+            raise EarlierLayerError(f"{option}: dataset {entry} not found under {root} ({err})") from None
+        keys = [s["layer_key"] for s in manifest["stages"] if s["name"] == stage]
+        if not keys:
+            raise EarlierLayerError(f"{option}: dataset {entry} was built without a {stage} stage")
+        path = join(root, "layers", stage, keys[0])
+    else:
+        path = entry.rstrip("/")
+    try:
+        ledger = json.loads(read_bytes(join(path, LEDGER)))
+    except (IOError, OSError, ValueError):
+        raise EarlierLayerError(f"{option}: {entry!r} is not a complete {stage} layer (no readable "
+                                f"{join(path, LEDGER)}); give the absolute path of <root>/layers/{stage}/<key> "
+                                f"or a dataset id") from None
+    if ledger.get("stage") != stage:
+        raise EarlierLayerError(f"{option}: {entry!r} is a {ledger.get('stage')} layer, not {stage}")
+    return path, ledger

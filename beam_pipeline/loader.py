@@ -53,7 +53,7 @@ import numpy as np
 
 from beam_pipeline.hashing import digest_json, stable_hash64
 
-STATE_FORMAT = 2  # 1: before workers (one lane per rank, "ranks" instead of "lanes"); still read
+STATE_FORMAT = 2  # format 1 (one lane per rank, "ranks" instead of "lanes") is read too
 ALL = "*"  # the pool holding every shard when no mixture is given
 SUPERSEDED_BY = "SUPERSEDED_BY"  # written into an old dataset folder by a takedown
 MANIFEST = "manifest.json"

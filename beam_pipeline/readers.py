@@ -94,6 +94,9 @@ from typing import BinaryIO, Callable, Iterator, NamedTuple
 
 import zstandard
 
+from beam_pipeline.record_types import BadRecord, RawRecord
+from beam_pipeline.web.records import iter_raw_records
+
 FORMATS = ("jsonl", "parquet", "text", "warc")
 
 _PREFIX_BYTES = 256  # how much of a bad record we keep in BadRecord.raw_prefix
@@ -107,29 +110,6 @@ _ZSTD_MIN_SLICE = 64
 _ZSTD_MAX_SLICE = 16 << 10
 _PARQUET_BATCH_ROWS = 1024
 _UTF8_BOM = "\ufeff"
-
-
-@dataclasses.dataclass(frozen=True)
-class RawRecord:
-    """One document as found in the file (text not yet normalized)."""
-
-    position: int  # 0-based line index (jsonl), row index (parquet), 0 (text)
-    byte_offset: int | None  # first byte in the decompressed stream; None for parquet
-    text: str
-    url: str | None
-    date: str | None
-    license: str | None
-    record_id: str | None
-
-
-@dataclasses.dataclass(frozen=True)
-class BadRecord:
-    """A record (or the damaged tail of a file) that could not be read."""
-
-    position: int
-    byte_offset: int | None
-    error: str  # short and human readable
-    raw_prefix: bytes  # first <= 256 raw bytes of the record or of the unread tail
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,8 +173,6 @@ def iter_records(
         )
     fields = _FieldNames(text_field, url_field, date_field, license_field, id_field)
     if fmt == "warc":  # extract: the source's `extract` settings (defaults if None)
-        from beam_pipeline.web.records import iter_raw_records
-
         return iter_raw_records(open_binary, extract, max_record_bytes)
     if fmt == "parquet":
         return _iter_parquet(open_binary, fields, max_record_bytes)

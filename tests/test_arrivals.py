@@ -417,7 +417,8 @@ def test_snapshot_until_takes_exactly_the_arrivals_up_to_the_cut_off(tmp_path, c
     assert "holds 6 arrivals" in capsys.readouterr().err
 
     # the run report's section: what the sliding snapshot froze, per source and per window
-    from beam_pipeline.arrivals.report import arrivals_section, gather_arrivals
+    from beam_pipeline.arrivals.report import gather_arrivals
+    from beam_pipeline.report.html import arrivals_section
     sliding_id = snapshot_id_of(sliding)
     info = gather_arrivals(root, sliding_id)
     assert (info["since"], info["until"]) == (2, 6)

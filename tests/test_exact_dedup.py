@@ -109,3 +109,93 @@ def test_a_hot_hash_is_combined_through_the_fanout_and_every_copy_is_annotated(t
     assert len(hot) == 500 and {r["representative"] for r in hot} == {best[3]}
     assert {r["duplicate_count"] for r in hot} == {500} and sum(not r["is_duplicate"] for r in hot) == 1
     assert out["metrics"] == {"in": 540, "passed": 540}
+
+
+# --- a refresh against an earlier build (exact_dedup.against) ----------------------------------------------
+
+def _version(tmp_path, name: str, texts: dict[str, str], against: list[str]) -> str:
+    """A config ``<name>.yaml`` over ``data/<name>/docs.jsonl`` (record id -> text), output root ``out``."""
+    import json
+
+    from conftest import SAMPLE_TOKENIZER
+
+    folder = tmp_path / "data" / name
+    folder.mkdir(parents=True)
+    with open(folder / "docs.jsonl", "w") as f:
+        for record_id, text in texts.items():
+            f.write(json.dumps({"id": record_id, "text": text}) + "\n")
+    config = tmp_path / f"{name}.yaml"
+    config.write_text(
+        f"name: {name}\noutput_root: out\n"
+        f"sources: [{{name: docs, uri: 'data/{name}/*.jsonl', format: jsonl, rank: 1, license: x, domain: d}}]\n"
+        f"exact_dedup: {{against: {json.dumps(against)}}}\n"
+        f"tokenize: {{tokenizer: {SAMPLE_TOKENIZER}, seq_len: 256, shard_tokens: 65536}}\n")
+    return str(config)
+
+
+def _build(tmp_path, config: str):
+    import subprocess
+    import sys
+
+    from conftest import IN_PROCESS
+
+    return subprocess.run([sys.executable, "-m", "beam_pipeline", "run", "--config", config, *IN_PROCESS],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+
+
+def _layer_rows(root, stage: str, key: str, output: str) -> list[dict]:
+    return [r for path in sorted(glob.glob(str(root / "layers" / stage / key / output / "*.parquet")))
+            for r in pq.read_table(path).to_pylist()]
+
+
+def _manifest(root, dataset_id: str) -> dict:
+    import json
+
+    return json.load(open(root / "datasets" / dataset_id / "manifest.json"))
+
+
+def test_a_refresh_drops_the_texts_an_earlier_build_holds(tmp_path):
+    from conftest import dataset_id_from_output
+
+    texts = {t: f"The {t} report of the river town library lists new books, opening hours and the reading "
+                f"room rules for the {t} season, with notes on local history." for t in
+             ("spring", "summer", "autumn", "winter", "harvest")}
+    first = _build(tmp_path, _version(tmp_path, "v1", {"a": texts["spring"], "b": texts["summer"],
+                                                        "c": texts["autumn"]}, []))
+    assert first.returncode == 0, first.stderr[-3000:]
+    v1 = dataset_id_from_output(first.stdout)
+    root = tmp_path / "out"
+    v1_exact = next(s for s in _manifest(root, v1)["stages"] if s["name"] == "exact_dedup")
+    v1_rows = {r["content_hash"]: r for r in _layer_rows(root, "exact_dedup", v1_exact["layer_key"], "annotations")}
+
+    # the refresh: two texts of v1 again (one under a new record id) and two new texts
+    refresh = {"a": texts["spring"], "z": texts["autumn"], "d": texts["winter"], "e": texts["harvest"]}
+    second = _build(tmp_path, _version(tmp_path, "v2", refresh, [v1]))
+    assert second.returncode == 0, second.stderr[-3000:]
+    manifest = _manifest(root, dataset_id_from_output(second.stdout))
+    exact = next(s for s in manifest["stages"] if s["name"] == "exact_dedup")
+    assert exact["counts"]["in"] == exact["counts"]["passed"] == 4  # this build's documents only
+    assert exact["counts"]["other"]["previous_version_copies"] == 2
+    rows = _layer_rows(root, "exact_dedup", exact["layer_key"], "annotations")
+    documents = {r["doc_id"]: r for r in _layer_rows(root, "ingest", next(
+        s for s in manifest["stages"] if s["name"] == "ingest")["layer_key"], "documents")}
+    by_record = {documents[r["doc_id"]]["record_id"]: r for r in rows}
+    for record in ("a", "z"):  # copies of v1's content: duplicates of v1's representative
+        row = by_record[record]
+        assert row["is_duplicate"] and row["representative"] == v1_rows[row["content_hash"]]["representative"]
+    assert not by_record["d"]["is_duplicate"] and not by_record["e"]["is_duplicate"]
+    select = next(s for s in manifest["stages"] if s["name"] == "select")
+    assert select["counts"]["passed"] == 2 and select["counts"]["filtered"] == {"exact_duplicate": 2}
+
+    # without `against` the same texts are all new
+    alone = _build(tmp_path, _version(tmp_path, "v2-alone", refresh, []))
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    select = next(s for s in _manifest(root, dataset_id_from_output(alone.stdout))["stages"] if s["name"] == "select")
+    assert select["counts"]["passed"] == 4
+
+
+def test_against_a_missing_dataset_is_a_one_line_error(tmp_path):
+    result = _build(tmp_path, _version(tmp_path, "v2", {"a": "some text " * 20}, ["0" * 64]))
+    assert result.returncode == 2, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: exact_dedup.against: dataset {'0' * 64} not found under ")

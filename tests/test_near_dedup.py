@@ -309,6 +309,9 @@ def test_chains_merge_into_one_cluster_but_large_clusters_check_against_the_repr
     assert [rows[d]["is_duplicate"] for d in "abc"] == [False, True, False]
     assert all(rows[d]["large_cluster"] for d in "abc")
     assert capped["large_clusters"][0]["size"] == 3
+    # counted: c is a chain member the pairwise check rejected; the cluster is in the size histogram
+    assert capped["metrics"]["large_cluster_rejected"] == 1 and capped["metrics"]["large_cluster_verified"] == 1
+    assert capped["metrics"]["cluster_size_3_4"] == 1 and "cluster_size_2" not in capped["metrics"]
 
 
 #: Per method, the kind of planted copy it finds (SimHash at 3 bits: formatting-only copies) for
@@ -488,7 +491,7 @@ SAMPLE_NEAR_DEDUP = {
 #: The counts of that layer's ledger (the spill-file implementation read them from Beam metrics).
 #: Two-tier verification: more LSH candidates (28 x 4 bands; 844 and 12 rejected with 16 x 7), the same decisions.
 SAMPLE_NEAR_DEDUP_OTHER = {"boilerplate_documents": 317, "candidate_pairs": 1479, "candidate_rejected": 8,
-                           "candidate_verified": 54, "clustered_documents": 108, "clusters": 54,
+                           "candidate_verified": 54, "cluster_size_2": 54, "clustered_documents": 108, "clusters": 54,
                            "components_rounds": 1, "near_duplicates": 54, "signed": 768, "span_documents": 101}
 SAMPLE_PARTITIONS = 4
 

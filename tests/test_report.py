@@ -149,7 +149,7 @@ def test_dropped_samples_are_the_lowest_hashes_per_reason(built, data):
 
 
 def test_language_mix_is_plotted_only_when_a_language_column_exists(run_dir, data):
-    from beam_pipeline.report.html import _language
+    from beam_pipeline.report.html import render_run
 
     page = open(os.path.join(run_dir, "report.html"), encoding="utf-8").read()
     if data["language"] is None:
@@ -157,7 +157,7 @@ def test_language_mix_is_plotted_only_when_a_language_column_exists(run_dir, dat
     else:
         assert 'id="plot-language"' in page and "No language annotation" not in page
         assert sum(data["language"]["documents"].values()) == data["language"]["total"]
-    note = _language({"language": None}, {})
+    note = render_run({**data, "language": None}, {})
     assert "No language annotation in this run" in note and "<img" not in note
 
 
@@ -181,6 +181,46 @@ def test_report_is_self_contained_and_deterministic(run_dir, tmp_path):
     assert "<link" not in text and "@import" not in text and "url(" not in text
     srcs = re.findall(r'<img [^>]*src="([^"]{0,40})', text)
     assert srcs and all(s.startswith("data:image/png;base64,") for s in srcs)
+
+
+def test_html_special_names_in_the_data_are_escaped(data):
+    """A source name, a URL and a rule name are data: the page shows them as text, never as markup."""
+    import copy
+    import html
+    import html.parser
+
+    from beam_pipeline.report.html import render_run
+
+    source, url, rule = '<b id="src">s&1</b>', 'javascript:"><img src=x onerror=alert(1)>', "</code><script>bad()</script>"
+    evil = copy.deepcopy(data)
+    evil["name"] = "<i>corpus</i>"
+    evil["sources"].append(source)
+    reason = f"{evil['stages'][-1]['name']}:{rule}"
+    evil["stages"][-1]["dropped"][rule] = 1
+    evil["drops_by_source"][source] = {reason: 1}
+    evil["read_by_source"][source] = 1
+    evil["samples"] = {**(evil.get("samples") or {}), reason: {"shown": 1, "total": 1, "rows": [
+        {"source": source, "url": url, "doc_id": "d" * 16, "n_chars": 3, "text": "<p>x</p>"}]}}
+    page = render_run(evil, {})
+
+    class Tags(html.parser.HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.tags, self.attributes = [], []
+
+        def handle_starttag(self, tag, attrs):
+            self.tags.append(tag)
+            self.attributes.extend(attrs)
+
+    tags = Tags()
+    tags.feed(page)
+    assert tags.tags.count("script") == 1 and "i" not in tags.tags and "img" not in tags.tags
+    assert ("id", "src") not in tags.attributes and not any(name == "onerror" for name, _ in tags.attributes)
+    for value in (source, url, rule, "<i>corpus</i>", "<p>x</p>"):
+        assert value not in page
+        assert html.escape(value).replace("&quot;", "&#34;").replace("&#x27;", "&#39;") in page
+    text = html.unescape(page)
+    assert source in text and url in text and reason in text
 
 
 # --- token budget -------------------------------------------------------------
@@ -312,7 +352,9 @@ def test_compare_shows_what_changed(built, run_dir):
     passed = next(r for r in cmp["counts"] if r["what"] == "select · passed")
     assert passed["b"] - passed["a"] == -10
     assert {"reason": "select:too_few_words", "a": 0, "b": 10} in cmp["drops"]
-    assert any(v["what"] == "select version" and v["a"] == "1" and v["b"] == "2" for v in cmp["versions"])
+    version_a = next(s for s in a["stages"] if s["name"] == "select")["version"]
+    assert version_a.startswith("1+code.")  # the stage's version and its code digest (beam_pipeline/code_version.py)
+    assert any(v["what"] == "select version" and v["a"] == version_a and v["b"] == "2" for v in cmp["versions"])
     docs = next(m for m in cmp["mixture"] if m["bucket"] == "docs")
     assert docs["a_tokens"] - docs["b_tokens"] == 1000
 

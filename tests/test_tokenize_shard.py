@@ -10,8 +10,10 @@ from beam_pipeline.hashing import bucket_of
 from beam_pipeline.layers import part_name, write_partition
 from beam_pipeline.schemas import GOLD
 from conftest import run_stage_job
+from beam_pipeline.transforms import shard_stream
+from beam_pipeline.transforms.shard_stream import SpillSorter, write_packed_shard
 from beam_pipeline.transforms.tokenize_shard import (
-    TokenizePackShard, assign_shard, inspect_tokenizer, pack_documents, shard_count, shuffle_order)
+    TokenizePackShard, assign_shard, inspect_tokenizer, shard_count, shuffle_order)
 
 OPTIONS = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
 
@@ -20,22 +22,58 @@ def arr(*ids):
     return np.asarray(ids, dtype=np.uint32)
 
 
-def test_pack_documents_records_boundaries_and_pads():
-    packed = pack_documents([("a", "s", arr(5, 6, 7)), ("b", "s", arr(8)), ("c", "t", arr(9, 10, 11, 12))],
-                            eos_id=0, pad_id=1, seq_len=4, dtype="uint16")
-    assert packed.tokens.tolist() == [5, 6, 7, 0, 8, 0, 9, 10, 11, 12, 0, 1]
-    assert packed.tokens.dtype == np.dtype("<u2")
-    assert packed.sequences == 3 and packed.pad_tokens == 1
-    assert packed.index == [
+def _packed(tmp_path, documents, **kwargs):
+    """Write (doc_id, source, ids) documents, in order, as shard ``s``; (tokens, index rows, meta)."""
+    items = (((0, doc_id), source, ids) for doc_id, source, ids in documents)
+    meta = write_packed_shard(str(tmp_path), "s", items, domain="d", **kwargs)
+    tokens = np.fromfile(tmp_path / "s.bin", dtype=np.dtype(kwargs["dtype"]).newbyteorder("<"))
+    assert json.loads((tmp_path / "s.meta.json").read_text()) == meta
+    return tokens, pq.read_table(tmp_path / "s.idx.parquet").to_pylist(), meta
+
+
+def test_pack_documents_records_boundaries_and_pads(tmp_path):
+    tokens, index, meta = _packed(tmp_path, [("a", "s", arr(5, 6, 7)), ("b", "s", arr(8)), ("c", "t", arr(9, 10, 11, 12))],
+                                  eos_id=0, pad_id=1, seq_len=4, dtype="uint16")
+    assert tokens.tolist() == [5, 6, 7, 0, 8, 0, 9, 10, 11, 12, 0, 1]
+    assert meta["tokens_bytes"] == 24 and meta["sequences"] == 3 and meta["pad_tokens"] == 1 and meta["tokens"] == 11
+    assert index == [
         {"doc_id": "a", "source": "s", "token_start": 0, "token_count": 3},
         {"doc_id": "b", "source": "s", "token_start": 4, "token_count": 1},
         {"doc_id": "c", "source": "t", "token_start": 6, "token_count": 4},
     ]
 
 
-def test_pack_exact_fit_has_no_padding_and_uint32():
-    packed = pack_documents([("a", "s", arr(70000, 2, 3))], eos_id=0, pad_id=0, seq_len=4, dtype="uint32")
-    assert packed.tokens.tolist() == [70000, 2, 3, 0] and packed.pad_tokens == 0
+def test_pack_exact_fit_has_no_padding_and_uint32(tmp_path):
+    tokens, _, meta = _packed(tmp_path, [("a", "s", arr(70000, 2, 3))], eos_id=0, pad_id=0, seq_len=4, dtype="uint32")
+    assert tokens.tolist() == [70000, 2, 3, 0] and meta["pad_tokens"] == 0
+
+
+def test_a_shard_sorted_through_spilled_runs_is_the_in_memory_one(tmp_path, monkeypatch):
+    """The external sort (runs of ~2 KB here) and the streamed writes (a write every ~1 KB) give the bytes of
+    one in-memory sort and one write."""
+    rng = np.random.default_rng(7)
+    documents = [(f"doc{i}", f"src{i % 3}", rng.integers(0, 50_000, size=int(rng.integers(1, 60))).astype("<u4"))
+                 for i in range(300)]
+
+    def shard(folder, memory_bytes):
+        folder.mkdir()
+        with SpillSorter(memory_bytes) as sorter:
+            for doc_id, source, ids in documents:
+                sorter.add(shuffle_order(5, doc_id), source, ids.tobytes())
+            meta = write_packed_shard(str(folder), "s", sorter.sorted_items(), domain="d", eos_id=1, pad_id=2,
+                                      seq_len=64, dtype="uint16")
+        return sorter.spilled_runs, meta
+
+    one_run, in_memory = shard(tmp_path / "memory", 1 << 30)
+    monkeypatch.setattr(shard_stream, "WRITE_BUFFER_BYTES", 1024)
+    spilled_runs, spilled = shard(tmp_path / "spilled", 2048)
+    assert one_run == 0 and spilled_runs > 20
+    assert spilled == in_memory
+    for name in ("s.bin", "s.idx.parquet", "s.meta.json"):
+        assert (tmp_path / "memory" / name).read_bytes() == (tmp_path / "spilled" / name).read_bytes()
+    order = [r["doc_id"] for r in pq.read_table(tmp_path / "spilled" / "s.idx.parquet").to_pylist()]
+    assert order == sorted((d for d, _, _ in documents), key=lambda d: shuffle_order(5, d))
+    assert not list(tmp_path.glob("**/.tmp-*"))
 
 
 def test_shard_assignment_is_deterministic_and_in_range():
@@ -95,6 +133,8 @@ def test_transform_writes_shards_that_decode_back(tokenizer_path, tmp_path):
             for i, (k, v) in enumerate(texts.items())]
     directory = run_tokenize(tmp_path / "one", gold, config, info, partitions=1)
     assert read_shards(directory) == read_shards(run_tokenize(tmp_path / "three", gold, config, info, partitions=3))
+    spilling = config.model_copy(update={"sort_memory_bytes": 1})  # a run file per document
+    assert read_shards(directory) == read_shards(run_tokenize(tmp_path / "spill", gold, spilling, info, partitions=3))
     metas = [json.load(open(os.path.join(directory, f))) for f in sorted(os.listdir(directory))
              if f.endswith(".meta.json")]
     assert sum(m["documents"] for m in metas) == 12

@@ -10,7 +10,7 @@
    one too (exact dedup may have kept that text under another doc_id);
 2. find the shards whose index holds one of them; re-pack each of those from
    its remaining documents' tokens, in the same order, with the same EOS,
-   ``seq_len`` and padding rules (:func:`tokenize_shard.pack_documents`); a
+   ``seq_len`` and padding rules (:func:`shard_stream.write_packed_shard`); a
    shard left without documents is dropped. Every other shard is hard-linked
    (or copied) byte for byte;
 3. the new manifest is the old one with the new shard list, the new
@@ -42,6 +42,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.layers import join, move, read_bytes, remove_folder, write_json_atomic
@@ -51,7 +52,7 @@ from beam_pipeline.dataset.lineage import (
 )
 from beam_pipeline.loader import SUPERSEDED_BY, superseded_by
 from beam_pipeline.manifest import MANIFEST, dataset_id_of, dataset_path, load_manifest, shard_leaf
-from beam_pipeline.transforms.tokenize_shard import pack_documents, write_shard
+from beam_pipeline.transforms.shard_stream import write_packed_shard
 
 DOC_ID = re.compile(r"^[0-9a-f]{32}$")
 TAKEDOWN_COLUMNS = [pa.field("takedown__removed", pa.bool_()), pa.field("takedown__reason", pa.string())]
@@ -200,15 +201,21 @@ def _rebuild_shard(dataset_dir: str, staging: str, shard: dict, index: pa.Table,
                    manifest: dict) -> dict | None:
     """Re-pack ``shard`` without ``drop``: same order, EOS, seq_len and padding. None if it ends up empty."""
     tok = manifest["tokenizer"]
-    tokens = np.frombuffer(read_bytes(join(dataset_dir, shard["tokens_file"])),
-                           dtype=np.dtype(tok["dtype"]).newbyteorder("<"))
     keep = [r for r in index.to_pylist() if r["doc_id"] not in drop]
     if not keep:
         return None
-    packed = pack_documents(((r["doc_id"], r["source"], tokens[r["token_start"]: r["token_start"] + r["token_count"]])
-                             for r in keep),
-                            eos_id=tok["eos_id"], pad_id=tok["pad_id"], seq_len=manifest["seq_len"], dtype=tok["dtype"])
-    meta = write_shard(staging, shard["name"], packed, domain=shard["domain"])
+    dtype = np.dtype(tok["dtype"]).newbyteorder("<")
+    path = join(dataset_dir, shard["tokens_file"])
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        def kept_documents():  # read one at a time, in the shard's order
+            for r in keep:
+                f.seek(r["token_start"] * dtype.itemsize)
+                ids = np.frombuffer(f.read(r["token_count"] * dtype.itemsize), dtype=dtype)
+                yield (0, r["doc_id"]), r["source"], ids
+
+        meta = write_packed_shard(staging, shard["name"], kept_documents(), domain=shard["domain"],
+                                  eos_id=tok["eos_id"], pad_id=tok["pad_id"], seq_len=manifest["seq_len"],
+                                  dtype=tok["dtype"])
     FileSystems.delete([join(staging, f"{shard['name']}.meta.json")])
     entry = {**meta, "tokens_file": f"shards/{meta['tokens_file']}", "index_file": f"shards/{meta['index_file']}"}
     return {**entry, "leaf": shard_leaf(entry)}

@@ -43,6 +43,7 @@ from typing import Iterable
 
 import numpy as np
 
+from beam_pipeline.filters.paragraphs import split_paragraphs
 from beam_pipeline.hashing import splitmix64
 
 #: Languages (lid.176 codes) whose script does not put spaces between words.
@@ -74,7 +75,6 @@ TOP_NGRAM_SIZES = (2, 3, 4)
 DUP_NGRAM_SIZES = (5, 6, 7, 8, 9, 10)
 
 _LETTER = re.compile(r"[^\W\d_]")
-_PARAGRAPH_BREAK = re.compile(r"\n[ \t\r\f\v]*\n")
 _MASK64 = 0xFFFFFFFFFFFFFFFF
 
 
@@ -83,11 +83,6 @@ _MASK64 = 0xFFFFFFFFFFFFFFFF
 def split_lines(text: str) -> list[str]:
     """Non-empty lines, stripped."""
     return [line for line in (raw.strip() for raw in text.split("\n")) if line]
-
-
-def split_paragraphs(text: str) -> list[str]:
-    """Non-empty paragraphs (blocks separated by blank lines), stripped."""
-    return [p for p in (raw.strip() for raw in _PARAGRAPH_BREAK.split(text)) if p]
 
 
 def split_words(text: str) -> list[str]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import importlib.util
 import os
 
-from beam_pipeline.filters.heuristics import split_paragraphs
+from beam_pipeline.filters.paragraphs import split_paragraphs
 
 BUILTIN_LID = "builtin:lid.176"
 LABEL_PREFIX = "__label__"

@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
+from beam_pipeline.dedup.cluster_alarms import build_messages as cluster_messages
 from beam_pipeline.hashing import bucket_of, stable_hash64
 from beam_pipeline.layers import Layer, join, read_bytes
 from beam_pipeline.report.locate import RunRef
@@ -121,6 +122,8 @@ def gather(ref: RunRef, *, report_config: dict | None = None, detail: bool = Tru
             data["warnings"].append(f"layer {stage['name']}/{stage['layer_key']} is missing (deleted?): "
                                     f"its histograms and samples are not shown")
     data["warnings"].extend(report_warnings(config, ledgers))   # rules whose scores are null for a source
+    cluster_lines, cluster_alarms = cluster_messages(config, ledgers)  # near-dup clusters above max_cluster_size
+    data["warnings"].extend(cluster_alarms + cluster_lines)
     data["policy"] = _policy(ledgers)
     layout = _Layout(ref.root, ledgers)
     seed = int(manifest.get("seed") or 0)

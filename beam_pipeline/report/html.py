@@ -1,5 +1,16 @@
 """Rendering a run report (and a comparison) as one self-contained HTML page.
 
+The pages are Jinja2 templates (``report/templates``: ``run.html`` and
+``compare.html`` extend ``page.html``; ``macros.html`` has the table, figure
+and delta pieces and the arrivals section) rendered with autoescaping on and
+undefined names an error, so every value from the data is escaped unless a
+template marks it otherwise.
+Template lines are joined without their indentation (:class:`_JoinedLines`),
+so the templates read as indented markup while the page is one line per
+section. This module turns the gathered numbers into what the templates
+iterate over (totals, per-bucket shard sizes, sample order) and formats
+numbers (the ``num``, ``pct`` ... filters).
+
 Everything the page shows is inside the file: plots are PNG ``data:`` URIs,
 the style sheet and a tiny script are inline, fonts are the viewer's own. A
 Content-Security-Policy forbids every other load, so the page works offline
@@ -16,11 +27,12 @@ bytes.
 """
 from __future__ import annotations
 
-import html
 import math
-from typing import Iterable
 
-from beam_pipeline.report.plots import Plot
+import jinja2
+from markupsafe import Markup
+
+from beam_pipeline.arrivals.report import gather_arrivals
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'"
 
@@ -147,8 +159,8 @@ SCRIPT = """
 """
 
 
-def esc(value) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
+#: Windows listed in the arrivals section at most (the latest); the totals count them all.
+MAX_WINDOWS = 50
 
 
 def num(value, digits: int = 0) -> str:
@@ -165,42 +177,47 @@ def pct(part, whole) -> str:
     return f"{part / whole:.1%}" if whole else "–"
 
 
-def figure(plot: Plot | None, caption: str = "") -> str:
-    if plot is None:
-        return ""
-    return (f'<figure><img class="plot" id="plot-{esc(plot.id)}" data-plot="{esc(plot.id)}" alt="{esc(plot.alt)}" '
-            f'src="{plot.data_uri}">'
-            + (f"<figcaption>{caption}</figcaption>" if caption else "") + "</figure>")
+def _text(value) -> str:
+    """A value as page text; None is empty."""
+    return "" if value is None else str(value)
 
 
-def table(headers: list[str], rows: Iterable[list], numeric: set[int] = frozenset(), name: str = "") -> str:
-    """A table in its own horizontal scroller: a wide table scrolls inside the page, never widens it.
+def _where(row: dict) -> str:
+    """Where a document came from: its URL, else file:position."""
+    return row.get("url") or f"{row.get('file', '')}:{row.get('position', '')}"
 
-    ``name`` (``data-table``) lets tests find the table; cells are HTML.
-    """
-    head = "".join(f'<th class="n">{esc(h)}</th>' if i in numeric else f"<th>{esc(h)}</th>"
-                   for i, h in enumerate(headers))
-    body = "".join("<tr>" + "".join(f'<td class="n">{c}</td>' if i in numeric else f"<td>{c}</td>"
-                                    for i, c in enumerate(row)) + "</tr>" for row in rows)
-    named = f' data-table="{esc(name)}"' if name else ""
-    return f'<div class="scroll"><table{named}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+
+def _reuse(reused) -> str:
+    return "reused" if reused else ("ran" if reused is not None else "–")
+
+
+class _JoinedLines(jinja2.PackageLoader):
+    """Template lines without their indentation and line breaks: the page has no whitespace the templates
+    do not write (``{{ nl }}``), and a template can be indented like the markup it writes."""
+
+    def get_source(self, environment, template):
+        source, filename, uptodate = super().get_source(environment, template)
+        return "".join(line.lstrip() for line in source.splitlines()), filename, uptodate
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=_JoinedLines("beam_pipeline.report", "templates"),
+                             autoescape=jinja2.select_autoescape(["html"]), undefined=jinja2.StrictUndefined)
+    env.filters.update(num=num, pct=pct, text=_text, where=_where, reuse=_reuse,
+                       seconds=lambda s: "–" if s is None else f"{s:.1f}", general=lambda v: f"{v:g}",
+                       signed_share=lambda v: f"{v:+.1%}")
+    env.globals.update(zip=zip, nl="\n", csp=Markup(CSP), script=Markup(SCRIPT), style=Markup(STYLE))
+    return env
+
+
+_ENV = _environment()
 
 
 def page(title: str, header: str, nav: list[tuple[str, str]], sections: list[str], footer: str) -> str:
-    links = "".join(f'<a href="#{esc(anchor)}">{esc(label)}</a>' for anchor, label in nav)
-    return (
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{esc(title)}</title><script>{SCRIPT}</script><style>{STYLE}</style></head>\n"
-        f"<body>{header}<nav>{links}</nav><main>\n" + "\n".join(s for s in sections if s)
-        + f"\n</main><footer>{footer}</footer></body></html>\n")
-
-
-def section(anchor: str, title: str, lead: str, body: str, extra_class: str = "") -> str:
-    cls = f' class="{extra_class}"' if extra_class else ""
-    return (f'<section id="{esc(anchor)}"{cls}><h2>{esc(title)}</h2>'
-            + (f'<p class="lead">{lead}</p>' if lead else "") + body + "</section>")
+    """The page around ready-made HTML (``header``, ``sections``, ``footer`` are trusted markup)."""
+    return _ENV.get_template("page.html").render(
+        title=title, header=Markup(header), nav=nav, sections=[Markup(s) for s in sections if s],
+        footer=Markup(footer))
 
 
 # --- the run report ---------------------------------------------------------
@@ -219,313 +236,61 @@ def render_run(data: dict, plots: dict) -> str:
     timing = run.get("timing_seconds") or {}
     if timing.get("total") is not None:
         kpis.append(("wall_clock", f"{timing['total']:.1f} s", "build wall clock"))
-    header = (
-        f'<header><h1>Run report · {esc(data["name"])}</h1>'
-        f'<div class="sub">run <code>{esc(run["run_id"])}</code> · dataset <code>{esc(run["dataset_id"][:16])}…</code>'
-        f' · snapshot <code>{esc(run["snapshot_id"])}</code> · config <code>{esc(run["config_digest"][:12])}</code></div>'
-        '<div class="kpis">' + "".join(f'<div class="kpi" data-kpi="{name}"><b>{v}</b><span>{esc(k)}</span></div>'
-                                       for name, v, k in kpis)
-        + "</div></header>")
     nav = [("cascade", "Cascade"), ("drops", "Drops"), ("annotations", "Annotations"), ("language", "Language"),
            ("duplicates", "Duplicates"), ("mixture", "Mixture & budget"), ("shards", "Shards"),
            ("samples", "Dropped samples"), ("versions", "Versions")]
-    sections = [_warnings(data), _cascade(data, plots), _drops(data, plots), _annotations(data, plots),
-                _language(data, plots), _duplicates(data, plots), _mixture(data, plots), _shards(data, plots),
-                _samples(data), _versions(data)]
-    from beam_pipeline.arrivals.report import arrivals_section  # a bronze snapshot's arrivals (beam_pipeline/arrivals)
-    arrivals = arrivals_section(run["root"], run["snapshot_id"])
-    if arrivals:
-        sections.insert(-1, arrivals)
+    arrivals = gather_arrivals(run["root"], run["snapshot_id"])  # a bronze snapshot's arrivals (beam_pipeline/arrivals)
+    if arrivals is not None:
         nav.insert(-1, ("arrivals", "Arrivals"))
-    footer = (f"Written by <code>python -m beam_pipeline report {esc(run.get('run_dir') or run['root'] + '/runs/' + run['run_id'])}</code> "
-              "from the run's metrics.json, the layers' ledgers and partitions, and the dataset manifest. "
-              "Self-contained: no network is needed to view it.")
-    return page(f"Run report · {data['name']} · {run['run_id']}", header, nav, sections, footer)
+    return _ENV.get_template("run.html").render(
+        title=f"Run report · {data['name']} · {run['run_id']}", data=data, plots=plots, kpis=kpis, nav=nav,
+        drops=_drops(data), shards=_shards(data["shards"]), samples=_samples(data),
+        exact_only=not any(c["stage"].startswith("near") for c in data.get("clusters") or []),
+        arrivals=arrivals, max_windows=MAX_WINDOWS)
 
 
-def _warnings(data: dict) -> str:
-    items = data["warnings"] + data["notes"]
-    if not items:
+def arrivals_section(root: str, snapshot_id: str) -> str:
+    """The report's "Arrivals" section for a run built from a bronze snapshot, else ``""``."""
+    info = gather_arrivals(root, snapshot_id)
+    if info is None:
         return ""
-    return section("warnings", f"Warnings ({len(data['warnings'])})" if data["warnings"] else "Notes", "",
-                   "<ul>" + "".join(f"<li>{esc(w)}</li>" for w in items) + "</ul>",
-                   "warnings" if data["warnings"] else "")
+    return str(_ENV.get_template("macros.html").module.arrivals_section(info, MAX_WINDOWS))
 
 
-def _cascade(data: dict, plots: dict) -> str:
-    rows = []
-    for s in data["stages"]:
-        dropped = ", ".join(f"{esc(r)} {num(n)}" for r, n in s["dropped"].items()) or "–"
-        gated = ", ".join(f"{esc(r)} {num(n)}" for r, n in s["gated"].items()) or "–"
-        rows.append([f"<code>{esc(s['name'])}</code>", num(s["in"]), num(s["dropped_total"]), dropped,
-                     num(s["after"]), num(s["scored"]) if s["scored"] is not None else "–",
-                     gated if s["kind"] == "scores" else "–",
-                     "reused" if s["reused"] else ("ran" if s["reused"] is not None else "–"),
-                     f"{s['seconds']:.1f}" if s["seconds"] is not None else "–"])
-    body = figure(plots.get("funnel"), "Documents are the run's counts. Tokens are exact for the dataset; "
-                  "for documents dropped before tokenization they are estimated (≈, hatched) from their "
-                  "characters × their source's tokens per character among kept documents.")
-    body += table(["stage", "in", "dropped", "dropped by reason (dead letters included)", "left in the flow",
-                   "scored", "not scored: gated by rules over earlier stages", "layer", "seconds"],
-                  rows, {1, 2, 4, 5, 8}, name="cascade")
-    return section("cascade", "Cascade funnel", "Every record that entered a stage was passed on, or dropped with a "
-                   "reason or dead-lettered: <code>in − dropped = left in the flow</code>, checked per stage and "
-                   "source. The scoring stages of the cascade drop nothing: each scores the documents that pass the "
-                   "policy rules over the stages before it; the others stay in the flow, unscored, until "
-                   "<code>select</code> drops them.", body)
-
-
-def _drops(data: dict, plots: dict) -> str:
-    drops = data["drops_by_source"]
+def _drops(data: dict) -> dict:
+    """The drops table: a row per stage:reason (a count per source, then the total), the totals, the reads."""
+    drops, read = data["drops_by_source"], data["read_by_source"]
     sources = [s for s in data["sources"] if s in drops]
     reasons = [f"{s['name']}:{r}" for s in data["stages"] for r in s["dropped"]]
-    if not reasons:
-        return section("drops", "Drops by reason per source", "", '<div class="note">Nothing was dropped.</div>')
-    read = data["read_by_source"]
-    rows = [[f"<code>{esc(r)}</code>"] + [num(drops[s].get(r, 0)) for s in sources]
-            + [num(sum(drops[s].get(r, 0) for s in sources))] for r in reasons]
-    totals = {s: sum(drops[s].values()) for s in sources}
-    rows.append(["<b>dropped</b>"] + [f"<b>{num(totals[s])}</b>" for s in sources]
-                + [f"<b>{num(sum(totals.values()))}</b>"])
-    rows.append(["records read"] + [num(read[s]) for s in sources] + [num(sum(read[s] for s in sources))])
-    rows.append(["share dropped"] + [pct(totals[s], read[s]) for s in sources]
-                + [pct(sum(totals.values()), sum(read[s] for s in sources))])
-    body = figure(plots.get("drops")) + table(["stage:reason"] + sources + ["total"], rows,
-                                              set(range(1, len(sources) + 2)), name="drops")
-    return section("drops", "Drops by reason per source", "What each stage removed from the flow, per source "
-                   "(the scoring stages' gated documents are not drops: select drops them, once).", body)
+    totals = [sum(drops[s].values()) for s in sources]
+    reads = [read[s] for s in sources]
+    return {"sources": sources,
+            "reasons": [(r, [drops[s].get(r, 0) for s in sources] + [sum(drops[s].get(r, 0) for s in sources)])
+                        for r in reasons],
+            "dropped": totals + [sum(totals)], "read": reads + [sum(reads)]}
 
 
-def _annotations(data: dict, plots: dict) -> str:
-    hists = data.get("histograms") or []
-    if not hists:
-        return section("annotations", "Annotation scores", "",
-                       '<div class="note">No numeric annotation column in this run\'s layers.</div>')
-    figures = []
-    for h, plot in zip(hists, plots.get("histograms") or []):
-        limits = ", ".join(f"<code>{esc(t['name'])}{'' if t['name'][-1:] in '<>=' else ' ='} {esc(t['value'])}</code>"
-                           for t in h["thresholds"]) or "no policy threshold on this column"
-        extra = f"; {num(h['zeros'])} zeros not on the log axis" if h.get("zeros") else ""
-        extra += f"; {num(h['nulls'])} without a value" if h.get("nulls") else ""
-        figures.append(figure(plot, f"<code>{esc(h['layer'])}.{esc(h['column'])}</code>: {num(h['n'])} documents, "
-                              f"min {num(h['min'], 2)}, mean {num(h['mean'], 2)}, max {num(h['max'], 2)}{extra}. "
-                              f"Policy: {limits}."))
-    flag_rows = [[f"<code>{esc(f['layer'])}.{esc(f['column'])}</code>", num(f["true"]), num(f["of"]),
-                  pct(f["true"], f["of"])] for f in data.get("flags") or []]
-    flag_table = ("<h3>Flags</h3>" + table(["column", "true", "documents", "share"], flag_rows, {1, 2, 3}, name="flags")
-                  if flag_rows else "")
-    return section("annotations", "Annotation scores",
-                   "Every numeric column of the annotation layers, with the policy thresholds that act on it "
-                   "(dashed). Changing a threshold is a re-selection: the scores stay.",
-                   '<div class="grid">' + "".join(figures) + "</div>" + flag_table)
-
-
-def _language(data: dict, plots: dict) -> str:
-    mix = data.get("language")
-    if not mix:
-        return section("language", "Language mix", "", '<div class="note"><b>No language annotation in this '
-                       "run.</b> No layer has a <code>language</code> column (a language-ID stage adds one); "
-                       "nothing is plotted rather than a guess.</div>")
-    return section("language", "Language mix", f"{num(mix['languages'])} languages in "
-                   f"<code>{esc(mix['layer'])}.{esc(mix['column'])}</code>.", figure(plots.get("language")))
-
-
-def _duplicates(data: dict, plots: dict) -> str:
-    found = data.get("clusters") or []
-    if not found:
-        return section("duplicates", "Duplicate clusters", "",
-                       '<div class="note">No duplicate annotation layer in this run.</div>')
-    rows = [[f"<code>{esc(c['layer'])}</code>", num(c["clusters"]), num(c["members"]), num(c["redundant"]),
-             num(c["largest"])] for c in found]
-    body = figure(plots.get("clusters")) + table(
-        ["layer", "clusters (2+ members)", "documents in them", "redundant copies", "largest"], rows, {1, 2, 3, 4},
-        name="clusters")
-    if not any(c["stage"].startswith("near") for c in found):
-        body += ('<div class="note">Exact duplicates only: no near-duplicate layer in this run. '
-                 "A <code>near_dedup</code> layer's cluster sizes appear here when it exists.</div>")
-    for group in data.get("top_clusters") or []:
-        body += f"<h3>Largest clusters · <code>{esc(group['layer'])}</code></h3>"
-        for c in group["clusters"]:
-            members = "".join(_member(m, c["representative"] is not None) for m in c["members"])
-            more = f" (showing {len(c['members'])})" if c["size"] > len(c["members"]) else ""
-            texts = {1: " · all exact copies", 2: " · different texts"}.get(c.get("distinct_texts"), "")
-            body += (f"<details{' open' if c is group['clusters'][0] else ''}><summary>{num(c['size'])} members"
-                     f"{more}{texts} · {esc(group['key_column'])} <code>{esc(c['key'])}</code></summary>"
-                     f'<div class="cluster">{members}</div></details>')
-    return section("duplicates", "Duplicate clusters",
-                   "Cluster sizes on log-log axes, then the largest clusters with their members side by side "
-                   "(the representative, kept, is outlined green) so false positives can be judged.", body)
-
-
-def _member(m: dict, has_representative: bool = True) -> str:
-    if not has_representative:
-        tag = '<span class="tag">member</span>'
-    else:
-        tag = '<span class="tag keep">representative</span>' if m.get("representative") else \
-            '<span class="tag drop">duplicate</span>'
-    where = m.get("url") or f"{m.get('file', '')}:{m.get('position', '')}"
-    trunc = " …" if m.get("truncated") else ""
-    return (f'<div class="member{" rep" if m.get("representative") else ""}"><div class="meta">{tag} '
-            f'<b>{esc(m.get("source"))}</b> · {num(m.get("n_chars"))} chars · <code>{esc(m["doc_id"])}</code><br>'
-            f"{esc(where)}</div><pre class=\"text\">{esc(m.get('text', ''))}{trunc}</pre></div>")
-
-
-def _mixture(data: dict, plots: dict) -> str:
-    mix, budget = data["mixture"], data["budget"]
-    rows = []
-    for r in budget["rows"]:
-        b = mix["buckets"][r["bucket"]]
-        warn = r["epochs"] is not None and r["epochs"] > budget["max_epochs"]
-        epochs = (f'<span class="tag warn">{num(r["epochs"], 2)} ⚠</span>' if warn else num(r["epochs"], 2)) \
-            if r["epochs"] is not None else "–"
-        rows.append([esc(r["bucket"]), num(b["documents"]), num(b["shards"]), num(r["unique_tokens"]),
-                     pct(b["tokens"], mix["total_tokens"]),
-                     pct(b["target_share"], 1) if b["target_share"] is not None else "–",
-                     num(r["wanted_tokens"]), epochs])
-    body = figure(plots.get("mixture"))
-    body += table(["bucket", "documents", "shards", "unique tokens", "actual share", "target share",
-                   "tokens wanted", "epochs"], rows, {1, 2, 3, 4, 5, 6, 7}, name="mixture")
-    if budget["target_tokens"]:
-        body += (f'<p>Token budget: <code>report.target_tokens = {num(budget["target_tokens"])}</code>, split by '
-                 f'{esc(budget["mixture_from"])}. Epochs = tokens wanted ÷ unique tokens of the bucket; more than '
-                 f'<b>{budget["max_epochs"]:g}</b> epochs is flagged.</p>')
-    else:
-        body += ('<div class="note">No <code>report.target_tokens</code> in the config: set it (and '
-                 '<code>report.mixture</code>, a weight per domain bucket) to see the epochs each bucket must be '
-                 'repeated, or pass <code>--target_tokens</code> / <code>--mixture</code> to '
-                 '<code>python -m beam_pipeline report</code>.</div>')
-    body += f'<p class="lead">Why 4 epochs: {esc(budget["reference"])}</p>'
-    return section("mixture", "Tokens per domain bucket and token budget",
-                   "Unique tokens per bucket from the dataset manifest, against the target mixture "
-                   f"({'config report.mixture' if mix['has_target'] else 'none set: the natural mixture is shown'}).",
-                   body)
-
-
-def _shards(data: dict, plots: dict) -> str:
-    shards = data["shards"]
+def _shards(shards: list[dict]) -> list[dict]:
+    """Shard sizes per domain bucket, by bucket name."""
     by_domain: dict[str, list] = {}
     for s in shards:
         by_domain.setdefault(s["domain"], []).append(s)
-    rows = [[esc(d), num(len(v)), num(min(s["tokens"] for s in v)), num(sum(s["tokens"] for s in v) / len(v)),
-             num(max(s["tokens"] for s in v)), num(sum(s["bytes"] for s in v))] for d, v in sorted(by_domain.items())]
-    body = figure(plots.get("shards")) + table(
-        ["bucket", "shards", "min tokens", "mean tokens", "max tokens", "bytes on disk"], rows, {1, 2, 3, 4, 5},
-        name="shards")
-    return section("shards", "Shard sizes", "Tokens per shard from the manifest (shards are cut per domain bucket "
-                   "to about <code>tokenize.shard_tokens</code>).", body)
+    return [{"domain": d, "shards": len(v), "min": min(s["tokens"] for s in v),
+             "mean": sum(s["tokens"] for s in v) / len(v), "max": max(s["tokens"] for s in v),
+             "bytes": sum(s["bytes"] for s in v)} for d, v in sorted(by_domain.items())]
 
 
-def _samples(data: dict) -> str:
-    samples, dead = data.get("samples") or {}, data.get("dead_letters") or {}
+def _samples(data: dict) -> list[tuple[str, dict | None]]:
+    """(stage:reason, its sample or None) for every drop reason but dead letters, then reasons only sampled."""
+    samples = data.get("samples") or {}
     reasons = [f"{s['name']}:{r}" for s in data["stages"] for r in s["dropped"] if r != "dead_letter"]
-    body = ""
-    seed = data["run"].get("seed")
-    for reason in reasons + [r for r in samples if r not in reasons]:
-        sample = samples.get(reason)
-        if sample is None:
-            body += (f'<details><summary>{esc(reason)}</summary><div class="samples"><div class="note">'
-                     "The layers hold no per-document record of this drop.</div></div></details>")
-            continue
-        docs = "".join(_sample_doc(row) for row in sample["rows"])
-        body += (f"<details{' open' if not body else ''} data-sample=\"{esc(reason)}\" data-shown=\"{sample['shown']}\" "
-                 f"data-total=\"{sample['total']}\"><summary>{esc(reason)} · {num(sample['shown'])} of "
-                 f"{num(sample['total'])} dropped"
-                 f"</summary><div class=\"samples\">{docs}</div></details>")
-    for stage, sample in dead.items():
-        docs = "".join(
-            f'<div class="doc"><div class="meta"><b>{esc(r["source"])}</b> · {esc(r["file"])}:{esc(r["position"])}'
-            f' · <span class="tag drop">{esc(r["error"])}</span></div><pre class="text">{esc(r["raw_prefix"])}</pre></div>'
-            for r in sample["rows"])
-        body += (f"<details data-sample=\"{esc(stage)}:dead_letter\" data-shown=\"{sample['shown']}\" "
-                 f"data-total=\"{sample['total']}\"><summary>{esc(stage)}:dead_letter · {num(sample['shown'])} of "
-                 f"{num(sample['total'])}"
-                 f"</summary><div class=\"samples\">{docs}</div></details>")
-    if not body:
-        body = '<div class="note">Nothing was dropped.</div>'
-    k = data["settings"].get("samples_per_reason")
-    return section("samples", "Dropped documents, sampled per reason",
-                   f"Up to {esc(k)} per reason: the lowest <code>stable_hash64(seed={esc(seed)}, doc_id)</code>, so "
-                   "the sample is unbiased and the same on every report of this run. Text truncated.", body)
-
-
-def _sample_doc(row: dict) -> str:
-    where = row.get("url") or f"{row.get('file', '')}:{row.get('position', '')}"
-    repeat = f"<br>repeated verbatim at {esc(row['repeat_at'])}" if row.get("repeat_at") else ""
-    trunc = " …" if row.get("truncated") else ""
-    return (f'<div class="doc"><div class="meta"><b>{esc(row.get("source"))}</b> · {num(row.get("n_chars"))} chars · '
-            f'<code>{esc(row["doc_id"])}</code> · {esc(where)}{repeat}</div>'
-            f'<pre class="text">{esc(row.get("text", ""))}{trunc}</pre></div>')
-
-
-def _versions(data: dict) -> str:
-    run = data["run"]
-    tok = run.get("tokenizer") or {}
-    ids = [["run id", f"<code>{esc(run['run_id'])}</code>"],
-           ["dataset id (Merkle root)", f"<code>{esc(run['dataset_id'])}</code>"],
-           ["snapshot id", f"<code>{esc(run['snapshot_id'])}</code>"],
-           ["config digest", f"<code>{esc(run['config_digest'])}</code>"],
-           ["seed · seq_len", f"{esc(run.get('seed'))} · {esc(run.get('seq_len'))}"],
-           ["tokenizer", f"<code>{esc(tok.get('path'))}</code> sha256 <code>{esc(str(tok.get('sha256', ''))[:16])}</code>"
-                         f" · vocab {num(tok.get('vocab_size'))} · {esc(tok.get('dtype'))}"],
-           ["manifest", f"<code>{esc(run['manifest_path'])}</code>"]]
-    snap = run.get("snapshot")
-    if snap:
-        ids.append(["snapshot inputs", "; ".join(f"{esc(n)}: {num(s['files'])} files, {num(s['bytes'])} bytes"
-                                                 for n, s in snap["sources"].items())])
-    stages = [[f"<code>{esc(s['name'])}</code>", f"<code>{esc(s['version'])}</code>",
-               f"<code>{esc(s['layer_key'])}</code>", f"<code>{esc((s['config_digest'] or '')[:16])}</code>",
-               "reused" if s["reused"] else ("ran" if s["reused"] is not None else "–")] for s in data["stages"]]
-    body = table(["", ""], ids) + table(["stage", "version", "layer key", "stage config digest", "this run"], stages)
-    body += ('<p class="lead">Compare with another version: <code>python -m beam_pipeline report --compare '
-             'A B</code> (runs or datasets).</p>')
-    return section("versions", "Versions", "What made this dataset: equal ids mean equal data.", body)
+    return [(reason, samples.get(reason)) for reason in reasons + [r for r in samples if r not in reasons]]
 
 
 # --- the comparison ---------------------------------------------------------
 
 def render_compare(cmp: dict, plots: dict) -> str:
     a, b = cmp["a"], cmp["b"]
-    header = (f'<header><h1>Comparison · {esc(a["label"])} → {esc(b["label"])}</h1>'
-              f'<div class="sub">A = run <code>{esc(a["run_id"])}</code> dataset <code>{esc(a["dataset_id"][:16])}…</code>'
-              f' · B = run <code>{esc(b["run_id"])}</code> dataset <code>{esc(b["dataset_id"][:16])}…</code></div>'
-              f'<div class="kpis"><div class="kpi"><b>{"same data" if cmp["same_data"] else "different data"}</b>'
-              "<span>dataset ids equal?</span></div>"
-              + "".join(f'<div class="kpi"><b>{esc(v)}</b><span>{esc(k)}</span></div>' for k, v in cmp["headline"])
-              + "</div></header>")
     nav = [("versions", "Versions"), ("counts", "Counts"), ("drops", "Drops"), ("mixture", "Mixture")]
-    side = lambda rows, heads: table(heads, rows, set(range(1, len(heads))))  # noqa: E731
-    versions = table(["", "A", "B", ""], [[esc(r["what"]), f"<code>{esc(r['a'])}</code>", f"<code>{esc(r['b'])}</code>",
-                                           "" if r["a"] == r["b"] else '<span class="tag warn">changed</span>']
-                                          for r in cmp["versions"]])
-    if cmp["config_changes"]:
-        versions += "<h3>Config changes</h3>" + table(
-            ["field", "A", "B"], [[f"<code>{esc(c['field'])}</code>", f"<code>{esc(c['a'])}</code>",
-                                   f"<code>{esc(c['b'])}</code>"] for c in cmp["config_changes"]])
-    else:
-        versions += '<div class="note">Configs are identical (except where the output goes).</div>'
-    counts = side([[f"<code>{esc(r['what'])}</code>", num(r["a"]), num(r["b"]), _delta(r["a"], r["b"])]
-                   for r in cmp["counts"]], ["stage · count", "A", "B", "B − A"])
-    drops = side([[f"<code>{esc(r['reason'])}</code>", num(r["a"]), num(r["b"]), _delta(r["a"], r["b"])]
-                  for r in cmp["drops"]], ["stage:reason", "A", "B", "B − A"])
-    mix = side([[esc(r["bucket"]), num(r["a_tokens"]), num(r["b_tokens"]), _delta(r["a_tokens"], r["b_tokens"]),
-                 pct(r["a_share"], 1), pct(r["b_share"], 1)] for r in cmp["mixture"]],
-               ["bucket", "A tokens", "B tokens", "B − A", "A share", "B share"])
-    sections = [
-        section("versions", "Versions", "Which stage versions, layers and config fields differ.", versions),
-        section("counts", "Counts per stage", "", figure(plots.get("counts")) + counts),
-        section("drops", "Drops by reason", "", figure(plots.get("drops")) + drops if cmp["drops"]
-                else '<div class="note">Neither run dropped anything.</div>'),
-        section("mixture", "Mixture", "Tokens per domain bucket.", figure(plots.get("mixture")) + mix),
-    ]
-    return page(f"Comparison · {a['label']} → {b['label']}", header, nav, sections,
-                "Written by <code>python -m beam_pipeline report --compare A B</code> from both runs' metrics "
-                "and manifests.")
-
-
-def _delta(a, b) -> str:
-    if a is None or b is None:
-        return "–"
-    d = b - a
-    if not d:
-        return "0"
-    return f'<b>{"+" if d > 0 else "−"}{num(abs(d))}</b>' + (f" ({d / a:+.1%})" if a else "")
+    return _ENV.get_template("compare.html").render(
+        title=f"Comparison · {a['label']} → {b['label']}", cmp=cmp, plots=plots, nav=nav)

@@ -38,6 +38,7 @@ from beam_pipeline.accounting import DEAD_LETTER
 from beam_pipeline.hashing import digest_json
 from beam_pipeline.layers import Layer, join, part_name, read_bytes, write_json_atomic
 from beam_pipeline.policy_rules import Plan
+from beam_pipeline.stage_plan import StagePlan
 from beam_pipeline.transforms.layer_io import PartitionInputs
 from beam_pipeline.transforms.score import ANNOTATIONS, DOCUMENT_COLUMNS, SCORERS, Gate, ScoreCascade, histograms
 
@@ -138,8 +139,6 @@ def add_scorers(graph, config, ingested, exact, near, snapshot_id: str, pinned: 
 
 def _stage_plan(config, scorer, index: int, plan: Plan, gate, ingested, exact, near, previous: list):
     """The StagePlan of cascade stage ``index`` (its layer key's inputs and config: see the module doc)."""
-    from beam_pipeline.build import StagePlan
-
     inputs = {"documents": ingested}
     if near is not None:
         inputs["near"] = near
@@ -182,8 +181,6 @@ def _reuse(graph, scorer, pinned: dict):
     if ledger["config"].get("scorer") != scorer.key_config():
         raise ReselectError(f"the {scorer.stage} settings (model, lists or parameters) changed since the scored "
                             f"build; re-selection only changes the policy: use `run`")
-    from beam_pipeline.build import StagePlan
-
     plan = StagePlan(scorer.stage, ledger["version"], ledger["config"], {}, outputs={})
     ref = graph.reused(plan, layer)
     graph.log(f"[{scorer.stage}] layer {key} from the scored build: reused")
@@ -199,7 +196,6 @@ def score_inputs(refs: list, config) -> dict[str, tuple[list[str], list[str]]]:
 
 def add_index(graph, config, selected):
     """The ngram_index stage over the gold text (``decontamination.index``), or None."""
-    from beam_pipeline.build import StagePlan
     from beam_pipeline.filters.decontamination import INDEX_FORMAT
     from beam_pipeline.transforms import ngram_index
 

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from beam_pipeline.filters.language import BUILTIN_LID
+from beam_pipeline.paths import resolve_path
 
 #: Every scoring stage, in the default (cost) order.
 SCORER_STAGES = ("language", "heuristics", "blocklist", "quality", "safety", "pii", "decontamination")
@@ -246,8 +247,7 @@ def _definition_problems(rule, config) -> list[str]:
 
 def resolve_paths(config, base_dir: str) -> dict:
     """model_copy updates resolving every path of the scoring sections against ``base_dir``."""
-    from beam_pipeline.config import resolve_path
-    from beam_pipeline.filters.language import BUILTIN_LID as builtin
+    builtin = BUILTIN_LID
 
     def path(value):
         return value if value is None or value == builtin else resolve_path(value, base_dir)

@@ -12,12 +12,12 @@ one ``GroupByKey`` on the node (a doc_id, ``StrUtf8Coder``)::
 A grouped value is one node's neighbours (doc_ids). ``max_rounds`` rounds are
 unrolled in the job graph (``docs/near_dedup.md`` says why not one job per
 round), and every round runs: a round after convergence regroups the final
-stars and changes nothing. Rounds used to skip their groupings once the
-previous round's changed-edge count (a side input) was 0, but that made each
-round a diamond of the graph (edges and counts both from the round before),
-and Flink's batch optimizer (the DataSet API the portable Flink runner uses)
-walks every path of the graph: 2^rounds paths, and the sample's job never
-left the optimizer (``docs/decisions.md``). The changed-edge counts are
+stars and changes nothing. A round does not skip its groupings when the
+previous round changed no edge: that test would read the previous round's
+count as a side input, making each round a diamond of the graph (edges and
+counts both from the round before), and Flink's batch optimizer (the DataSet
+API the portable Flink runner uses) walks every path of the graph, 2^rounds
+of them (``docs/decisions.md``). The changed-edge counts are
 data: each step counts ``components_changed_rNN`` in its tally
 (:mod:`beam_pipeline.accounting`); if the last round still changed edges,
 the job fails with a message naming ``near_dedup.max_rounds``;

@@ -22,7 +22,15 @@ The shape (DESIGN.md, "exact dedup")::
                                                             └─ CoGroupByKey(content_hash) -> one row per member
       -> annotations, partitioned by doc_id
 
-A member is five small fields (no text). The combine is lifted: each worker
+**Against earlier versions** (``exact_dedup.against``, a monthly refresh):
+the content hashes of earlier exact-dedup layers join the combine as
+*previous* members, which come first in the order. A new document whose text
+an earlier version holds is then a duplicate of that version's
+representative (counter ``previous_version_copies``), like
+``near_dedup.against`` for near copies. Previous members get no row and are
+not counted: the stage accounts for this build's documents only.
+
+A member is six small fields (no text). The combine is lifted: each worker
 folds its members per hash before the shuffle, and a hash held by very many
 documents (a boilerplate page copied everywhere) is spread over
 :data:`HOT_KEY_FANOUT` intermediate keys first, so no worker merges all its
@@ -30,11 +38,14 @@ copies alone. The join sends each member to the group of its hash once.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Iterable, Iterator
 
 import apache_beam as beam
 
 from beam_pipeline.accounting import COUNTS, CountingDoFn
+from beam_pipeline.config import ConfigError
+from beam_pipeline.layers import EarlierLayerError, earlier_layer, join
 from beam_pipeline.transforms.keys import StrKeyed
 from beam_pipeline.transforms.layer_io import ReadLayerRows
 
@@ -56,10 +67,11 @@ class AnnotateExactDuplicates(beam.PTransform):
     every layer of ``after`` is committed.
     """
 
-    def __init__(self, document_paths: list[str], after=()):
+    def __init__(self, document_paths: list[str], after=(), previous: tuple["EarlierExactLayer", ...] = ()):
         super().__init__()
         self._documents = tuple(document_paths)
         self._after = tuple(after)
+        self._previous = tuple(previous)
 
     def expand(self, pbegin):
         members = (
@@ -69,6 +81,15 @@ class AnnotateExactDuplicates(beam.PTransform):
                 COUNTS, main=_MEMBERS)
         )
         keyed = members[_MEMBERS]  # (content_hash, member)
+        if self._previous:
+            earlier = (
+                pbegin
+                | "ReadEarlierVersions" >> ReadLayerRows(
+                    [path for layer in self._previous for path in layer.annotation_paths], PREVIOUS_COLUMNS)
+                | "EarlierContent" >> beam.Map(previous_member).with_output_types(StrKeyed)
+                | "OnePerContent" >> beam.Distinct()
+            )
+            keyed = (keyed, earlier) | "WithEarlierVersions" >> beam.Flatten()
         representatives = (
             keyed
             | "PickRepresentative" >> beam.CombinePerKey(RepresentativeFn()).with_hot_key_fanout(HOT_KEY_FANOUT)
@@ -85,13 +106,42 @@ class AnnotateExactDuplicates(beam.PTransform):
 def member_of(document: dict) -> tuple:
     """The fields of a document that the representative choice needs, as a tuple."""
     return (document["source_rank"], document["date"] is None, document["date"] or "",
-            document["doc_id"], document["source"])
+            document["doc_id"], document["source"], False)
+
+
+#: Columns of an earlier exact-dedup layer's annotations that a refresh reads.
+PREVIOUS_COLUMNS = ["content_hash", "representative"]
+
+
+def previous_member(row: dict) -> tuple[str, tuple]:
+    """(content_hash, member) of an earlier version's content: its representative there, first in the order."""
+    return row["content_hash"], (0, False, "", row["representative"], "", True)
 
 
 def representative_order(member: tuple) -> tuple:
-    """Total order; the minimum is the representative. Ends in doc_id (unique)."""
-    rank, no_date, date, doc_id, _source = member
-    return (rank, no_date, date, doc_id)
+    """Total order; the minimum is the representative: an earlier version's member first, then by source
+    rank, dated before undated, date, doc_id (unique)."""
+    rank, no_date, date, doc_id, _source, previous = member
+    return (not previous, rank, no_date, date, doc_id)
+
+
+@dataclasses.dataclass(frozen=True)
+class EarlierExactLayer:
+    """An earlier exact-dedup layer a refresh dedups against: its key and annotation partitions."""
+
+    key: str
+    annotation_paths: tuple[str, ...]
+
+
+def resolve_against(root: str, entry: str) -> EarlierExactLayer:
+    """An ``exact_dedup.against`` entry (a layer path/URI, or a dataset id under ``root``) -> its layer;
+    :class:`ConfigError` when it names no complete exact-dedup layer."""
+    try:
+        path, ledger = earlier_layer(root, entry, STAGE, "exact_dedup.against")
+    except EarlierLayerError as err:
+        raise ConfigError(str(err)) from None
+    parts = ledger["outputs"][ANNOTATIONS]["parts"]
+    return EarlierExactLayer(ledger["key"], tuple(join(path, ANNOTATIONS, p["name"]) for p in parts))
 
 
 class RepresentativeFn(beam.CombineFn):
@@ -119,15 +169,17 @@ class RepresentativeFn(beam.CombineFn):
 
 
 def annotate_group(content_hash: str, members: Iterable[tuple]) -> list[dict]:
-    """Annotation rows for every member of one content-hash group."""
+    """Annotation rows for every member of this build in one content-hash group."""
     members = list(members)
-    representative = min(members, key=representative_order)[3]
-    return [annotation(content_hash, m, representative, len(members)) for m in members]
+    best = min(members, key=representative_order)
+    return [annotation(content_hash, m, best, len(members)) for m in members if not m[5]]
 
 
-def annotation(content_hash: str, member: tuple, representative: str, size: int) -> dict:
+def annotation(content_hash: str, member: tuple, representative: tuple, size: int) -> dict:
+    """The row of ``member``: a duplicate unless it is the representative (a copy of an earlier version's
+    content always is, even under the same doc_id)."""
     return {"doc_id": member[3], "content_hash": content_hash, "duplicate_count": size,
-            "representative": representative, "is_duplicate": member[3] != representative}
+            "representative": representative[3], "is_duplicate": representative[5] or member[3] != representative[3]}
 
 
 class _MemberFn(CountingDoFn):
@@ -150,7 +202,10 @@ class _AnnotateFn(CountingDoFn):
     def process(self, joined: tuple[str, dict]) -> Iterator[dict]:
         content_hash, groups = joined
         (best, size), = groups[_REPRESENTATIVE]
-        representative = best[3]
         for member in groups[_MEMBERS]:
+            if member[5]:
+                continue  # an earlier version's content: no row, not counted
             self.tally.passed(member[4])
-            yield annotation(content_hash, member, representative, size)
+            if best[5]:
+                self.tally.inc("previous_version_copies")
+            yield annotation(content_hash, member, best, size)

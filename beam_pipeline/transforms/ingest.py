@@ -46,9 +46,10 @@ from apache_beam.io.filesystems import FileSystems
 from beam_pipeline import schemas
 from beam_pipeline.accounting import COUNTS, Tally
 from beam_pipeline.config import CorpusConfig, SourceConfig
-from beam_pipeline.hashing import bucket_of, content_hash, doc_id
-from beam_pipeline.normalize import NORMALIZATION_VERSION, normalize_text
-from beam_pipeline.readers import BadRecord, RawRecord, iter_records
+from beam_pipeline.documents import make_document
+from beam_pipeline.hashing import bucket_of
+from beam_pipeline.normalize import NORMALIZATION_VERSION
+from beam_pipeline.readers import BadRecord, iter_records
 from beam_pipeline.layers import join
 from beam_pipeline.schemas import dead_letter_row
 from beam_pipeline.snapshot import verify_file
@@ -219,26 +220,3 @@ class ReadRecordsFn(beam.DoFn):
                 continue
             yield document
         yield from self._counters.tagged()
-
-
-def make_document(record: RawRecord, source: SourceConfig, path: str) -> dict | None:
-    """Normalize a raw record into a document row; None when no text remains."""
-    text = normalize_text(record.text)
-    if not text:
-        return None
-    return {
-        "doc_id": doc_id(source.name, text),
-        "content_hash": content_hash(text),
-        "source": source.name,
-        "domain": source.domain,
-        "source_rank": source.rank,
-        "license": record.license or source.license,
-        "url": record.url,
-        "date": record.date,
-        "record_id": record.record_id,
-        "file": path,
-        "position": record.position,
-        "byte_offset": record.byte_offset,
-        "n_chars": len(text),
-        "text": text,
-    }

@@ -57,8 +57,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
-import re
 from typing import Any, Iterable, Iterator
 
 import apache_beam as beam
@@ -67,10 +65,11 @@ import numpy as np
 from beam_pipeline.accounting import COUNTS, LOST_IN_JOIN, CountingDoFn, Tally
 from beam_pipeline.config import ConfigError, NearDedupConfig
 from beam_pipeline.dedup import minhash, simhash, verify
+from beam_pipeline.dedup.cluster_alarms import largest_clusters, size_bucket
 from beam_pipeline.dedup.repetition import LINES_VERSION, SPANS_VERSION, line_keys, merge_ranges
 from beam_pipeline.dedup.shingling import NORMALIZATION_VERSION, shingle_hashes
 from beam_pipeline.hashing import bucket_of, stable_hash64
-from beam_pipeline.layers import join, read_bytes, read_partition_rows
+from beam_pipeline.layers import EarlierLayerError, earlier_layer, join, part_name, read_partition_rows
 from beam_pipeline.schemas import LARGE_CLUSTER, NEAR_DEDUP, NEAR_SIGNATURE, dead_letter_row
 from beam_pipeline.transforms.connected_components import LABELS, ConnectedComponents
 from beam_pipeline.transforms.keys import IntKeyed, StrKeyed
@@ -90,7 +89,6 @@ _MEMBERS, _PAYLOADS, _BANDS, _BLOCKS = "members", "payloads", "bands", "blocks"
 _MEMBER, _PREVIOUS, _LABEL, _SPAN = "member", "previous", "label", "span"
 _CLUSTERED, _CHECK, _ROWS = "clustered", "check", "rows"
 _KEYS, _SIGNATURE, _EDGES, _PAIRS, _CHECKED = "keys", "signature", "edges", "pairs", "checked"
-_DATASET_ID = re.compile(r"^[0-9a-f]{64}$")
 
 
 # --- parameters -----------------------------------------------------------------
@@ -167,10 +165,18 @@ class NearDedupParams:
                 "shingle_sets": self.exact_sets}
 
 
+def summarize_layer(layer, partitions: int) -> dict:
+    """Extra ledger fields of a near-dedup layer: its largest clusters (``dedup/cluster_alarms.py``)."""
+    directory = layer.output_path(LARGE_CLUSTERS)
+    return {"largest_clusters": largest_clusters([join(directory, part_name(i, partitions))
+                                                  for i in range(partitions)])}
+
+
 def stage_config(config: NearDedupConfig) -> dict:
-    """The layer-key slice: the config (without ``against``, whose layer keys are inputs) and versions."""
+    """The layer-key slice: the config (without ``against``, whose layer keys are inputs, and ``alarms``,
+    which judge the layer without shaping it) and versions."""
     params = NearDedupParams.from_config(config)
-    return {**config.model_dump(mode="json", exclude={"against"}),
+    return {**config.model_dump(mode="json", exclude={"against", "alarms"}),
             "signature": params.signature_config(),
             "versions": {"lines": LINES_VERSION, "spans": SPANS_VERSION}}
 
@@ -193,26 +199,10 @@ def resolve_against(root: str, entry: str, config: NearDedupConfig) -> PreviousL
     made with incompatible signature settings (its band keys would never meet
     ours).
     """
-    if _DATASET_ID.match(entry):
-        manifest_path = join(root, "datasets", entry, "manifest.json")
-        try:
-            manifest = json.loads(read_bytes(manifest_path))
-        except (IOError, OSError, ValueError) as err:
-            raise ConfigError(f"near_dedup.against: dataset {entry} not found under {root} ({err})") from None
-        keys = [s["layer_key"] for s in manifest["stages"] if s["name"] == STAGE]
-        if not keys:
-            raise ConfigError(f"near_dedup.against: dataset {entry} was built without a {STAGE} stage")
-        path = join(root, "layers", STAGE, keys[0])
-    else:
-        path = entry.rstrip("/")
     try:
-        ledger = json.loads(read_bytes(join(path, "_LEDGER.json")))
-    except (IOError, OSError, ValueError):
-        raise ConfigError(f"near_dedup.against: {entry!r} is not a complete {STAGE} layer "
-                          f"(no readable {join(path, '_LEDGER.json')}); give the absolute path of "
-                          f"<root>/layers/{STAGE}/<key> or a dataset id") from None
-    if ledger.get("stage") != STAGE:
-        raise ConfigError(f"near_dedup.against: {entry!r} is a {ledger.get('stage')} layer, not {STAGE}")
+        path, ledger = earlier_layer(root, entry, STAGE, "near_dedup.against")
+    except EarlierLayerError as err:
+        raise ConfigError(str(err)) from None
     ours = NearDedupParams.from_config(config).signature_config()
     theirs = ledger["config"].get("signature")
     if theirs != ours:
@@ -671,6 +661,7 @@ class ClusterFn(CountingDoFn):
         representative = entries[0][0][_DOC_ID]
         large = size > self._cap
         self.tally.inc("large_clusters" if large else "clusters")
+        self.tally.inc(size_bucket(size))
         if large:
             sample = sorted(sorted((e[0][_DOC_ID] for e in entries),
                                    key=lambda d: (stable_hash64(self._seed, "sample", d), d))[:self._sample])

@@ -89,8 +89,10 @@ class PublishManifestFn(beam.DoFn):
 
 def publish(config, snapshot_id: str, tokenizer, committed: list) -> dict:
     """Move the shards into ``datasets/<dataset_id>/shards/`` and write the manifest last; return it."""
+    from beam_pipeline.dedup.cluster_alarms import check_before_publishing
     from beam_pipeline.layers import Layer
 
+    check_before_publishing(config, {c.stage: c.ledger for c in committed})  # near_dedup.alarms.action: fail
     tokenized = committed[-1]
     dataset_id, shards = tokenized.ledger["dataset_id"], tokenized.ledger["shards"]
     root = config.output_root

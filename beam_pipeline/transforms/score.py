@@ -47,6 +47,7 @@ from beam_pipeline.accounting import COUNTS, Tally
 from beam_pipeline.hashing import digest_json, sha256_stream
 from beam_pipeline.transforms.layer_io import PartitionIndexes, PartitionInputs, WrittenPartitions, \
     write_layer_partition
+from beam_pipeline.transforms.task_ledger import TaskLedger, replay_counts, replayed_dead_letters
 
 ANNOTATIONS = "annotations"
 DEAD_LETTER = "dead_letter"
@@ -137,7 +138,18 @@ class ScoreCascadeFn(beam.DoFn):
         self._tallies = {scorer.stage: Tally(scorer.stage) for scorer, _, _ in self._scorers}
 
     def process(self, index: int) -> Iterator:
+        count = self._inputs.count
+        ledgers = [TaskLedger(directory.rsplit("/", 1)[0], count) for _, _, directory in self._scorers]
+        records = [ledger.done(index) for ledger in ledgers]
+        if all(records):  # finished by an earlier, killed run of these layers (transforms/task_ledger.py)
+            for (scorer, _, _), record in zip(self._scorers, records):
+                yield beam.pvalue.TaggedOutput(_tag(scorer.stage, ANNOTATIONS), record["outputs"][ANNOTATIONS])
+                for row in replayed_dead_letters(record):
+                    yield beam.pvalue.TaggedOutput(_tag(scorer.stage, DEAD_LETTER), row)
+                yield from replay_counts(record)
+            return
         annotations = {scorer.stage: [] for scorer, _, _ in self._scorers}
+        dead_letters = {scorer.stage: [] for scorer, _, _ in self._scorers}
         where = "+".join(annotations)
         policy = self._scorers[0][1].policy if self._scorers[0][1] is not None else self._scorers[0][0].policy
         for document, rows in self._inputs.joined(index, where):
@@ -147,17 +159,19 @@ class ScoreCascadeFn(beam.DoFn):
                 row = None
                 for out in self.score_one(scorer, gate, holder, document, rows):
                     if isinstance(out, beam.pvalue.TaggedOutput):
+                        dead_letters[scorer.stage].append(out.value)
                         yield beam.pvalue.TaggedOutput(_tag(scorer.stage, DEAD_LETTER), out.value)
                     else:
                         row = out
                         annotations[scorer.stage].append(out)
                 rows[scorer.stage] = row
-        count = self._inputs.count
-        for scorer, _gate, directory in self._scorers:
-            yield beam.pvalue.TaggedOutput(_tag(scorer.stage, ANNOTATIONS), write_layer_partition(
-                directory, index, count, annotations[scorer.stage], scorer.schema))
-        for tally in self._tallies.values():
-            yield from tally.tagged()
+        for (scorer, _gate, directory), ledger in zip(self._scorers, ledgers):
+            sidecar = write_layer_partition(directory, index, count, annotations[scorer.stage], scorer.schema)
+            counts = self._tallies[scorer.stage].take()
+            ledger.write(index, {ANNOTATIONS: sidecar}, counts, dead_letters[scorer.stage])
+            yield beam.pvalue.TaggedOutput(_tag(scorer.stage, ANNOTATIONS), sidecar)
+            if counts:
+                yield beam.pvalue.TaggedOutput(COUNTS, counts)
 
     def score_one(self, scorer: "Scorer", gate: Gate | None, holder: _Holder, document: dict,
                   rows: dict) -> Iterator:

@@ -38,6 +38,7 @@ from beam_pipeline.transforms.layer_io import PartitionIndexes, PartitionInputs,
     write_layer_partition
 from beam_pipeline.transforms.select_rules import DOCUMENT_GROUPS, PolicyRules, QuantileThresholds, \
     quantile_reason
+from beam_pipeline.transforms.task_ledger import TaskLedger, replay_counts
 
 STAGE = "select"
 VERSION = "1"
@@ -120,6 +121,14 @@ class JudgePartitionFn(beam.DoFn):
         self._counters = Tally(STAGE)
 
     def process(self, index: int, thresholds: dict | None = None) -> Iterator:
+        count = self._inputs.count
+        ledger = TaskLedger(self._directories[GOLD].rsplit("/", 1)[0], count)
+        record = ledger.done(index)
+        if record is not None:  # finished by an earlier, killed run of this layer (transforms/task_ledger.py)
+            yield record["outputs"][GOLD]
+            yield beam.pvalue.TaggedOutput(DECISIONS, record["outputs"][DECISIONS])
+            yield from replay_counts(record)
+            return
         rules = self._judge.rules
         gold, decisions = [], []
         for document, rows in self._inputs.joined(index, STAGE):
@@ -135,11 +144,15 @@ class JudgePartitionFn(beam.DoFn):
                 continue
             self._counters.passed(source)
             gold.append(self._gold(document))
-        count = self._inputs.count
-        yield write_layer_partition(self._directories[GOLD], index, count, gold, schemas.GOLD)
-        yield beam.pvalue.TaggedOutput(DECISIONS, write_layer_partition(
-            self._directories[DECISIONS], index, count, decisions, schemas.DECISION))
-        yield from self._counters.tagged()
+        written = {GOLD: write_layer_partition(self._directories[GOLD], index, count, gold, schemas.GOLD),
+                   DECISIONS: write_layer_partition(self._directories[DECISIONS], index, count, decisions,
+                                                    schemas.DECISION)}
+        counts = self._counters.take()
+        ledger.write(index, written, counts, [])
+        yield written[GOLD]
+        yield beam.pvalue.TaggedOutput(DECISIONS, written[DECISIONS])
+        if counts:
+            yield beam.pvalue.TaggedOutput(COUNTS, counts)
 
     def _gold(self, document: dict) -> dict:
         """The gold row, PII redacted when ``policy.redact.enabled``."""

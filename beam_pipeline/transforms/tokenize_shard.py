@@ -21,11 +21,13 @@ The data flow (DESIGN.md, "global order")::
    (shards are homogeneous by bucket) through the runner's ``GroupByKey``,
    its tokens as little-endian uint32 bytes;
 4. inside a shard, order documents by (xxh3(seed, doc_id), doc_id): a global
-   deterministic shuffle that no runner or bundle size can change;
+   deterministic shuffle that no runner or bundle size can change; the sort
+   spills to local run files above ``tokenize.sort_memory_bytes``
+   (:mod:`beam_pipeline.transforms.shard_stream`);
 5. concatenate with EOS after every document, cut into ``seq_len`` sequences,
-   pad the last one, and write.
+   pad the last one, writing the shard file as a stream.
 
-A task holds one gold partition or one shard (``shard_tokens``) at a time.
+A task holds one gold partition, or ``sort_memory_bytes`` of one shard, at a time.
 """
 from __future__ import annotations
 
@@ -41,11 +43,11 @@ from apache_beam.utils import shared
 
 from beam_pipeline.accounting import COUNTS, Tally
 from beam_pipeline.config import TokenizeConfig
-from beam_pipeline.hashing import canonical_json, sha256_bytes, stable_hash64
-from beam_pipeline.layers import join, read_bytes, read_partition_rows, table_bytes, write_bytes_atomic
-from beam_pipeline.schemas import SHARD_INDEX
+from beam_pipeline.hashing import sha256_bytes, stable_hash64
+from beam_pipeline.layers import join, read_bytes, read_partition_rows
 from beam_pipeline.transforms.keys import StrKeyed
 from beam_pipeline.transforms.layer_io import WRITTEN, PartitionIndexes
+from beam_pipeline.transforms.shard_stream import SpillSorter, write_packed_shard
 
 STAGE = "tokenize"
 VERSION = "1"
@@ -123,7 +125,7 @@ class TokenizePackShard(beam.PTransform):
                                        self._seed).with_output_types(StrKeyed)
             | "GroupByShard" >> beam.GroupByKey()
             | "PackAndWrite" >> beam.ParDo(WriteShardFn(self._directory, self._tokenizer, self._config.seq_len,
-                                                        self._seed))
+                                                        self._seed, self._config.sort_memory_bytes))
         )
         return {WRITTEN: shards, COUNTS: tokenized[COUNTS]}
 
@@ -191,76 +193,27 @@ def shuffle_order(seed: int, doc_id: str) -> tuple[int, str]:
     return (stable_hash64(seed, "order", doc_id), doc_id)
 
 
-@dataclasses.dataclass
-class PackedShard:
-    tokens: np.ndarray          # n_sequences * seq_len ids
-    index: list[dict]           # SHARD_INDEX rows
-    sequences: int
-    pad_tokens: int
-
-
-def pack_documents(documents: Iterable[tuple[str, str, np.ndarray]], *, eos_id: int, pad_id: int,
-                   seq_len: int, dtype: str) -> PackedShard:
-    """Concatenate (doc_id, source, tokens) with EOS after each; cut into padded sequences.
-
-    A document may run across a sequence boundary (standard packing); the index
-    gives every document's start and length in the shard's token stream, from
-    which a trainer derives per-sequence boundaries (attention masks, position
-    resets).
-    """
-    pieces, index, cursor = [], [], 0
-    eos = np.asarray([eos_id], dtype=np.uint32)
-    for doc_id, source, tokens in documents:
-        index.append({"doc_id": doc_id, "source": source, "token_start": cursor, "token_count": int(tokens.size)})
-        pieces.extend((tokens.astype(np.uint32, copy=False), eos))
-        cursor += int(tokens.size) + 1
-    sequences = max(1, math.ceil(cursor / seq_len))
-    pad = sequences * seq_len - cursor
-    pieces.append(np.full(pad, pad_id, dtype=np.uint32))
-    stream = np.concatenate(pieces).astype(np.dtype(dtype).newbyteorder("<"))
-    return PackedShard(tokens=stream, index=index, sequences=sequences, pad_tokens=pad)
-
-
 class WriteShardFn(beam.DoFn):
     """(shard name, its tokenized documents) -> shard files written atomically; yields the sidecar."""
 
-    def __init__(self, directory: str, tokenizer: TokenizerInfo, seq_len: int, seed: int):
+    def __init__(self, directory: str, tokenizer: TokenizerInfo, seq_len: int, seed: int, sort_memory_bytes: int):
         self._directory = directory
         self._tokenizer = tokenizer
         self._seq_len = seq_len
         self._seed = seed
+        self._sort_memory = sort_memory_bytes
 
     def process(self, keyed: tuple[str, Iterable[dict]]) -> Iterator[dict]:
         name, rows = keyed
-        ordered = sorted(rows, key=lambda r: shuffle_order(self._seed, r["doc_id"]))
-        packed = pack_documents(
-            ((r["doc_id"], r["source"], np.frombuffer(r["tokens"], dtype=TOKEN_WIRE_DTYPE)) for r in ordered),
-            eos_id=self._tokenizer.eos_id, pad_id=self._tokenizer.pad_id,
-            seq_len=self._seq_len, dtype=self._tokenizer.dtype)
-        yield write_shard(self._directory, name, packed, domain=ordered[0]["domain"])
-
-
-def write_shard(directory: str, name: str, packed: PackedShard, domain: str) -> dict:
-    token_bytes = packed.tokens.tobytes()
-    index_bytes = table_bytes(packed.index, SHARD_INDEX)
-    write_bytes_atomic(join(directory, f"{name}.bin"), token_bytes)
-    write_bytes_atomic(join(directory, f"{name}.idx.parquet"), index_bytes)
-    meta = {
-        "name": name,
-        "domain": domain,
-        "tokens_file": f"{name}.bin",
-        "tokens_sha256": sha256_bytes(token_bytes),
-        "tokens_bytes": len(token_bytes),
-        "index_file": f"{name}.idx.parquet",
-        "index_sha256": sha256_bytes(index_bytes),
-        "index_bytes": len(index_bytes),
-        "documents": len(packed.index),
-        "tokens": int(packed.tokens.size) - packed.pad_tokens,
-        "pad_tokens": packed.pad_tokens,
-        "sequences": packed.sequences,
-    }
-    write_bytes_atomic(join(directory, f"{name}.meta.json"), canonical_json(meta))
-    return meta
+        domain = None
+        with SpillSorter(self._sort_memory) as ordered:  # a shard is larger than a worker's memory should hold
+            for row in rows:
+                domain = row["domain"]
+                ordered.add(shuffle_order(self._seed, row["doc_id"]), row["source"], row["tokens"])
+            meta = write_packed_shard(self._directory, name, ordered.sorted_items(), domain=domain,
+                                      eos_id=self._tokenizer.eos_id, pad_id=self._tokenizer.pad_id,
+                                      seq_len=self._seq_len, dtype=self._tokenizer.dtype)
+        yield meta
 
 
 SHARDS = "shards"

@@ -33,7 +33,7 @@ from typing import BinaryIO, Callable, Iterator
 
 from resiliparse.parse.encoding import detect_mime
 
-from beam_pipeline.readers import BadRecord, RawRecord
+from beam_pipeline.record_types import BadRecord, RawRecord
 from beam_pipeline.web.charset import decode_page
 from beam_pipeline.web.config import ExtractConfig
 from beam_pipeline.web.extract import html_to_text

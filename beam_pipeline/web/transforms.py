@@ -33,8 +33,9 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.accounting import COUNTS, Tally
 from beam_pipeline.config import SourceConfig
+from beam_pipeline.documents import make_document
 from beam_pipeline.hashing import bucket_of
-from beam_pipeline.readers import BadRecord
+from beam_pipeline.record_types import BadRecord
 from beam_pipeline.schemas import dead_letter_row
 from beam_pipeline.snapshot import verify_file
 from beam_pipeline.transforms.keys import IntKeyed, StrKeyed
@@ -162,9 +163,6 @@ class _ReadSplitFn(beam.DoFn):
         self._sources, self._max_record_bytes, self._stage = sources, max_record_bytes, stage
 
     def setup(self):
-        from beam_pipeline.transforms.ingest import make_document  # the one document constructor
-
-        self._make_document = make_document
         self._tally = Tally(self._stage)
 
     def process(self, split: dict) -> Iterator:
@@ -190,7 +188,7 @@ class _ReadSplitFn(beam.DoFn):
                         "key": url_key(source.name, item.url_key), "ts": item.timestamp,
                         "digest": item.digest, "refers_ts": item.refers_to_date})
             else:
-                document = self._make_document(item.record, source, path)
+                document = make_document(item.record, source, path)
                 if document is None:
                     self._tally.filtered("empty_text", source.name)
                     continue

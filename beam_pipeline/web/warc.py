@@ -89,7 +89,7 @@ from typing import BinaryIO, Callable, Iterator
 
 from fastwarc.warc import ArchiveIterator, HeaderMap, WarcRecordType
 
-from beam_pipeline.readers import BadRecord
+from beam_pipeline.record_types import BadRecord
 
 GZIP_MAGIC = b"\x1f\x8b\x08"
 _PREFIX_BYTES = 256

@@ -1,0 +1,243 @@
+"""The code that makes a layer, as part of its key.
+
+A layer key (:func:`beam_pipeline.layers.layer_key`) holds the stage's
+version. This module makes that version follow the code: :func:`stage_version`
+appends a digest of
+
+* the syntax tree of every module of this package the stage's code imports,
+  directly or through other modules, at module level or inside a function
+  (docstrings and comments left out: editing them recomputes nothing), and
+* the installed versions of the third-party distributions those modules
+  import (resiliparse, tokenizers, fasttext, pyarrow, ...).
+
+So editing a stage's code, or upgrading a library it uses, gives its layer a
+new key: the rerun computes that stage and every stage downstream (their keys
+hold their inputs' keys), and reuses everything else. The model and data files
+a stage reads are in its stage config already, by sha256 (the language model,
+the tokenizer, blocklists, evaluation sets).
+
+A scorer stage is a class in :mod:`beam_pipeline.transforms.score`, next to
+the other scorers: its code is that module without the other scorers'
+classes, plus what its own class imports. Editing the heuristics therefore
+recomputes the ``heuristics`` layer, not the ``language`` one.
+
+Apache Beam's version is left out on purpose: layer bytes do not depend on the
+runner or the SDK (rows are partitioned by doc id and sorted inside a
+partition; ``tests/test_flink_embedded.py`` compares every layer's bytes across
+runners), and a Beam upgrade should not recompute a corpus.
+"""
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.metadata
+import os
+import sys
+
+from beam_pipeline.hashing import digest_json
+
+PACKAGE = "beam_pipeline"
+
+#: Stage name -> the module whose code makes the stage's layer (scorer stages: see :func:`stage_code`).
+STAGE_MODULES = {
+    "ingest": "beam_pipeline.transforms.ingest",
+    "exact_dedup": "beam_pipeline.transforms.exact_dedup",
+    "near_dedup": "beam_pipeline.transforms.near_dedup",
+    "select": "beam_pipeline.transforms.select",
+    "ngram_index": "beam_pipeline.transforms.ngram_index",
+    "tokenize": "beam_pipeline.transforms.tokenize_shard",
+}
+SCORER_MODULE = "beam_pipeline.transforms.score"
+
+#: The configuration schema: what it produces (the validated values, defaults filled in) is in each stage's
+#: config, which is part of the layer key already; its code is not followed (else every stage would depend
+#: on every filter, since the schema names them all).
+CONFIG_MODULES = frozenset({"beam_pipeline.config", "beam_pipeline.scoring.config", "beam_pipeline.web.config",
+                            "beam_pipeline.arrivals.config"})
+
+#: Distributions that do not shape layer bytes (see the module docstring).
+NOT_SHAPING = frozenset({"apache-beam"})
+
+
+class UnknownStage(KeyError):
+    """A stage with no known code: register its module in :data:`STAGE_MODULES`."""
+
+
+def stage_version(stage: str, version: str) -> str:
+    """``version`` followed by a digest of the stage's code and libraries: ``1+code.<16 hex>``."""
+    return f"{version}+code.{stage_code(stage)['digest'][:16]}"
+
+
+@functools.lru_cache(maxsize=None)
+def stage_code(stage: str) -> dict:
+    """What makes the stage's layer: ``{"modules": {name: sha}, "libraries": {dist: version}, "digest"}``."""
+    if stage in STAGE_MODULES:
+        root = STAGE_MODULES[stage]
+        modules = closure({root})
+        trees = {name: _module_fingerprint(name) for name in _package_modules(modules)}
+    else:
+        scorer_class = _scorer_class(stage)
+        root_tree = _scorer_module_tree(scorer_class)
+        modules = closure(imports_of(root_tree, package_of=SCORER_MODULE)) - {SCORER_MODULE}
+        trees = {name: _module_fingerprint(name) for name in _package_modules(modules)}
+        trees[f"{SCORER_MODULE}:{scorer_class}"] = _fingerprint(root_tree)
+    libraries = _library_versions(frozenset(modules))
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    return {"modules": dict(sorted(trees.items())), "libraries": libraries, "python": python,
+            "digest": digest_json({"modules": trees, "libraries": libraries, "python": python})}
+
+
+def _scorer_class(stage: str) -> str:
+    from beam_pipeline.transforms.score import SCORERS
+
+    if stage not in SCORERS:
+        raise UnknownStage(f"no code known for stage {stage!r}: add its module to code_version.STAGE_MODULES")
+    return SCORERS[stage].__name__
+
+
+# --- the package's modules and their imports -------------------------------------------------------
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the folder holding this package
+
+
+@functools.lru_cache(maxsize=None)
+def _module_file(module: str) -> str | None:
+    """This package's source file of ``module`` (``a/b.py`` or ``a/b/__init__.py``), None if not one."""
+    if module.split(".")[0] != PACKAGE:
+        return None
+    base = os.path.join(_ROOT, *module.split("."))
+    for path in (base + ".py", os.path.join(base, "__init__.py")):
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def _source_path(module: str) -> str:
+    path = _module_file(module)
+    if path is None:
+        raise UnknownStage(f"no Python source for module {module}")
+    return path
+
+
+def _parse(module: str) -> ast.Module:
+    with open(_source_path(module), "rb") as f:
+        return ast.parse(f.read(), filename=_source_path(module))
+
+
+@functools.lru_cache(maxsize=None)
+def _tree(module: str) -> ast.Module:
+    """The module's syntax tree, shared: never modified (:func:`_fingerprint` works on a fresh parse)."""
+    return _parse(module)
+
+
+@functools.lru_cache(maxsize=None)
+def _module_imports(module: str) -> frozenset[str]:
+    return frozenset(imports_of(_tree(module), package_of=module))
+
+
+def _is_package(module: str) -> bool:
+    return os.path.basename(_source_path(module)) == "__init__.py"
+
+
+def imports_of(tree: ast.AST, package_of: str | None = None) -> set[str]:
+    """Every module an ``import`` anywhere in ``tree`` names (this package's modules resolved, including
+    ``from package import module``; third-party ones by their top-level name)."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolved against the importing module's package
+                if package_of is None:
+                    raise ValueError("a relative import needs the importing module's name")
+                parent = package_of if _is_package(package_of) else package_of.rpartition(".")[0]
+                for _ in range(node.level - 1):
+                    parent = parent.rpartition(".")[0]
+                base = f"{parent}.{base}" if base else parent
+            found.add(base)
+            for alias in node.names:  # `from beam_pipeline.filters import heuristics` imports a module
+                if _module_file(f"{base}.{alias.name}") is not None:
+                    found.add(f"{base}.{alias.name}")
+    return found
+
+
+def _with_parents(module: str) -> set[str]:
+    """A module and the packages above it (importing ``a.b.c`` runs ``a/__init__`` and ``a/b/__init__``)."""
+    parts = module.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+
+
+def closure(modules: set[str]) -> set[str]:
+    """``modules`` and everything they import, transitively: this package's modules by name and third-party
+    ones by top-level name (the standard library left out)."""
+    seen: set[str] = set()
+    todo = list(modules)
+    while todo:
+        name = todo.pop()
+        top = name.split(".")[0]
+        if top != PACKAGE:
+            if top and top not in sys.stdlib_module_names and top != "__future__":
+                seen.add(top)
+            continue
+        if name in seen or name in CONFIG_MODULES or _module_file(name) is None:
+            continue  # `from package import NAME` of a non-module NAME is resolved to the package already
+        seen.add(name)
+        todo.extend(_with_parents(name))
+        todo.extend(_module_imports(name))
+    return seen
+
+
+def _package_modules(modules: set[str]) -> set[str]:
+    return {m for m in modules if m.split(".")[0] == PACKAGE}
+
+
+@functools.lru_cache(maxsize=None)
+def _module_fingerprint(module: str) -> str:
+    return _fingerprint(_parse(module))
+
+
+def _fingerprint(tree: ast.Module) -> str:
+    """Digest of a module's code: its syntax tree without docstrings (comments are not in the tree).
+    Removes the docstrings from ``tree`` itself."""
+    _drop_docstrings(tree)
+    return digest_json(ast.dump(tree, annotate_fields=False, include_attributes=False))
+
+
+def _drop_docstrings(tree: ast.AST) -> None:
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+
+
+def _scorer_module_tree(keep: str) -> ast.Module:
+    """:mod:`~beam_pipeline.transforms.score` without the scorer classes other than ``keep``."""
+    from beam_pipeline.transforms.score import SCORERS
+
+    others = {cls.__name__ for cls in SCORERS.values()} - {keep}
+    tree = _parse(SCORER_MODULE)
+    return ast.Module(body=[node for node in tree.body
+                            if not (isinstance(node, ast.ClassDef) and node.name in others)],
+                      type_ignores=[])
+
+
+# --- third-party libraries ------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=1)
+def _distributions() -> dict[str, list[str]]:
+    return importlib.metadata.packages_distributions()
+
+
+def _library_versions(modules: frozenset[str]) -> dict[str, str]:
+    """``{distribution: version}`` of the third-party top-level modules among ``modules``."""
+    by_module = _distributions()
+    versions = {}
+    for name in sorted(m for m in modules if "." not in m and m != PACKAGE):
+        for dist in by_module.get(name, []):
+            canonical = dist.lower().replace("_", "-")
+            if canonical not in NOT_SHAPING:
+                versions[canonical] = importlib.metadata.version(dist)
+    return dict(sorted(versions.items()))

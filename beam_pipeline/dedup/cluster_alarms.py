@@ -1,0 +1,144 @@
+"""Alarms on near-duplicate cluster sizes: transitivity, the failure that hides.
+
+Connected components over candidate pairs chain: A ~ B and B ~ C put A and C
+in one cluster even when A and C share little. A few such chains through
+templated pages (navigation, licences, generated listings) can merge
+thousands of different documents into one cluster, and collapsing it would
+delete all but one of them. The near-dedup stage therefore does not collapse
+a cluster above ``near_dedup.max_cluster_size``: it writes it to
+``large_clusters`` and checks every member against the representative, and
+keeps the members that fail (the *rejected chain members*,
+counter ``large_cluster_rejected``). That protects the data, but silently.
+
+This module makes it loud. From the near-dedup ledger (the stage's counts
+and its largest clusters, :func:`largest_clusters`, written when the layer is
+committed) it finds the clusters above ``near_dedup.alarms.max_size``
+members or above ``near_dedup.alarms.max_share`` of the stage's documents
+(:func:`cluster_alarms`). The console prints them at the end of a build, the
+run report lists them with its warnings, and with ``action: fail`` the build
+publishes no dataset (the layers stay committed: raising the limits, or
+``action: warn``, and rerunning publishes without recomputing anything).
+Alarms look only at clusters above ``max_cluster_size`` (the ones written to
+``large_clusters``); smaller clusters are collapsed as usual.
+
+The size distribution of all clusters is counted by the stage as
+``cluster_size_<low>_<high>`` (powers of two: 2, 3-4, 5-8, ...), so the run
+report's stage counts show it.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from beam_pipeline.layers import read_partition_rows
+
+#: Largest clusters kept in the near-dedup ledger, whatever the alarm settings (they must not shape the layer).
+LEDGER_CLUSTERS = 20
+#: The counter of large-cluster members the pairwise check found not similar to their representative.
+REJECTED = "large_cluster_rejected"
+
+
+class ClusterAlarmStop(RuntimeError):
+    """``near_dedup.alarms.action: fail`` and an alarm: no dataset is published."""
+
+
+def size_bucket(size: int) -> str:
+    """The histogram counter of a cluster of ``size`` members: 2 -> ``cluster_size_2``, 3-4 ->
+    ``cluster_size_3_4``, 5-8 -> ``cluster_size_5_8``, ..."""
+    if size <= 2:
+        return "cluster_size_2"
+    high = 1 << (size - 1).bit_length()
+    return f"cluster_size_{high // 2 + 1}_{high}"
+
+
+def largest_clusters(large_cluster_paths: list[str], limit: int = LEDGER_CLUSTERS) -> list[dict]:
+    """The ``limit`` largest rows of the ``large_clusters`` output, largest first (ties by cluster id)."""
+    rows = []
+    for path in large_cluster_paths:
+        rows.extend(read_partition_rows(path))
+    rows.sort(key=lambda r: (-r["size"], r["cluster_id"]))
+    return [{"cluster_id": r["cluster_id"], "representative": r["doc_id"], "size": r["size"],
+             "sampled_members": list(r["sampled_members"])} for r in rows[:limit]]
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterAlarm:
+    kind: str              # "size" or "share"
+    clusters: list[dict]   # the clusters above the limit, largest first (as in the ledger)
+    count: int             # how many clusters are above it (the ledger keeps the largest only)
+    limit: str             # the limit, as the config names it
+    documents: int         # documents that entered the stage
+    examples: int
+
+    @property
+    def message(self) -> str:
+        shown = "; ".join(
+            f"{c['size']:,} documents ({c['size'] / max(self.documents, 1):.1%}), representative "
+            f"{c['representative']}, e.g. {', '.join(c['sampled_members'][:3])}"
+            for c in self.clusters[:self.examples])
+        count = f"{self.count}+" if self.count == LEDGER_CLUSTERS else str(self.count)  # the ledger keeps 20
+        return (f"near-dup cluster alarm: {count} cluster(s) above {self.limit}: {shown} "
+                f"(large_clusters output of the near_dedup layer; docs/near_dedup.md, \"Large clusters\")")
+
+
+def cluster_alarms(alarms, ledger: dict) -> list[ClusterAlarm]:
+    """The alarms ``alarms`` (``near_dedup.alarms``) raises on a near-dedup layer's ``ledger``."""
+    clusters = ledger.get("largest_clusters") or []
+    documents = ledger["counts"]["in"]
+    found = []
+    if alarms.max_size is not None:
+        above = [c for c in clusters if c["size"] > alarms.max_size]
+        if above:
+            found.append(ClusterAlarm("size", above, len(above), f"near_dedup.alarms.max_size={alarms.max_size}",
+                                      documents, alarms.examples))
+    if alarms.max_share is not None and documents:
+        above = [c for c in clusters if c["size"] / documents > alarms.max_share]
+        if above:
+            found.append(ClusterAlarm("share", above, len(above),
+                                      f"near_dedup.alarms.max_share={alarms.max_share:g} of {documents:,} documents",
+                                      documents, alarms.examples))
+    return found
+
+
+def large_cluster_line(ledger: dict) -> str | None:
+    """``3 clusters above max_cluster_size (largest 512 documents); 45 chain members kept ...``, or None."""
+    other = ledger["counts"].get("other", {})
+    large = other.get("large_clusters", 0)
+    if not large:
+        return None
+    clusters = ledger.get("largest_clusters") or []
+    largest = f" (largest {clusters[0]['size']:,} documents)" if clusters else ""
+    return (f"{large:,} near-dup clusters above near_dedup.max_cluster_size{largest}, not collapsed: each member "
+            f"checked against the representative; {other.get(REJECTED, 0):,} chain members were not similar to "
+            f"it and were kept")
+
+
+def _near_dedup(config):
+    """The ``near_dedup`` section of a config: a :class:`~beam_pipeline.config.CorpusConfig` or the dict a
+    manifest holds (defaults filled in)."""
+    if isinstance(config, dict):
+        from beam_pipeline.config import NearDedupConfig
+
+        return NearDedupConfig.model_validate(config.get("near_dedup") or {})
+    return config.near_dedup
+
+
+def build_messages(config, ledgers: dict[str, dict]) -> tuple[list[str], list[str]]:
+    """(information lines, alarm messages) of a build from its config and ledgers (stage -> ledger)."""
+    ledger = ledgers.get("near_dedup")
+    near = _near_dedup(config) if config else None
+    if ledger is None or near is None or not near.enabled:
+        return [], []
+    line = large_cluster_line(ledger)
+    return ([line] if line else []), [alarm.message for alarm in cluster_alarms(near.alarms, ledger)]
+
+
+def check_before_publishing(config, ledgers: dict[str, dict]) -> None:
+    """Raise :class:`ClusterAlarmStop` when ``near_dedup.alarms.action`` is ``fail`` and an alarm fires."""
+    near = _near_dedup(config)
+    if not near.enabled or near.alarms.action != "fail":
+        return
+    _, alarms = build_messages(config, ledgers)
+    if alarms:
+        raise ClusterAlarmStop(
+            f"{alarms[0]}; near_dedup.alarms.action is fail, so no dataset is published "
+            f"(the layers are committed: raise the limits or set action: warn and rerun to publish)")
