@@ -114,6 +114,7 @@ class BuildGraph:
         self.partitions = partitions
         self.max_dead_letter_fraction = max_dead_letter_fraction
         self.log = log
+        self.inputs_of: dict[str, list[str]] = {}  # stage -> the stages of this job it reads (progress totals)
         self.allowed = allowed  # stages that may be computed (re-selection); None: any
         self.refs: list[LayerRef] = []
         self.groups: dict[str, list[str]] = {}  # label of a pass that computes several layers -> their stages
@@ -194,6 +195,7 @@ class BuildGraph:
         return refs
 
     def _spec(self, plan: StagePlan, layer: Layer) -> LayerSpec:
+        self.inputs_of[plan.stage] = [v.stage for v in plan.inputs.values() if isinstance(v, LayerRef)]  # progress
         return LayerSpec(layer=layer, version=plan.version, config=plan.config, inputs=plan.input_keys(),
                          outputs=dict(plan.outputs), partitions=self.partitions, rows_match=dict(plan.rows_match),
                          max_dead_letter_fraction=self.max_dead_letter_fraction, finalize=plan.finalize)
@@ -303,6 +305,8 @@ class CorpusBuild:
         self.allowed_stages: tuple[str, ...] | None = None  # re-selection: the stages that may run
         self.run_dir: str | None = None  # where this invocation's metrics and report go (set by _prepare)
         self.layers: list[tuple[str, Layer]] = []  # (stage, layer) of the job being run, once it is built
+        self.progress_bar = None  # a terminal's progress bar (beam_pipeline/console.py); None: plain lines
+        self.on_run_dir: Callable[[str], None] | None = None  # told this invocation's runs/<run_id> folder
 
     def run(self) -> BuildResult:
         """Build: run the job, wait for it, run it again while a stage's records do not balance."""
@@ -311,7 +315,7 @@ class CorpusBuild:
         attempts_allowed = self.max_attempts
         attempts: dict[str, int] = {}
         for attempt in range(1, attempts_allowed + 1):
-            progress = BuildProgress(self.options, self.log, self.progress_interval)
+            progress = BuildProgress(self.options, self.log, self.progress_interval, bar=self.progress_bar)
             graph = self.assemble(*prepared, dict(attempts), runner=progress.runner())
             self.layers = [(ref.stage, ref.layer) for ref in graph.refs]  # what an interrupted build reports
             for stage in graph.computed:
@@ -349,6 +353,8 @@ class CorpusBuild:
         run_id = digest_json({"snapshot": snapshot_id, "config": self.config.digest()})[:16]
         from beam_pipeline.runs import run_folder
         self.run_dir = run_folder(self.root, run_id)  # runs/<run_id>, or runs/<run_id>/rerun-N (beam_pipeline/runs.py)
+        if self.on_run_dir is not None:  # the console's log file goes there (beam_pipeline/console.py)
+            self.on_run_dir(self.run_dir)
         return snapshot_id, manifest, partitions, tokenizer, run_id
 
     def _snapshot(self) -> tuple[str, dict]:
@@ -460,7 +466,7 @@ class CorpusBuild:
         """Run the build's job and wait for it."""
         pipeline = graph.pipeline
         self._log_plan(graph)
-        progress.expect([(ref.stage, ref.layer) for ref in graph.refs if not ref.reused])
+        progress.expect([(ref.stage, ref.layer) for ref in graph.refs if not ref.reused], graph.inputs_of)
         if self.before_run:
             self.before_run(pipeline)
         try:

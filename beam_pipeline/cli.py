@@ -59,7 +59,10 @@ examples:
 Any other --option is passed to Apache Beam (see `--help` of apache_beam's
 PipelineOptions); an option neither knows is refused. Without --runner the
 local DirectRunner uses every core. Errors are one line with an exit code
-(docs/config.md, "Exit codes"); --verbose shows tracebacks instead.
+(docs/config.md, "Exit codes"); --verbose shows tracebacks instead. A build's
+console has its stage lines, progress and the warnings about the data; Beam's
+own log lines go to runs/<run_id>/beam.log, and with --verbose to stderr too
+(docs/operations.md, "The console").
 """
 
 
@@ -113,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     verbose = "--verbose" in argv
     argv = [arg for arg in argv if arg != "--verbose"]
     _CURRENT_BUILD.clear()
+    _VERBOSE[:] = [verbose]
     try:
         parser = _parser()
         args, beam_args = parser.parse_known_args(argv)
@@ -146,6 +150,8 @@ def _interrupted_line(committed: str) -> str:
 
 #: The build being run (for the Ctrl-C line: what it had committed).
 _CURRENT_BUILD: list = []
+#: Whether this command was given ``--verbose`` (tracebacks; Beam's log lines on the console too).
+_VERBOSE: list = [False]
 
 #: Commands whose leftover arguments are Apache Beam pipeline options (``bronze`` and ``report``: the
 #: filesystem options, ``--s3_*`` and GCP's).
@@ -279,8 +285,20 @@ def _driver_settings(args) -> dict:
 
 def _run(config: CorpusConfig, options: PipelineOptions, snapshot_id: str | None, prepare=None,
          driver: dict | None = None) -> int:
+    """Build, with the console of beam_pipeline/console.py: stage lines, progress and the warnings about
+    the data on the console; Beam's log lines in runs/<run_id>/beam.log (and, with --verbose, on stderr)."""
+    from beam_pipeline.console import Console
+
+    with Console(verbose=_VERBOSE[0]) as console:
+        return _run_build(config, options, snapshot_id, prepare, driver, console)
+
+
+def _run_build(config: CorpusConfig, options: PipelineOptions, snapshot_id: str | None, prepare,
+               driver: dict | None, console) -> int:
     started = time.monotonic()
-    build = CorpusBuild(config, options, snapshot_id=snapshot_id, log=_log(started), **(driver or {}))
+    build = CorpusBuild(config, options, snapshot_id=snapshot_id, log=_log(started, console), **(driver or {}))
+    build.progress_bar = console.bar
+    build.on_run_dir = console.open_log
     if prepare is not None:  # e.g. re-selection pins the scorer layers (scoring/commands.py)
         prepare(build)
     _CURRENT_BUILD[:] = [build]
@@ -303,6 +321,8 @@ def _run(config: CorpusConfig, options: PipelineOptions, snapshot_id: str | None
     print(f"dataset_id  {result.dataset_id}")
     print(f"dataset     {result.dataset_path}")
     print(f"metrics     {result.metrics_path}")
+    if console.run_log.path:
+        print(f"log         {console.run_log.path}")
     from beam_pipeline.dedup.cluster_alarms import build_messages
     from beam_pipeline.scoring.null_scores import warnings_from_ledgers
     ledgers = {s.stage: s.ledger for s in result.stages}
@@ -334,9 +354,13 @@ def _committed_so_far() -> str:
             + (f" ({', '.join(done)})" if done else "") + "; ")
 
 
-def _log(started: float):
+def _log(started: float, console=None):
     def log(message: str) -> None:
-        print(f"{time.monotonic() - started:7.1f}s {message}", flush=True)
+        text = f"{time.monotonic() - started:7.1f}s {message}"
+        if console is None:
+            print(text, flush=True)
+        else:
+            console.line(text)
     return log
 
 

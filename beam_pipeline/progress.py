@@ -1,16 +1,23 @@
-"""What a build prints while its job runs: layer commits and records so far.
+"""What a build prints while its job runs: layer commits, records so far, dead-letter warnings.
 
 The build is one job (``beam_pipeline.build``). While it runs,
 :class:`BuildProgress`
 
 * watches the ledger of every layer the job computes and prints a line when
   one appears (the layer is committed): ``[exact_dedup] committed after 12.3s
-  (in 768, passed 768, filtered 0, dead letter 0)``; ledgers are files under
-  the output root, so this works on every runner;
+  (in 768, passed 768, filtered 0, dead letter 0; 49.5 kB written)``, and a
+  ``WARNING`` line naming the dead-letter folder when the layer has dead
+  letters; ledgers are files under the output root, so this works on every
+  runner;
 * every ``--progress_interval`` seconds (0 turns them off), prints the records
-  that have entered each uncommitted stage so far (the stage's ``in`` count):
-  ``[near_dedup] 768 records so far, 12.0s``. Where the count comes from
-  depends on the runner:
+  that have entered each uncommitted stage so far (the stage's ``in`` count),
+  their rate, the time elapsed and, once the layer the stage takes its records
+  from is committed in this job (its ``passed`` count is the total), the
+  percentage and the ETA: ``[near_dedup] 512 of 768 records so far (66%),
+  42.7 records/s, 12s elapsed, ETA 6s`` (:func:`progress_line`); on a terminal
+  a bar redrawn in place every second instead (:func:`progress_bar`, drawn by
+  ``beam_pipeline.console.Console``). Where the count comes from depends on
+  the runner:
 
   * Dataflow, whose ``run()`` returns while the job runs: the running
     ``DataflowPipelineResult``'s ``metrics()`` are polled (attempted values);
@@ -60,7 +67,7 @@ class CountingFnApiRunner(fn_runner.FnApiRunner):
         from apache_beam.portability.api import beam_provision_api_pb2
         from apache_beam.runners.portability.portable_runner import JobServiceHandle
 
-        encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
+        encoded = JobServiceHandle.encode_pipeline_options(options_for_workers(options))
         self._provision_info = fn_runner.ExtendedProvisionInfo(
             beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
         return super().run_pipeline(pipeline, options)
@@ -77,6 +84,31 @@ class CountingFnApiRunner(fn_runner.FnApiRunner):
         except Exception:  # noqa: BLE001 - progress must never fail a job
             pass
         return result
+
+
+def options_for_workers(options: PipelineOptions) -> dict:
+    """The pipeline options the SDK workers get, without the ones they would discard with a warning.
+
+    An SDK worker rebuilds its options from a dictionary, a true boolean ``k``
+    becoming the flag ``--k`` (``PipelineOptions.from_dictionary``). Beam's
+    ``pipeline_type_check`` and ``direct_runner_use_stacked_bundle`` are set by
+    flags of other names (``--no_pipeline_type_check`` ...), so ``--k`` is
+    unknown to the worker, which logs "Discarding unparseable args" and uses
+    the default. Those options are left out while they hold their default
+    (true): the worker computes the same value, and says nothing.
+    """
+    from apache_beam.options.pipeline_options import _BeamArgumentParser
+
+    parser = _BeamArgumentParser(allow_abbrev=False)
+    seen = {}
+    for cls in PipelineOptions.__subclasses__():
+        seen.setdefault(str(cls), cls)
+    for cls in seen.values():
+        cls._add_argparse_args(parser)  # pylint: disable=protected-access
+    flags = {flag for action in parser._actions for flag in action.option_strings}
+    defaults = {action.dest: action.default for action in parser._actions}
+    return {key: value for key, value in options.get_all_options().items()
+            if not (value is True and f"--{key}" not in flags and defaults.get(key) is True)}
 
 
 def user_counters(infos) -> dict[tuple[str, str], int]:
@@ -125,31 +157,91 @@ def is_local_direct(options: PipelineOptions) -> bool:
             and not options.view_as(StandardOptions).streaming)
 
 
+def human_bytes(count: float) -> str:
+    """1234567 -> '1.2 MB' (decimal units, as the snapshot line's byte counts)."""
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(count) < 1000 or unit == "TB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1000
+    return f"{count:.1f} TB"
+
+
+def human_seconds(seconds: float) -> str:
+    """75 -> '1m15s'; 3.2 -> '3s'."""
+    seconds = max(0, int(round(seconds)))
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def progress_line(stage: str, records: int, seconds: float, total: int | None = None) -> str:
+    """``[stage] 512 of 768 records so far (67%), 42.7 records/s, 12s elapsed, ETA 6s``: the records that
+    entered the stage so far, their rate over the stage's time so far, and, when the stage's total is
+    known (the records its first input layer passed), the time left at that rate."""
+    rate = records / seconds if seconds > 0 else 0.0
+    if total:
+        done = min(records, total)
+        text = f"[{stage}] {done:,} of {total:,} records so far ({100 * done // total}%)"
+    else:
+        text = f"[{stage}] {records:,} records so far"
+    text += f", {rate:,.1f} records/s, {human_seconds(seconds)} elapsed"
+    if total and rate > 0 and records < total:
+        text += f", ETA {human_seconds((total - records) / rate)}"
+    return text
+
+
+def progress_bar(stage: str, records: int, seconds: float, total: int | None = None, width: int = 24) -> str:
+    """One terminal line: ``[stage] [#########.......] 512/768 42.7/s 12s ETA 6s`` (no total: no bar)."""
+    rate = records / seconds if seconds > 0 else 0.0
+    if total:
+        done = min(records, total)
+        filled = width * done // total
+        text = f"[{stage}] [{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,} {rate:,.1f}/s " \
+               f"{human_seconds(seconds)}"
+        if rate > 0 and records < total:
+            text += f" ETA {human_seconds((total - records) / rate)}"
+        return text
+    return f"[{stage}] {records:,} records {rate:,.1f}/s {human_seconds(seconds)}"
+
+
 class BuildProgress:
-    """Prints commit lines and records-so-far lines while the build's job runs.
+    """Prints commit lines and progress (lines or a terminal bar) while the build's job runs.
 
     Use::
 
         progress = BuildProgress(options, log, interval)
         pipeline = beam.Pipeline(runner=progress.runner(), options=options)
         ...  # the graph
-        progress.expect([(stage, layer), ...])  # the layers the job computes
+        progress.expect([(stage, layer), ...], inputs)  # the layers the job computes, their input stages
         with progress:
             result = pipeline.run()
             progress.watch(result)
             result.wait_until_finish()
+
+    ``bar``: where a terminal shows the progress bar (``beam_pipeline.console.Console``: ``show(text)``,
+    ``clear()``); None prints a plain progress line every ``interval`` seconds instead (a pipe, a file,
+    CI). A layer committed with dead letters adds a warning line: the records a stage could not process
+    are the user's to look at (``python -m beam_pipeline dead-letter``).
     """
 
-    #: Seconds between two looks at the ledgers.
+    #: Seconds between two looks at the ledgers (and between two refreshes of a terminal's bar).
     LEDGER_POLL = 1.0
 
-    def __init__(self, options: PipelineOptions, log: Callable[[str], None], interval: float = 30.0):
+    def __init__(self, options: PipelineOptions, log: Callable[[str], None], interval: float = 30.0, bar=None):
         self.options = options
         self.log = log
         self.interval = float(interval or 0)
+        self.bar = bar if self.interval > 0 else None
         self.lines: list[str] = []
         self._lock = threading.Lock()
         self._pending: dict[str, object] = {}  # stage -> layer, until its ledger exists
+        self._inputs: dict[str, list[str]] = {}  # stage -> the stages of this job whose layers it reads
+        self._passed: dict[str, int] = {}  # committed stage -> its ``passed`` count
+        self._committed_at: dict[str, float] = {}  # committed stage -> monotonic time of its commit
         self._local: dict[str, int] = {}  # stage -> ``in`` of the finished bundles (local runner)
         self._shown: dict[str, int] = {}  # counts shown never go down
         self._runner = None
@@ -163,14 +255,20 @@ class BuildProgress:
     def runner(self):
         """The runner for the build's pipeline; None keeps the one the options name."""
         if self._runner is None and self.interval > 0 and is_local_direct(self.options):
+            # the counts of the bundles in flight are fresh at every line: a stage's bundle may run longer
+            # than the interval (the fused scorers of the sample: 15 s), and its first answer comes one
+            # request period after it starts
+            frequency = min(self.interval, self.LEDGER_POLL)
             self._runner = CountingFnApiRunner(self._bundle_done, lambda _steps: None,
-                                               progress_request_frequency=self.interval)
+                                               progress_request_frequency=frequency)
         return self._runner
 
-    def expect(self, layers: list[tuple[str, object]]) -> None:
-        """The (stage, Layer) of every layer the job computes."""
+    def expect(self, layers: list[tuple[str, object]], inputs: dict[str, list[str]] | None = None) -> None:
+        """The (stage, Layer) of every layer the job computes; ``inputs``: stage -> the stages whose
+        layers it reads, first the one whose records it takes in (its total, once committed)."""
         with self._lock:
             self._pending = dict(layers)
+            self._inputs = dict(inputs or {})
 
     def watch(self, result) -> None:
         """Poll this (running) result's metrics from now on."""
@@ -186,6 +284,8 @@ class BuildProgress:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        if self.bar is not None:
+            self.bar.clear()
         if exc_type is None:
             self._check_ledgers()  # the last commits of the job
         return False
@@ -197,6 +297,17 @@ class BuildProgress:
             for (namespace, name), value in counters.items():
                 if name == IN and namespace in self._pending:
                     self._local[namespace] = self._local.get(namespace, 0) + value
+
+    def total_of(self, stage: str) -> int | None:
+        """The records the stage takes in, once its first input layer of this job is committed."""
+        inputs = self._inputs.get(stage) or []
+        return self._passed.get(inputs[0]) if inputs else None
+
+    def started_at(self, stage: str) -> float:
+        """When the stage's records could start coming in: the commit of its first input layer of this
+        job (the one whose records it takes in), else the job's start."""
+        inputs = self._inputs.get(stage) or []
+        return self._committed_at.get(inputs[0], self._started) if inputs else self._started
 
     def records_so_far(self, stage: str) -> int | None:
         result = self._result
@@ -226,6 +337,8 @@ class BuildProgress:
     def _emit(self, text: str) -> None:
         self.lines.append(text)
         try:
+            if self.bar is not None:
+                self.bar.clear()
             self.log(text)
         except Exception:  # noqa: BLE001 - a closed stream must not kill the build
             pass
@@ -239,25 +352,53 @@ class BuildProgress:
             try:
                 if not layer.is_complete():
                     continue
-                counts = layer.ledger()["counts"]
+                ledger = layer.ledger()
+                counts = ledger["counts"]
             except Exception:  # noqa: BLE001 - a ledger being written: look again next time
                 continue
+            now = time.monotonic()
+            written = sum(part.get("bytes", 0) for output in ledger.get("outputs", {}).values()
+                          for part in output.get("parts", []))
             with self._lock:
                 self._pending.pop(stage, None)
-            self._emit(f"[{stage}] committed after {time.monotonic() - self._started:.1f}s (in {counts['in']}, "
+                self._passed[stage] = counts["passed"]
+                self._committed_at[stage] = now
+            self._emit(f"[{stage}] committed after {now - self._started:.1f}s (in {counts['in']}, "
                        f"passed {counts['passed']}, filtered {dropped(counts)}, "
-                       f"dead letter {counts['dead_letter']})")
+                       f"dead letter {counts['dead_letter']}"
+                       + (f"; {human_bytes(written)} written)" if written else ")"))
+            if counts["dead_letter"]:
+                self._emit(f"[{stage}] WARNING: {counts['dead_letter']} records could not be processed and were "
+                           f"dead-lettered under {layer.dead_letter_path}/ "
+                           f"(list them: python -m beam_pipeline dead-letter {layer.root} --stage {stage})")
+
+    def _progress(self) -> list[tuple[str, int, float, int | None]]:
+        """(stage, records so far, seconds, total) of every uncommitted stage with a count."""
+        now = time.monotonic()
+        with self._lock:
+            pending = list(self._pending)
+        found = []
+        for stage in pending:
+            records = self.records_so_far(stage)
+            if records is not None:
+                found.append((stage, records, now - self.started_at(stage), self.total_of(stage)))
+        return found
 
     def _loop(self) -> None:
         next_line = time.monotonic() + self.interval
-        while not self._stop.wait(self.LEDGER_POLL):
+        poll = min(self.LEDGER_POLL, self.interval) if self.interval > 0 else self.LEDGER_POLL
+        while not self._stop.wait(poll):
             self._check_ledgers()
-            if self.interval > 0 and time.monotonic() >= next_line:
+            if self.interval <= 0:
+                continue
+            if self.bar is not None:
+                running = [entry for entry in self._progress() if entry[1] > 0]
+                if running:  # the earliest stage still taking records in
+                    try:
+                        self.bar.show(progress_bar(*running[0]))
+                    except Exception:  # noqa: BLE001
+                        pass
+            elif time.monotonic() >= next_line:
                 next_line += self.interval
-                elapsed = time.monotonic() - self._started
-                with self._lock:
-                    pending = list(self._pending)
-                for stage in pending:
-                    records = self.records_so_far(stage)
-                    if records is not None:
-                        self._emit(f"[{stage}] {records:,} records so far, {elapsed:.1f}s")
+                for entry in self._progress():
+                    self._emit(progress_line(*entry))

@@ -22,9 +22,10 @@ from beam_pipeline.layers import Layer, commit_layer
 from beam_pipeline.progress import BuildProgress, CountingFnApiRunner, is_local_direct
 from conftest import IN_PROCESS, SAMPLE_CONFIG
 
-LINE = re.compile(r"^\[(?P<stage>\w+)\] (?P<n>[\d,]+) records so far, (?P<t>[\d.]+)s$")
+LINE = re.compile(r"^\[(?P<stage>\w+)\] (?P<n>[\d,]+)( of (?P<total>[\d,]+))? records so far( \(\d+%\))?, "
+                  r"[\d,.]+ records/s, (?P<t>[\dhms]+) elapsed(, ETA [\dhms]+)?$")
 COMMITTED = re.compile(r"^\[(?P<stage>\w+)\] committed after [\d.]+s \(in (?P<in>\d+), passed (?P<passed>\d+), "
-                       r"filtered (?P<filtered>\d+), dead letter (?P<dead>\d+)\)$")
+                       r"filtered (?P<filtered>\d+), dead letter (?P<dead>\d+)(; [\d.]+ (B|kB|MB|GB|TB) written)?\)$")
 
 
 class _Metrics:

@@ -52,8 +52,9 @@ def add_driver_arguments(parser) -> None:
              "reuses every layer committed before). 1 fails at the first imbalance.")
     parser.add_argument(
         "--progress_interval", default=30.0, type=Matching(r"^[0-9]+(\.[0-9]+)?$", float, "number of seconds"),
-        help="Seconds between progress lines while the job runs ('[stage] N records so far, elapsed'); "
-             "0 turns them off. Progress never changes what a build writes.")
+        help="Seconds between progress lines while the job runs ('[stage] N of T records so far (P%%), rate, "
+             "elapsed, ETA'; on a terminal a bar redrawn every second instead); 0 turns them off. Progress "
+             "never changes what a build writes (docs/operations.md, 'The console').")
 
 
 #: Where ``scripts/flink_cluster.sh jar`` (``make flink``) assembles the Flink job server: Beam's Flink

@@ -1,0 +1,201 @@
+"""What a build's console shows, and where Beam's own log lines go.
+
+By default the console (stdout, stderr) carries the stage lines, the progress
+display (:mod:`beam_pipeline.progress`) and the warnings about the user's data
+(dead letters, rules that could not judge documents, the project's own
+``beam_pipeline.*`` warnings). Every log record of the process (Apache Beam's
+runner and job service, and the SDK workers' records the local job service
+relays as ``Worker: ...``) goes to ``<run folder>/beam.log``, the run folder
+being ``runs/<run_id>/`` (or ``runs/<run_id>/rerun-N/``, ``beam_pipeline/runs.py``);
+``--verbose`` puts them on stderr too.
+
+The run folder is known only once the snapshot is taken (the run id is a digest
+of it), so the records before that are kept in memory and written first. A run
+folder on remote storage (``s3://``, ``gs://``) gets the log when the command
+ends; the lines are written to a local temporary file until then.
+
+The progress display is a bar redrawn in place (``\\r``) when stdout is a
+terminal, and a plain line every ``--progress_interval`` seconds when it is not
+(a pipe, a file, CI logs).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import threading
+
+#: The log file of a run, in its run folder.
+LOG_FILE = "beam.log"
+#: Loggers whose warnings are the project's own and always reach the console.
+PROJECT_LOGGER = "beam_pipeline"
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class RunLogHandler(logging.Handler):
+    """Writes every record to the run folder's ``beam.log``, keeping them in memory until the folder is
+    known (:meth:`open`)."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.setFormatter(logging.Formatter(FORMAT))
+        self.path: str | None = None      # where the log ends up (local path or URI)
+        self._buffer: list[str] = []
+        self._file = None
+        self._local: str | None = None    # the local file written (the log itself, or a temporary copy)
+
+    def open(self, run_dir: str) -> None:
+        from beam_pipeline.layers import join
+
+        self.acquire()
+        try:
+            if self._file is not None:
+                return
+            self.path = join(run_dir, LOG_FILE)
+            if "://" in run_dir:
+                handle, self._local = tempfile.mkstemp(prefix="beam-", suffix=".log")
+                os.close(handle)
+            else:
+                os.makedirs(run_dir, exist_ok=True)
+                self._local = self.path
+            self._file = open(self._local, "a", encoding="utf-8")
+            self._file.writelines(self._buffer)
+            self._file.flush()
+            self._buffer = []
+        finally:
+            self.release()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record) + "\n"
+        except Exception:  # noqa: BLE001 - a record that cannot be formatted must not stop the build
+            return
+        if self._file is None:
+            self._buffer.append(line)
+        else:
+            self._file.write(line)
+            self._file.flush()
+
+    def close(self) -> None:
+        self.acquire()
+        try:
+            if self._file is not None:
+                self._file.close()
+                if self._local != self.path:  # a remote run folder: copy the log there
+                    try:
+                        from apache_beam.io.filesystems import FileSystems
+
+                        with open(self._local, "rb") as source, FileSystems.create(self.path) as target:
+                            shutil.copyfileobj(source, target)
+                    finally:
+                        os.remove(self._local)
+                self._file = None
+        finally:
+            self.release()
+        super().close()
+
+
+class ConsoleFilter(logging.Filter):
+    """Lets through the project's warnings (``beam_pipeline.*``, WARNING and above); with ``verbose``,
+    every record."""
+
+    def __init__(self, verbose: bool):
+        super().__init__()
+        self.verbose = verbose
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.verbose:
+            return True
+        return record.levelno >= logging.WARNING and (record.name == PROJECT_LOGGER
+                                                      or record.name.startswith(PROJECT_LOGGER + "."))
+
+
+class Console:
+    """The console of one command: log routing (:meth:`install`), stage lines (:meth:`line`) and the
+    terminal's progress bar (:meth:`show`, :meth:`clear`)."""
+
+    def __init__(self, verbose: bool = False, stream=None, tty: bool | None = None):
+        self.verbose = verbose
+        self.stream = stream if stream is not None else sys.stdout
+        self.tty = self.stream.isatty() if tty is None else tty
+        self.run_log = RunLogHandler()
+        self._console_handler: logging.Handler | None = None
+        self._saved: tuple | None = None
+        self._bar_width = 0
+        self._lock = threading.Lock()
+
+    # --- log routing --------------------------------------------------------------------------
+
+    def install(self) -> "Console":
+        """Route every log record to the run log; the project's warnings (or, verbose, all) to stderr."""
+        root = logging.getLogger()
+        self._saved = (list(root.handlers), root.level)
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        console = logging.StreamHandler(sys.stderr)
+        console.setFormatter(logging.Formatter("%(levelname)s:%(name)s:%(message)s"))
+        console.addFilter(ConsoleFilter(self.verbose))
+        self._console_handler = console
+        root.addHandler(self.run_log)
+        root.addHandler(console)
+        root.setLevel(logging.INFO)
+        return self
+
+    def open_log(self, run_dir: str) -> None:
+        """The run folder is known: the run log goes to ``<run_dir>/beam.log`` from now on."""
+        self.run_log.open(run_dir)
+
+    def uninstall(self) -> None:
+        root = logging.getLogger()
+        for handler in (self.run_log, self._console_handler):
+            if handler is not None:
+                root.removeHandler(handler)
+                handler.close()
+        if self._saved is not None:
+            handlers, level = self._saved
+            for handler in handlers:
+                root.addHandler(handler)
+            root.setLevel(level)
+            self._saved = None
+
+    def __enter__(self):
+        return self.install()
+
+    def __exit__(self, *_):
+        self.uninstall()
+        return False
+
+    # --- lines and the bar --------------------------------------------------------------------
+
+    def line(self, text: str) -> None:
+        """A stage line (the bar, if shown, is cleared first and redrawn by the next refresh)."""
+        with self._lock:
+            self._clear()
+            print(text, file=self.stream, flush=True)
+
+    def show(self, text: str) -> None:
+        """Redraw the terminal's progress bar (one line, ``\\r``, cut to the terminal's width)."""
+        columns = shutil.get_terminal_size((100, 20)).columns - 1
+        text = text[:columns]
+        with self._lock:
+            self.stream.write("\r" + text + " " * max(0, self._bar_width - len(text)))
+            self.stream.flush()
+            self._bar_width = len(text)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._clear()
+
+    def _clear(self) -> None:
+        if self._bar_width:
+            self.stream.write("\r" + " " * self._bar_width + "\r")
+            self.stream.flush()
+            self._bar_width = 0
+
+    @property
+    def bar(self):
+        """What :class:`beam_pipeline.progress.BuildProgress` draws its bar on: this console on a
+        terminal, None (plain progress lines) otherwise."""
+        return self if self.tty else None

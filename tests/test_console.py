@@ -1,0 +1,147 @@
+"""The console of a build (issue 23): stage lines, progress and the warnings about the user's data on the
+console; Apache Beam's own log lines (the runner's, and the SDK workers' the local job service relays) in
+``runs/<run_id>/beam.log``, and on the console only with ``--verbose``; no option the workers cannot parse
+is passed to them.
+
+The CLI runs in subprocesses on the default local runner (multi-processing SDK workers: the runner whose
+workers' log lines the console used to carry), as a user runs it."""
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import pty
+import re
+import subprocess
+import sys
+
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from beam_pipeline.progress import options_for_workers
+from conftest import REPO, run_cli, tiny_corpus
+
+TEXTS = [f"Document number {i} of the console corpus. " + "The quick brown fox jumps over the lazy dog. " * (12 + i % 5)
+         for i in range(400)]
+#: The local default runner, with two workers (the CLI's default is one per core).
+DEFAULT_RUNNER = ["--direct_num_workers=2"]
+#: A line the console shows every --progress_interval seconds when stdout is not a terminal.
+PROGRESS = re.compile(r"^ *(?P<t>[\d.]+)s \[(?P<stage>\w+)\] [\d,]+( of [\d,]+)? records so far( \(\d+%\))?, "
+                      r"[\d,.]+ records/s, [\dhms]+ elapsed(, ETA [\dhms]+)?$")
+BEAM_CHATTER = ("WARNING:apache_beam", "Worker: severity", "Discarding unparseable args",
+                "No semi_persistent_directory")
+
+
+def _corpus_with_a_dead_letter(tmp_path) -> str:
+    config = tiny_corpus(tmp_path, "console", TEXTS, extra_yaml="accounting: {max_dead_letter_fraction: 0.5}\n")
+    with open(tmp_path / "data" / "docs.jsonl", "a") as f:
+        f.write('{"id": "400", "text": "a record with a missing comma" "x": 1}\n')
+    return config
+
+
+def _run_log(tmp_path) -> str:
+    return _run_log_of(tmp_path / "out")
+
+
+def test_default_console_has_stages_progress_and_dead_letters_and_no_beam_chatter(tmp_path):
+    config = _corpus_with_a_dead_letter(tmp_path)
+    result = run_cli(["run", "--config", config, "--progress_interval", "0.5", *DEFAULT_RUNNER])
+    assert result.returncode == 0, result.stderr[-3000:]
+    console = result.stdout + result.stderr
+    for chatter in BEAM_CHATTER:
+        assert chatter not in console, f"{chatter!r} on the console:\n{console[-3000:]}"
+    assert not [line for line in console.splitlines() if line.startswith("WARNING:")], console[-3000:]
+
+    # Beam's log lines are in the run folder's log, which the summary names
+    log = _run_log(tmp_path)
+    assert f"log         {log}" in result.stdout.splitlines()
+    text = open(log, encoding="utf-8").read()
+    assert " apache_beam.runners.portability.local_job_service: Worker: " in text  # the workers' relayed lines
+    assert "No semi_persistent_directory found" in text
+    assert "Discarding unparseable args" not in text  # fixed at the source: such options are not sent
+
+    # the stage lines, and the data's warnings
+    assert "[ingest] committed after " in result.stdout and "[tokenize] committed after " in result.stdout
+    (dead,) = [line for line in result.stdout.splitlines() if "[ingest] WARNING:" in line]
+    assert "1 records could not be processed and were dead-lettered under " in dead
+    assert f"python -m beam_pipeline dead-letter {tmp_path / 'out'} --stage ingest" in dead
+    assert glob.glob(str(tmp_path / "out" / "dead_letter" / "ingest" / "*" / "*.parquet"))
+
+    # progress: plain lines (stdout is a pipe), no terminal bar, at the interval
+    assert "\r" not in result.stdout
+    progress = [m for m in map(PROGRESS.match, result.stdout.splitlines()) if m]
+    assert progress, result.stdout
+    times = sorted({float(m.group("t")) for m in progress})
+    assert all(b - a >= 0.5 - 0.15 for a, b in zip(times, times[1:])), times  # one round per interval
+
+
+def test_verbose_puts_beams_log_lines_on_the_console_too(tmp_path):
+    config = tiny_corpus(tmp_path, "console", TEXTS[:40])
+    result = run_cli(["run", "--config", config, "--verbose", "--progress_interval", "0", *DEFAULT_RUNNER])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "apache_beam.runners.portability.local_job_service:Worker: " in result.stderr
+    assert "INFO:apache_beam." in result.stderr
+    assert "No semi_persistent_directory found" in open(_run_log(tmp_path), encoding="utf-8").read()
+    assert "records so far" not in result.stdout  # --progress_interval 0: no progress
+
+
+def test_a_terminal_gets_a_progress_bar_redrawn_in_place(tmp_path):
+    config = tiny_corpus(tmp_path, "console", TEXTS)
+    leader, follower = pty.openpty()
+    process = subprocess.Popen([sys.executable, "-m", "beam_pipeline", "run", "--config", config,
+                                "--progress_interval", "0.5", *DEFAULT_RUNNER],
+                               cwd=REPO, stdout=follower, stderr=subprocess.PIPE, text=True)
+    os.close(follower)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal closed: the process ended
+            break
+        if not chunk:
+            break
+        output += chunk
+    os.close(leader)
+    assert process.wait(timeout=600) == 0, process.stderr.read()[-3000:]
+    text = output.decode()
+    # a stage whose total is known draws [####....] done/total; ingest (no total yet) its records so far
+    bars = re.findall(r"\r(\[\w+\] (\[[#.]{24}\] [\d,]+/[\d,]+|[\d,]+ records) [\d,.]+/s [\dhms]+( ETA [\dhms]+)?)",
+                      text)
+    assert bars, text[-3000:]
+    assert "records so far" not in text  # a terminal gets the bar, not the lines
+    assert "dataset_id  " in text and "WARNING:apache_beam" not in text
+
+
+def test_the_workers_get_no_option_they_would_discard(caplog):
+    options = PipelineOptions(["--runner=DirectRunner", "--direct_running_mode=multi_processing"])
+    caplog.set_level(logging.WARNING)
+    PipelineOptions.from_dictionary(options.get_all_options()).get_all_options()
+    assert "Discarding unparseable args" in caplog.text  # what Beam sends a worker by default
+    caplog.clear()
+    sent = options_for_workers(options)
+    worker = PipelineOptions.from_dictionary(sent).get_all_options()
+    assert "Discarding unparseable args" not in caplog.text
+    assert worker["pipeline_type_check"] is True and worker["direct_runner_use_stacked_bundle"] is True
+    assert {key: value for key, value in options.get_all_options().items() if key not in sent} == \
+        {"pipeline_type_check": True, "direct_runner_use_stacked_bundle": True}
+    turned_off = PipelineOptions(["--no_pipeline_type_check"])
+    assert options_for_workers(turned_off)["pipeline_type_check"] is False  # a changed value is kept
+
+
+def test_the_demo_console_has_progress_and_no_beam_warnings(tmp_path):
+    """``make demo``'s command (the sample, the default local runner), with progress every 5 s rather than
+    30 so that lines appear however fast the machine builds the sample."""
+    from tests.test_newcomer import SAMPLE_DATASET_ID
+
+    result = run_cli(["run", "--config", "sample/corpus.yaml", "--output_root", str(tmp_path / "demo"),
+                      "--progress_interval", "5"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"dataset_id  {SAMPLE_DATASET_ID}" in result.stdout.splitlines()
+    assert result.stderr == "", result.stderr[-3000:]
+    assert not [line for line in result.stdout.splitlines() if "WARNING" in line], result.stdout
+    assert [line for line in result.stdout.splitlines() if PROGRESS.match(line)], result.stdout
+    assert "Worker: " in open(_run_log_of(tmp_path / "demo"), encoding="utf-8").read()
+
+
+def _run_log_of(root) -> str:
+    (path,) = glob.glob(str(root / "runs" / "*" / "beam.log"))
+    return path
