@@ -16,4 +16,5 @@ Where things are:
 * ``transforms/`` one module per stage: composite PTransforms
 * ``options/``    PipelineOptions subclasses
 """
+
 __version__ = "0.1.0"

@@ -1,4 +1,5 @@
 """``python -m beam_pipeline``: see :mod:`beam_pipeline.cli`."""
+
 import sys
 
 from beam_pipeline.cli import main

@@ -24,6 +24,7 @@ A :class:`Tally` also increments Beam metrics of the same names (namespace =
 stage, and ``<stage>.source.<name>`` per source): the progress display reads
 them while the job runs; nothing that is written reads them.
 """
+
 from __future__ import annotations
 
 import collections
@@ -166,7 +167,7 @@ def _empty() -> dict:
 
 def _add(counts: dict, name: str, value: int) -> None:
     if name.startswith(FILTERED_PREFIX):
-        reason = name[len(FILTERED_PREFIX):]
+        reason = name[len(FILTERED_PREFIX) :]
         counts["filtered"][reason] = counts["filtered"].get(reason, 0) + value
     elif name in (IN, PASSED, DEAD_LETTER):
         counts[name] += value
@@ -199,7 +200,7 @@ def counts_from_result(result, stage: str) -> dict:
         if namespace == stage:
             _add(counts, name, value)
         elif namespace.startswith(prefix):
-            _add(counts["by_source"].setdefault(namespace[len(prefix):], _empty()), name, value)
+            _add(counts["by_source"].setdefault(namespace[len(prefix) :], _empty()), name, value)
     return _sorted(counts)
 
 
@@ -224,13 +225,15 @@ def check_stage(stage: str, counts: dict, max_dead_letter_fraction: float) -> No
         if c[IN] != accounted:
             raise RecordsLost(
                 f"stage {stage} ({label}): in={c[IN]} but passed={c[PASSED]} + "
-                f"filtered={dropped(c)} + dead_letter={c[DEAD_LETTER]} = {accounted}; {RECORDS_LOST}")
+                f"filtered={dropped(c)} + dead_letter={c[DEAD_LETTER]} = {accounted}; {RECORDS_LOST}"
+            )
     if counts[IN] and counts[DEAD_LETTER] / counts[IN] > max_dead_letter_fraction:
         raise AccountingError(
             f"stage {stage}: {counts[DEAD_LETTER]} of {counts[IN]} records "
             f"({counts[DEAD_LETTER] / counts[IN]:.2%}) went to the dead letter, above "
             f"accounting.max_dead_letter_fraction={max_dead_letter_fraction:.2%}; "
-            f"see the dead_letter layer of this stage for the records and their errors")
+            f"see the dead_letter layer of this stage for the records and their errors"
+        )
 
 
 def check_outputs(stage: str, counts: dict, rows: dict[str, int], expected: dict[str, str]) -> None:
@@ -242,6 +245,7 @@ def check_outputs(stage: str, counts: dict, rows: dict[str, int], expected: dict
     """
     for output, count in sorted(expected.items()):
         if output in rows and rows[output] != counts[count]:
-            raise RecordsLost(f"stage {stage}: {count}={counts[count]} but its {output} output holds "
-                              f"{rows[output]} rows; {RECORDS_LOST}")
-
+            raise RecordsLost(
+                f"stage {stage}: {count}={counts[count]} but its {output} output holds "
+                f"{rows[output]} rows; {RECORDS_LOST}"
+            )

@@ -22,6 +22,7 @@ refuses, the job fails) runs again with the layers committed so far reused, up
 to ``--max_stage_attempts`` times. ``docs/decisions.md`` ("One Beam job per
 build") has the reasons and the costs.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -48,10 +49,16 @@ from beam_pipeline.scoring import cascade
 from beam_pipeline.scoring.cascade import ReselectError
 from beam_pipeline.snapshot import check_sources_match, check_unchanged, load_snapshot, take_snapshot
 from beam_pipeline.stage_plan import LayerRef, StagePlan
-from beam_pipeline.transforms import exact_dedup, ingest, select, tokenize_shard
-from beam_pipeline.transforms.layer_io import WRITTEN, CommitLayer, Committed, LayerSpec, PartitionInputs, \
-    WriteLayerOutput, WrittenPartitions
-from beam_pipeline.transforms import publish
+from beam_pipeline.transforms import exact_dedup, ingest, publish, select, tokenize_shard
+from beam_pipeline.transforms.layer_io import (
+    WRITTEN,
+    CommitLayer,
+    Committed,
+    LayerSpec,
+    PartitionInputs,
+    WriteLayerOutput,
+    WrittenPartitions,
+)
 from beam_pipeline.transforms.task_ledger import clear_uncommitted, discard_task_records
 
 _ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception|RecordsLost): ")
@@ -93,6 +100,7 @@ class BuildResult:
 
 # --- the graph ------------------------------------------------------------------------------------
 
+
 def with_code_version(plan: StagePlan) -> StagePlan:
     """The plan with its version followed by the digest of the stage's code and libraries
     (:mod:`beam_pipeline.code_version`): editing a stage's code gives its layer a new key."""
@@ -107,8 +115,15 @@ def title(stage: str) -> str:
 class BuildGraph:
     """The one job of a build, stage by stage: each layer reused (complete) or computed and committed."""
 
-    def __init__(self, pipeline: beam.Pipeline, root: str, partitions: int, max_dead_letter_fraction: float,
-                 log: Callable[[str], None] = print, allowed: tuple[str, ...] | None = None):
+    def __init__(
+        self,
+        pipeline: beam.Pipeline,
+        root: str,
+        partitions: int,
+        max_dead_letter_fraction: float,
+        log: Callable[[str], None] = print,
+        allowed: tuple[str, ...] | None = None,
+    ):
         self.pipeline = pipeline
         self.root = root
         self.partitions = partitions
@@ -125,8 +140,12 @@ class BuildGraph:
 
     def layer_of(self, plan: StagePlan) -> Layer:
         # The partition count is part of the key: a layer of another layout is never reused.
-        key = layer_key(plan.stage, plan.version, plan.config,
-                        [f"{k}={v}" for k, v in plan.input_keys().items()] + [f"partitions={self.partitions}"])
+        key = layer_key(
+            plan.stage,
+            plan.version,
+            plan.config,
+            [f"{k}={v}" for k, v in plan.input_keys().items()] + [f"partitions={self.partitions}"],
+        )
         return Layer(self.root, plan.stage, key)
 
     def reused(self, plan: StagePlan, layer: Layer) -> LayerRef | None:
@@ -135,7 +154,8 @@ class BuildGraph:
             return None
         ledger = layer.ledger()
         committed = self.pipeline | f"{title(plan.stage)}Reused" >> beam.Create(
-            [Committed(plan.stage, layer.key, ledger, True)])
+            [Committed(plan.stage, layer.key, ledger, True)]
+        )
         ref = LayerRef(plan.stage, layer, plan.version, plan.config, self.partitions, committed, True)
         self.refs.append(ref)
         return ref
@@ -190,21 +210,31 @@ class BuildGraph:
         for plan, layer in pending:
             ref = next(r for r in refs if r.stage == plan.stage)
             ref.committed = self.pipeline | f"{title(plan.stage)}Commit" >> _CommitProduced(
-                self._spec(plan, layer), produced[plan.stage])
+                self._spec(plan, layer), produced[plan.stage]
+            )
             self.refs.append(ref)
         return refs
 
     def _spec(self, plan: StagePlan, layer: Layer) -> LayerSpec:
         self.inputs_of[plan.stage] = [v.stage for v in plan.inputs.values() if isinstance(v, LayerRef)]  # progress
-        return LayerSpec(layer=layer, version=plan.version, config=plan.config, inputs=plan.input_keys(),
-                         outputs=dict(plan.outputs), partitions=self.partitions, rows_match=dict(plan.rows_match),
-                         max_dead_letter_fraction=self.max_dead_letter_fraction, finalize=plan.finalize)
+        return LayerSpec(
+            layer=layer,
+            version=plan.version,
+            config=plan.config,
+            inputs=plan.input_keys(),
+            outputs=dict(plan.outputs),
+            partitions=self.partitions,
+            rows_match=dict(plan.rows_match),
+            max_dead_letter_fraction=self.max_dead_letter_fraction,
+            finalize=plan.finalize,
+        )
 
     def _check_allowed(self, stage: str) -> None:
         if self.allowed is not None and stage not in self.allowed:
             raise ReselectError(
                 f"re-selection would have to run {stage}: its layer for this config does not exist, so the config "
-                f"changed in more than the policy (or the layers were deleted); use `run`")
+                f"changed in more than the policy (or the layers were deleted); use `run`"
+            )
 
 
 class StageTransform(beam.PTransform):
@@ -260,8 +290,11 @@ def commit_produced(spec: LayerSpec, produced: dict):
             sidecars[name] = value.sidecars
         else:
             sidecars[name] = value | f"Write_{name}" >> WriteLayerOutput(
-                spec.output_directory(name), schema, spec.output_partitions(name),
-                **(_DEAD_LETTER_LAYOUT if name == DEAD_LETTER else {}))
+                spec.output_directory(name),
+                schema,
+                spec.output_partitions(name),
+                **(_DEAD_LETTER_LAYOUT if name == DEAD_LETTER else {}),
+            )
     waits = {COUNTS: _flattened(produced[COUNTS], "AllCounts")}
     if WRITTEN in produced:
         waits[WRITTEN] = _flattened(produced[WRITTEN], "AllWritten")
@@ -276,8 +309,12 @@ def _flattened(collections, label: str):
 
 
 def _dead_letter_order(row: dict) -> tuple:
-    return (row["file"] or "", row["position"] if row["position"] is not None else -1,
-            row["doc_id"] or "", row["error"])
+    return (
+        row["file"] or "",
+        row["position"] if row["position"] is not None else -1,
+        row["doc_id"] or "",
+        row["error"],
+    )
 
 
 _DEAD_LETTER_LAYOUT = {"sort_key": _dead_letter_order, "partition_key": lambda row: row["file"] or ""}
@@ -285,13 +322,21 @@ _DEAD_LETTER_LAYOUT = {"sort_key": _dead_letter_order, "partition_key": lambda r
 
 # --- the build --------------------------------------------------------------------------------------
 
+
 class CorpusBuild:
     """Builds one config against one snapshot in one Beam job, resuming from committed layers."""
 
-    def __init__(self, config: CorpusConfig, pipeline_options: PipelineOptions, *,
-                 snapshot_id: str | None = None, log: Callable[[str], None] = print,
-                 before_run: Callable[[beam.Pipeline], None] | None = None,
-                 max_attempts: int = 3, progress_interval: float = 30.0):
+    def __init__(
+        self,
+        config: CorpusConfig,
+        pipeline_options: PipelineOptions,
+        *,
+        snapshot_id: str | None = None,
+        log: Callable[[str], None] = print,
+        before_run: Callable[[beam.Pipeline], None] | None = None,
+        max_attempts: int = 3,
+        progress_interval: float = 30.0,
+    ):
         self.config = config
         self.options = pipeline_options
         self.max_attempts = max_attempts  # runs of the job when a stage's records do not balance
@@ -329,9 +374,11 @@ class CorpusBuild:
                 for ref in graph.refs:
                     if not ref.layer.is_complete():
                         discard_task_records(ref.layer)  # what a task counted may not be what it wrote
-                self.log(f"[{_stage_named(str(err)) or 'build'}] WARNING: attempt {attempt} of {attempts_allowed}: "
-                         f"{err}. Nothing uncommitted is kept; the job runs again and reuses the layers "
-                         f"committed so far.")
+                self.log(
+                    f"[{_stage_named(str(err)) or 'build'}] WARNING: attempt {attempt} of {attempts_allowed}: "
+                    f"{err}. Nothing uncommitted is kept; the job runs again and reuses the layers "
+                    f"committed so far."
+                )
         return self._result(prepared[4], prepared[0], attempts, time.monotonic() - started)
 
     def submit(self, runner=None):
@@ -347,11 +394,13 @@ class CorpusBuild:
     def _prepare(self) -> tuple:
         """(snapshot_id, snapshot manifest, partitions, tokenizer, run_id): what the graph is built from."""
         snapshot_id, manifest = self._snapshot()
-        partitions = partition_count(estimated_text_bytes(manifest), self.config.layout.target_partition_bytes,
-                                     self.config.layout.min_partitions)
+        partitions = partition_count(
+            estimated_text_bytes(manifest), self.config.layout.target_partition_bytes, self.config.layout.min_partitions
+        )
         tokenizer = tokenize_shard.inspect_tokenizer(self.config.tokenize)
         run_id = digest_json({"snapshot": snapshot_id, "config": self.config.digest()})[:16]
         from beam_pipeline.runs import run_folder
+
         self.run_dir = run_folder(self.root, run_id)  # runs/<run_id>, or runs/<run_id>/rerun-N (beam_pipeline/runs.py)
         if self.on_run_dir is not None:  # the console's log file goes there (beam_pipeline/console.py)
             self.on_run_dir(self.run_dir)
@@ -371,47 +420,93 @@ class CorpusBuild:
         check_unchanged(manifest)
         return snapshot_id, manifest
 
-    def assemble(self, snapshot_id: str, manifest: dict, partitions: int, tokenizer, run_id: str,
-                 earlier_attempts: dict[str, int] | None = None, runner=None) -> BuildGraph:
+    def assemble(
+        self,
+        snapshot_id: str,
+        manifest: dict,
+        partitions: int,
+        tokenizer,
+        run_id: str,
+        earlier_attempts: dict[str, int] | None = None,
+        runner=None,
+    ) -> BuildGraph:
         """The build's job, not run: every stage reused or computed (and every layer it computes cleared).
 
         ``earlier_attempts``: runs of the job before this one in which a stage was computed (the run
         metrics count this one too)."""
         config = self.config
-        graph = BuildGraph(beam.Pipeline(runner=runner, options=self.options), self.root, partitions,
-                           config.accounting.max_dead_letter_fraction, self.log, self.allowed_stages)
+        graph = BuildGraph(
+            beam.Pipeline(runner=runner, options=self.options),
+            self.root,
+            partitions,
+            config.accounting.max_dead_letter_fraction,
+            self.log,
+            self.allowed_stages,
+        )
 
-        ingested = graph.stage(StagePlan(
-            ingest.STAGE, ingest.VERSION, ingest.stage_config(config), {"snapshot": snapshot_id},
-            outputs={ingest.DOCUMENTS: schemas.DOCUMENT, ingest.REPEATS: schemas.REPEAT,
-                     DEAD_LETTER: schemas.DEAD_LETTER},
-            rows_match={ingest.DOCUMENTS: "passed"}),
-            lambda p, layer: p | "Ingest" >> ingest.IngestSnapshot(config, manifest, layer.path, partitions))
+        ingested = graph.stage(
+            StagePlan(
+                ingest.STAGE,
+                ingest.VERSION,
+                ingest.stage_config(config),
+                {"snapshot": snapshot_id},
+                outputs={
+                    ingest.DOCUMENTS: schemas.DOCUMENT,
+                    ingest.REPEATS: schemas.REPEAT,
+                    DEAD_LETTER: schemas.DEAD_LETTER,
+                },
+                rows_match={ingest.DOCUMENTS: "passed"},
+            ),
+            lambda p, layer: p | "Ingest" >> ingest.IngestSnapshot(config, manifest, layer.path, partitions),
+        )
 
         exact = None
         if config.exact_dedup.enabled:
             earlier = [exact_dedup.resolve_against(self.root, entry) for entry in config.exact_dedup.against]
-            exact = graph.stage(StagePlan(
-                exact_dedup.STAGE, exact_dedup.VERSION, config.exact_dedup.model_dump(mode="json", exclude={"against"}),
-                {"documents": ingested, **{f"against.{i}": layer.key for i, layer in enumerate(earlier)}},
-                outputs={exact_dedup.ANNOTATIONS: schemas.EXACT_DEDUP}, rows_match={exact_dedup.ANNOTATIONS: "passed"}),
-                lambda p, layer: p | "ExactDedup" >> exact_dedup.AnnotateExactDuplicates(
-                    ingested.part_paths(ingest.DOCUMENTS), after=[ingested.committed], previous=tuple(earlier)))
+            exact = graph.stage(
+                StagePlan(
+                    exact_dedup.STAGE,
+                    exact_dedup.VERSION,
+                    config.exact_dedup.model_dump(mode="json", exclude={"against"}),
+                    {"documents": ingested, **{f"against.{i}": layer.key for i, layer in enumerate(earlier)}},
+                    outputs={exact_dedup.ANNOTATIONS: schemas.EXACT_DEDUP},
+                    rows_match={exact_dedup.ANNOTATIONS: "passed"},
+                ),
+                lambda p, layer: (
+                    p
+                    | "ExactDedup"
+                    >> exact_dedup.AnnotateExactDuplicates(
+                        ingested.part_paths(ingest.DOCUMENTS), after=[ingested.committed], previous=tuple(earlier)
+                    )
+                ),
+            )
 
         near = None
         if config.near_dedup.enabled:
             from beam_pipeline.transforms import near_dedup
 
-            previous = [near_dedup.resolve_against(self.root, entry, config.near_dedup)
-                        for entry in config.near_dedup.against]
-            near = graph.stage(StagePlan(
-                near_dedup.STAGE, near_dedup.VERSION, near_dedup.stage_config(config.near_dedup),
-                {"documents": ingested, **{f"against.{i}": prev.key for i, prev in enumerate(previous)}},
-                outputs={**near_dedup.OUTPUTS, DEAD_LETTER: schemas.DEAD_LETTER},
-                rows_match={near_dedup.ANNOTATIONS: "passed"}, finalize=near_dedup.summarize_layer),
+            previous = [
+                near_dedup.resolve_against(self.root, entry, config.near_dedup) for entry in config.near_dedup.against
+            ]
+            near = graph.stage(
+                StagePlan(
+                    near_dedup.STAGE,
+                    near_dedup.VERSION,
+                    near_dedup.stage_config(config.near_dedup),
+                    {"documents": ingested, **{f"against.{i}": prev.key for i, prev in enumerate(previous)}},
+                    outputs={**near_dedup.OUTPUTS, DEAD_LETTER: schemas.DEAD_LETTER},
+                    rows_match={near_dedup.ANNOTATIONS: "passed"},
+                    finalize=near_dedup.summarize_layer,
+                ),
                 lambda p, layer: near_dedup.build_stage(
-                    p, config.near_dedup, ingested.part_paths(ingest.DOCUMENTS), previous, layer.path,
-                    after=[ingested.committed]))
+                    p,
+                    config.near_dedup,
+                    ingested.part_paths(ingest.DOCUMENTS),
+                    previous,
+                    layer.path,
+                    after=[ingested.committed],
+                ),
+            )
 
         scored = cascade.add_scorers(graph, config, ingested, exact, near, snapshot_id, self.scored_layers)
 
@@ -427,39 +522,71 @@ class CorpusBuild:
         annotations.update(cascade.score_inputs(scored, config))
 
         def build_select(p, layer):
-            inputs = PartitionInputs.of(ingested.part_paths(ingest.DOCUMENTS), None, annotations,
-                                        required=cascade.ANNOTATE_EVERY_DOCUMENT)
+            inputs = PartitionInputs.of(
+                ingested.part_paths(ingest.DOCUMENTS), None, annotations, required=cascade.ANNOTATE_EVERY_DOCUMENT
+            )
             return p | "Select" >> select.ApplyPolicy(
-                config.policy, cascade.plan_of(config), inputs,
+                config.policy,
+                cascade.plan_of(config),
+                inputs,
                 {output: layer.output_path(output) for output in (select.GOLD, select.DECISIONS)},
-                after=[ref.committed for ref in inputs_of_select.values()])
+                after=[ref.committed for ref in inputs_of_select.values()],
+            )
 
-        selected = graph.stage(StagePlan(
-            select.STAGE, select.VERSION, cascade.select_config(config), inputs_of_select,
-            outputs={select.GOLD: schemas.GOLD, select.DECISIONS: schemas.DECISION},
-            rows_match={select.GOLD: "passed", select.DECISIONS: "in"}), build_select)
+        selected = graph.stage(
+            StagePlan(
+                select.STAGE,
+                select.VERSION,
+                cascade.select_config(config),
+                inputs_of_select,
+                outputs={select.GOLD: schemas.GOLD, select.DECISIONS: schemas.DECISION},
+                rows_match={select.GOLD: "passed", select.DECISIONS: "in"},
+            ),
+            build_select,
+        )
 
         indexed = cascade.add_index(graph, config, selected)  # decontamination.index: n-grams of the gold text
 
-        tokenize_config = {**config.tokenize.model_dump(mode="json", exclude={"tokenizer", "batch_size",
-                                                                              "sort_memory_bytes"}),
-                           "tokenizer_sha256": tokenizer.sha256, "seed": config.seed}
-        tokenized = graph.stage(StagePlan(
-            tokenize_shard.STAGE, tokenize_shard.VERSION, tokenize_config, {"gold": selected}, outputs={},
-            finalize=tokenize_shard.collect_shards),
-            lambda p, layer: p | "TokenizePackShard" >> tokenize_shard.TokenizePackShard(
-                config.tokenize, tokenizer, config.seed, layer.output_path(tokenize_shard.SHARDS),
-                tuple(selected.part_paths(select.GOLD)), after=[selected.committed]))
+        tokenize_config = {
+            **config.tokenize.model_dump(mode="json", exclude={"tokenizer", "batch_size", "sort_memory_bytes"}),
+            "tokenizer_sha256": tokenizer.sha256,
+            "seed": config.seed,
+        }
+        tokenized = graph.stage(
+            StagePlan(
+                tokenize_shard.STAGE,
+                tokenize_shard.VERSION,
+                tokenize_config,
+                {"gold": selected},
+                outputs={},
+                finalize=tokenize_shard.collect_shards,
+            ),
+            lambda p, layer: (
+                p
+                | "TokenizePackShard"
+                >> tokenize_shard.TokenizePackShard(
+                    config.tokenize,
+                    tokenizer,
+                    config.seed,
+                    layer.output_path(tokenize_shard.SHARDS),
+                    tuple(selected.part_paths(select.GOLD)),
+                    after=[selected.committed],
+                )
+            ),
+        )
 
         stages = [ref for ref in (ingested, exact, near, *scored, selected, indexed, tokenized) if ref is not None]
         for ref in stages:
             if not ref.reused:  # what a killed or failed run of this layer left behind, but its finished tasks
                 finished = clear_uncommitted(ref.layer, partitions)
                 if finished:
-                    self.log(f"[{ref.stage}] {finished} of {partitions} partitions finished by an earlier, "
-                             f"interrupted run: reused")
+                    self.log(
+                        f"[{ref.stage}] {finished} of {partitions} partitions finished by an earlier, "
+                        f"interrupted run: reused"
+                    )
         _ = graph.pipeline | "Publish" >> publish.PublishDataset(
-            config, snapshot_id, tokenizer, run_id, stages, earlier_attempts or {}, partitions, run_dir=self.run_dir)
+            config, snapshot_id, tokenizer, run_id, stages, earlier_attempts or {}, partitions, run_dir=self.run_dir
+        )
         return graph
 
     def _run_job(self, graph: BuildGraph, progress: BuildProgress) -> None:
@@ -476,8 +603,9 @@ class CorpusBuild:
                 state = result.wait_until_finish()
         except Exception as err:  # noqa: BLE001 - runners wrap worker errors in many types
             stage = failed_stage(str(err), graph)
-            failure = StageFailed(f"stage {stage} failed: {root_cause(err)}" if stage
-                                  else f"the build's job failed: {root_cause(err)}")
+            failure = StageFailed(
+                f"stage {stage} failed: {root_cause(err)}" if stage else f"the build's job failed: {root_cause(err)}"
+            )
             failure.layers = [ref.layer for ref in graph.refs if ref.stage in (stage or "").split("+")]
             raise failure from err
         if state != PipelineState.DONE:
@@ -485,8 +613,10 @@ class CorpusBuild:
 
     def _log_plan(self, graph: BuildGraph) -> None:
         for ref in graph.refs:
-            self.log(f"[{ref.stage}] " + (f"layer {ref.key} is complete: reused" if ref.reused
-                                          else f"runs in this job -> {ref.layer.path}"))
+            self.log(
+                f"[{ref.stage}] "
+                + (f"layer {ref.key} is complete: reused" if ref.reused else f"runs in this job -> {ref.layer.path}")
+            )
 
     def _result(self, run_id: str, snapshot_id: str, attempts: dict[str, int], seconds: float) -> BuildResult:
         run_dir = self.run_dir or join(self.root, "runs", run_id)
@@ -497,13 +627,29 @@ class CorpusBuild:
         for entry in metrics["stages"]:
             layer = Layer(self.root, entry["name"], entry["layer_key"])
             ledger = layer.ledger()
-            stages.append(StageOutcome(entry["name"], layer, ledger["version"], digest_json(ledger["config"]),
-                                       entry["reused"], ledger["counts"], ledger, attempts.get(entry["name"], 0)))
+            stages.append(
+                StageOutcome(
+                    entry["name"],
+                    layer,
+                    ledger["version"],
+                    digest_json(ledger["config"]),
+                    entry["reused"],
+                    ledger["counts"],
+                    ledger,
+                    attempts.get(entry["name"], 0),
+                )
+            )
         report = join(run_dir, "report.html")
-        return BuildResult(run_id=run_id, snapshot_id=snapshot_id, dataset_id=metrics["dataset_id"],
-                           dataset_path=dataset_path(self.root, metrics["dataset_id"]), metrics_path=metrics_path,
-                           report_path=report if FileSystems.exists(report) else None, stages=stages,
-                           manifest=manifest)
+        return BuildResult(
+            run_id=run_id,
+            snapshot_id=snapshot_id,
+            dataset_id=metrics["dataset_id"],
+            dataset_path=dataset_path(self.root, metrics["dataset_id"]),
+            metrics_path=metrics_path,
+            report_path=report if FileSystems.exists(report) else None,
+            stages=stages,
+            manifest=manifest,
+        )
 
 
 # How many bytes of records a stored byte holds, by file suffix: text compresses ~3-6x
@@ -515,8 +661,11 @@ COMPRESSED_SUFFIXES = (".gz", ".zst", ".zstd", ".bz2", ".xz", ".parquet")
 
 def estimated_text_bytes(manifest: dict) -> int:
     """Uncompressed input size of a snapshot, estimated from its file sizes and suffixes."""
-    return sum(f["size"] * (COMPRESSED_EXPANSION if f["path"].lower().endswith(COMPRESSED_SUFFIXES) else 1)
-               for source in manifest["sources"].values() for f in source["files"])
+    return sum(
+        f["size"] * (COMPRESSED_EXPANSION if f["path"].lower().endswith(COMPRESSED_SUFFIXES) else 1)
+        for source in manifest["sources"].values()
+        for f in source["files"]
+    )
 
 
 def partition_count(input_bytes: int, target_partition_bytes: int, min_partitions: int) -> int:

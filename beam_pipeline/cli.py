@@ -26,6 +26,7 @@ refused before anything runs; user errors are one line and an exit code
 (``beam_pipeline/usage.py``, docs/config.md "Exit codes"); Ctrl-C is one line
 and 130 (``beam_pipeline/interrupt.py``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,14 +37,14 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipeline import usage
-from beam_pipeline.interrupt import QuietInterrupt
-from beam_pipeline.arrivals import commands as arrivals_commands
-from beam_pipeline.scoring import commands as scoring_commands
 from beam_pipeline.accounting import AccountingError
+from beam_pipeline.arrivals import commands as arrivals_commands
 from beam_pipeline.build import CorpusBuild, StageFailed
 from beam_pipeline.config import ConfigError, CorpusConfig
+from beam_pipeline.interrupt import QuietInterrupt
 from beam_pipeline.manifest import NotADataset, load_manifest, summarize
 from beam_pipeline.options import CorpusOptions, LocalRunnerDefaults, RunnerError, add_driver_arguments
+from beam_pipeline.scoring import commands as scoring_commands
 from beam_pipeline.snapshot import InputChangedError, SnapshotError, snapshot_path, take_snapshot
 
 EXAMPLES = """\
@@ -70,13 +71,19 @@ def _parser() -> argparse.ArgumentParser:
     parser = usage.OneLineArgumentParser(
         prog="python -m beam_pipeline",
         description="Turn raw text into deterministic, provenance-tracked LLM pretraining token shards.",
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = parser.add_subparsers(dest="command", metavar="command", required=True)
 
-    run = commands.add_parser("run", help="build the corpus a config describes",
-                              description="Snapshot the inputs (unless --snapshot_id), run every stage "
-                                          "(reusing complete layers) and publish the dataset.",
-                              epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    run = commands.add_parser(
+        "run",
+        help="build the corpus a config describes",
+        description="Snapshot the inputs (unless --snapshot_id), run every stage "
+        "(reusing complete layers) and publish the dataset.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     CorpusOptions._add_argparse_args(run)
     add_driver_arguments(run)
 
@@ -87,18 +94,27 @@ def _parser() -> argparse.ArgumentParser:
     inspect = commands.add_parser("inspect", help="summarize a dataset manifest")
     inspect.add_argument("dataset", help="manifest.json, a dataset folder, or <root>/datasets/<dataset_id>")
 
-    report = commands.add_parser("report", help="write a run's HTML report, or compare two runs",
-                                 description="Write <root>/runs/<run_id>/report.html from the run's metrics, "
-                                             "layers and manifest (see docs/report.md).")
-    report.add_argument("target", nargs="?", help="runs/<run_id>, its metrics.json, a dataset folder or "
-                                                  "manifest.json, or an output root (its latest run)")
+    report = commands.add_parser(
+        "report",
+        help="write a run's HTML report, or compare two runs",
+        description="Write <root>/runs/<run_id>/report.html from the run's metrics, "
+        "layers and manifest (see docs/report.md).",
+    )
+    report.add_argument(
+        "target",
+        nargs="?",
+        help="runs/<run_id>, its metrics.json, a dataset folder or manifest.json, or an output root (its latest run)",
+    )
     report.add_argument("--compare", nargs=2, metavar=("A", "B"), help="put two runs or datasets side by side")
     report.add_argument("--output", help="where to write the page (default: in the run folder)")
     report.add_argument("--target_tokens", type=int, help="override report.target_tokens of the config")
     report.add_argument("--mixture", help="override report.mixture, e.g. docs=0.5,encyclopedic=0.3,legal=0.2")
-    dead = commands.add_parser("dead-letter", help="list the records a build could not process, with their origin",
-                               description="Every stage's dead letters under <root>/dead_letter/<stage>/<layer>/: "
-                                           "source file, line or byte offset, error.")
+    dead = commands.add_parser(
+        "dead-letter",
+        help="list the records a build could not process, with their origin",
+        description="Every stage's dead letters under <root>/dead_letter/<stage>/<layer>/: "
+        "source file, line or byte offset, error.",
+    )
     dead.add_argument("output_root", help="the build's output root")
     dead.add_argument("--stage", help="only this stage's dead letters")
     dead.add_argument("--limit", type=int, default=20, help="records shown per layer (0: all; default 20)")
@@ -120,8 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         parser = _parser()
         args, beam_args = parser.parse_known_args(argv)
-        usage.check_options(beam_args, args.command, _command_parser(parser, args),
-                            beam_options=args.command in BEAM_OPTION_COMMANDS)
+        usage.check_options(
+            beam_args, args.command, _command_parser(parser, args), beam_options=args.command in BEAM_OPTION_COMMANDS
+        )
         if args.command in BEAM_OPTION_COMMANDS:
             usage.check_runner(beam_args)
         usage.check_config_path(getattr(args, "config", None))
@@ -175,6 +192,7 @@ def _dispatch(args, beam_args: list[str]) -> int:
             return _inspect(args)
         if args.command == "dead-letter":
             from beam_pipeline.dead_letters import cli_dead_letter
+
             return cli_dead_letter(args)
         if args.command in DATASET_COMMANDS:
             return _dataset_command(args, beam_args)
@@ -202,6 +220,7 @@ def _dispatch(args, beam_args: list[str]) -> int:
     except StageFailed as err:
         print(f"error: {err}", file=sys.stderr)
         from beam_pipeline.dead_letters import stop_message
+
         for line in stop_message(err):
             print(line, file=sys.stderr)
         return usage.EXIT_FAILED
@@ -228,9 +247,11 @@ def _check_storage(config: CorpusConfig, beam_args: list[str]) -> None:
     local, fatal = local_paths_for_remote_workers(config, beam_args)
     if not local:
         return
-    message = ("these paths are on this machine, but the runner's workers run elsewhere and read and write them "
-               "themselves: " + "; ".join(local) + ". Put them on storage every worker reaches (gs://, s3://, "
-               "hdfs://, or one shared mount at the same path on every worker; docs/operations.md)")
+    message = (
+        "these paths are on this machine, but the runner's workers run elsewhere and read and write them "
+        "themselves: " + "; ".join(local) + ". Put them on storage every worker reaches (gs://, s3://, "
+        "hdfs://, or one shared mount at the same path on every worker; docs/operations.md)"
+    )
     if fatal:
         raise ConfigError(message)
     print(f"warning: {message}", file=sys.stderr)
@@ -250,6 +271,7 @@ def _load(args) -> CorpusConfig:
     if not args.config:
         raise ConfigError("--config is required: the corpus YAML file to build (see docs/config.md)")
     from beam_pipeline.launcher import load_any_config
+
     return load_any_config(args.config, args.output_root)  # a local file, or gs:// / s3:// (absolute URIs)
 
 
@@ -268,11 +290,14 @@ def _bronze_snapshot(config: CorpusConfig, options: PipelineOptions, args) -> in
     if not (args.from_bronze and args.until is not None):
         raise ConfigError("--from-bronze and --until go together: --until <ISO-8601 time or log position>")
     from beam_pipeline.snapshot import take_bronze_snapshot
+
     snapshot_id, manifest = take_bronze_snapshot(config, options, args.until, args.since)
     files = sum(len(s["files"]) for s in manifest["sources"].values())
     bronze = manifest["bronze"]
-    print(f"snapshot {snapshot_id}: {files} files, {manifest['total_bytes']} bytes; arrivals {bronze['since'] + 1}.."
-          f"{bronze['until']} of the log (the last in the window ending {bronze['until_window_end']})")
+    print(
+        f"snapshot {snapshot_id}: {files} files, {manifest['total_bytes']} bytes; arrivals {bronze['since'] + 1}.."
+        f"{bronze['until']} of the log (the last in the window ending {bronze['until_window_end']})"
+    )
     print(f"written to {snapshot_path(config.output_root, snapshot_id)}")
     print(f"build it with: python -m beam_pipeline run --config ... --snapshot_id {snapshot_id}")
     return 0
@@ -283,8 +308,9 @@ def _driver_settings(args) -> dict:
     return {"max_attempts": args.max_stage_attempts, "progress_interval": args.progress_interval}
 
 
-def _run(config: CorpusConfig, options: PipelineOptions, snapshot_id: str | None, prepare=None,
-         driver: dict | None = None) -> int:
+def _run(
+    config: CorpusConfig, options: PipelineOptions, snapshot_id: str | None, prepare=None, driver: dict | None = None
+) -> int:
     """Build, with the console of beam_pipeline/console.py: stage lines, progress and the warnings about
     the data on the console; Beam's log lines in runs/<run_id>/beam.log (and, with --verbose, on stderr)."""
     from beam_pipeline.console import Console
@@ -293,8 +319,9 @@ def _run(config: CorpusConfig, options: PipelineOptions, snapshot_id: str | None
         return _run_build(config, options, snapshot_id, prepare, driver, console)
 
 
-def _run_build(config: CorpusConfig, options: PipelineOptions, snapshot_id: str | None, prepare,
-               driver: dict | None, console) -> int:
+def _run_build(
+    config: CorpusConfig, options: PipelineOptions, snapshot_id: str | None, prepare, driver: dict | None, console
+) -> int:
     started = time.monotonic()
     build = CorpusBuild(config, options, snapshot_id=snapshot_id, log=_log(started, console), **(driver or {}))
     build.progress_bar = console.bar
@@ -303,6 +330,7 @@ def _run_build(config: CorpusConfig, options: PipelineOptions, snapshot_id: str 
         prepare(build)
     _CURRENT_BUILD[:] = [build]
     from beam_pipeline.dead_letters import quiet_dead_letter_stops
+
     quiet_dead_letter_stops()  # the runner's tracebacks of a dead-letter stop: reported below in one line
     result = build.run()
     print()
@@ -310,12 +338,16 @@ def _run_build(config: CorpusConfig, options: PipelineOptions, snapshot_id: str 
     print(f"{'stage':<{width}} {'in':>8} {'out':>8} {'dropped':>8} {'dead':>6}  layer")
     for stage in result.stages:
         c = stage.counts
-        print(f"{stage.stage:<{width}} {c['in']:>8} {c['passed']:>8} {sum(c['filtered'].values()):>8} "
-              f"{c['dead_letter']:>6}  {stage.layer.key}{' (reused)' if stage.reused else ''}")
+        print(
+            f"{stage.stage:<{width}} {c['in']:>8} {c['passed']:>8} {sum(c['filtered'].values()):>8} "
+            f"{c['dead_letter']:>6}  {stage.layer.key}{' (reused)' if stage.reused else ''}"
+        )
     shards = result.manifest["shards"]
     print()
-    print(f"tokens      {sum(s['tokens'] for s in shards)} in {sum(s['sequences'] for s in shards)} sequences "
-          f"of {result.manifest['seq_len']}")
+    print(
+        f"tokens      {sum(s['tokens'] for s in shards)} in {sum(s['sequences'] for s in shards)} sequences "
+        f"of {result.manifest['seq_len']}"
+    )
     print(f"shards      {len(shards)}")
     print(f"snapshot    {result.snapshot_id}")
     print(f"dataset_id  {result.dataset_id}")
@@ -325,6 +357,7 @@ def _run_build(config: CorpusConfig, options: PipelineOptions, snapshot_id: str 
         print(f"log         {console.run_log.path}")
     from beam_pipeline.dedup.cluster_alarms import build_messages
     from beam_pipeline.scoring.null_scores import warnings_from_ledgers
+
     ledgers = {s.stage: s.ledger for s in result.stages}
     clusters, alarms = build_messages(config, ledgers)
     for line in clusters:
@@ -334,13 +367,16 @@ def _run_build(config: CorpusConfig, options: PipelineOptions, snapshot_id: str 
     if result.report_path:  # written by the job's last step
         print(f"report      {result.report_path}")
     else:
-        print(f"warning: the run report could not be written (the job's log says why); "
-              f"retry with: python -m beam_pipeline report {result.metrics_path}", file=sys.stderr)
+        print(
+            f"warning: the run report could not be written (the job's log says why); "
+            f"retry with: python -m beam_pipeline report {result.metrics_path}",
+            file=sys.stderr,
+        )
     return 0
 
 
 def _committed_so_far() -> str:
-    """"N of M layers of this build are committed (stages); " for the Ctrl-C line."""
+    """ "N of M layers of this build are committed (stages); " for the Ctrl-C line."""
     if not _CURRENT_BUILD:
         return ""  # not a build (land: every landed file is committed as it lands)
     layers = getattr(_CURRENT_BUILD[-1], "layers", None)
@@ -350,8 +386,11 @@ def _committed_so_far() -> str:
         done = [stage for stage, layer in layers if layer.is_complete()]
     except Exception:  # noqa: BLE001 - the line must come out even if the store does not answer
         return ""
-    return (f"{len(done)} of {len(layers)} layers of this build are committed"
-            + (f" ({', '.join(done)})" if done else "") + "; ")
+    return (
+        f"{len(done)} of {len(layers)} layers of this build are committed"
+        + (f" ({', '.join(done)})" if done else "")
+        + "; "
+    )
 
 
 def _log(started: float, console=None):
@@ -361,6 +400,7 @@ def _log(started: float, console=None):
             print(text, flush=True)
         else:
             console.line(text)
+
     return log
 
 
@@ -376,6 +416,7 @@ def _inspect(args) -> int:
 
 def _report(args) -> int:
     from beam_pipeline.report import ReportError, write_compare, write_report
+
     try:
         if args.compare:
             path, summary = write_compare(*args.compare, output=args.output)
@@ -399,6 +440,7 @@ def _report(args) -> int:
 def _mixture(text: str) -> dict[str, float]:
     """``docs=0.5,legal=0.2`` -> {"docs": 0.5, "legal": 0.2}."""
     from beam_pipeline.report import ReportError
+
     weights = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         name, _, weight = item.partition("=")
@@ -449,8 +491,11 @@ def _add_dataset_commands(commands) -> None:
     what.add_argument("--urls", help="file of URLs, one per line (documents and their repeats)")
     what.add_argument("--url-pattern", help="regular expression searched in every URL")
     takedown.add_argument("--reason", default="takedown request", help="recorded with each tombstone")
-    takedown.add_argument("--exact-only", action="store_true",
-                          help="do not also remove exact duplicates (same content_hash) of matched documents")
+    takedown.add_argument(
+        "--exact-only",
+        action="store_true",
+        help="do not also remove exact duplicates (same content_hash) of matched documents",
+    )
 
     diff = commands.add_parser("diff", help="compare two datasets: stages, config, counts, shards")
     diff.add_argument("a", help=dataset_help)
@@ -461,6 +506,7 @@ def _add_dataset_commands(commands) -> None:
 def _dataset_command(args, extra: list[str]) -> int:
     usage.check_options(extra, args.command, None, beam_options=False)  # main() checked them already
     import importlib
+
     module, _, function = DATASET_COMMANDS[args.command].partition(":")
     try:
         return getattr(importlib.import_module(module), function)(args)

@@ -26,6 +26,7 @@ runner or the SDK (rows are partitioned by doc id and sorted inside a
 partition; ``tests/test_flink_embedded.py`` compares every layer's bytes across
 runners), and a Beam upgrade should not recompute a corpus.
 """
+
 from __future__ import annotations
 
 import ast
@@ -52,8 +53,14 @@ SCORER_MODULE = "beam_pipeline.transforms.score"
 #: The configuration schema: what it produces (the validated values, defaults filled in) is in each stage's
 #: config, which is part of the layer key already; its code is not followed (else every stage would depend
 #: on every filter, since the schema names them all).
-CONFIG_MODULES = frozenset({"beam_pipeline.config", "beam_pipeline.scoring.config", "beam_pipeline.web.config",
-                            "beam_pipeline.arrivals.config"})
+CONFIG_MODULES = frozenset(
+    {
+        "beam_pipeline.config",
+        "beam_pipeline.scoring.config",
+        "beam_pipeline.web.config",
+        "beam_pipeline.arrivals.config",
+    }
+)
 
 #: Distributions that do not shape layer bytes (see the module docstring).
 NOT_SHAPING = frozenset({"apache-beam"})
@@ -68,7 +75,7 @@ def stage_version(stage: str, version: str) -> str:
     return f"{version}+code.{stage_code(stage)['digest'][:16]}"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def stage_code(stage: str) -> dict:
     """What makes the stage's layer: ``{"modules": {name: sha}, "libraries": {dist: version}, "digest"}``."""
     if stage in STAGE_MODULES:
@@ -83,8 +90,12 @@ def stage_code(stage: str) -> dict:
         trees[f"{SCORER_MODULE}:{scorer_class}"] = _fingerprint(root_tree)
     libraries = _library_versions(frozenset(modules))
     python = f"{sys.version_info.major}.{sys.version_info.minor}"
-    return {"modules": dict(sorted(trees.items())), "libraries": libraries, "python": python,
-            "digest": digest_json({"modules": trees, "libraries": libraries, "python": python})}
+    return {
+        "modules": dict(sorted(trees.items())),
+        "libraries": libraries,
+        "python": python,
+        "digest": digest_json({"modules": trees, "libraries": libraries, "python": python}),
+    }
 
 
 def _scorer_class(stage: str) -> str:
@@ -100,7 +111,7 @@ def _scorer_class(stage: str) -> str:
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the folder holding this package
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _module_file(module: str) -> str | None:
     """This package's source file of ``module`` (``a/b.py`` or ``a/b/__init__.py``), None if not one."""
     if module.split(".")[0] != PACKAGE:
@@ -124,13 +135,13 @@ def _parse(module: str) -> ast.Module:
         return ast.parse(f.read(), filename=_source_path(module))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tree(module: str) -> ast.Module:
     """The module's syntax tree, shared: never modified (:func:`_fingerprint` works on a fresh parse)."""
     return _parse(module)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _module_imports(module: str) -> frozenset[str]:
     return frozenset(imports_of(_tree(module), package_of=module))
 
@@ -192,7 +203,7 @@ def _package_modules(modules: set[str]) -> set[str]:
     return {m for m in modules if m.split(".")[0] == PACKAGE}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _module_fingerprint(module: str) -> str:
     return _fingerprint(_parse(module))
 
@@ -208,8 +219,12 @@ def _drop_docstrings(tree: ast.AST) -> None:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                    and isinstance(body[0].value.value, str):
+            if (
+                body
+                and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)
+            ):
                 node.body = body[1:] or [ast.Pass()]
 
 
@@ -219,12 +234,14 @@ def _scorer_module_tree(keep: str) -> ast.Module:
 
     others = {cls.__name__ for cls in SCORERS.values()} - {keep}
     tree = _parse(SCORER_MODULE)
-    return ast.Module(body=[node for node in tree.body
-                            if not (isinstance(node, ast.ClassDef) and node.name in others)],
-                      type_ignores=[])
+    return ast.Module(
+        body=[node for node in tree.body if not (isinstance(node, ast.ClassDef) and node.name in others)],
+        type_ignores=[],
+    )
 
 
 # --- third-party libraries ------------------------------------------------------------------------------
+
 
 @functools.lru_cache(maxsize=1)
 def _distributions() -> dict[str, list[str]]:

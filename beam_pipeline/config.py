@@ -11,6 +11,7 @@ Relative paths in the file (source URIs, tokenizer, output root) are resolved
 against the directory of the config file, so a config and its data can move
 together. URIs with a scheme (``s3://``, ``gs://``, ``hdfs://``) are kept.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,17 +19,34 @@ import re
 from typing import Any, Literal
 
 import yaml
-from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_serializer,
-                      model_validator)
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from beam_pipeline.arrivals.config import LandingConfig
 from beam_pipeline.hashing import digest_json
 from beam_pipeline.paths import has_scheme, resolve_path
 from beam_pipeline.policy_rules import OverrideConfig, RedactConfig, RuleConfig, expand_policy_file
 from beam_pipeline.readers import field_path_problem
-from beam_pipeline.scoring.config import (BlocklistConfig, CascadeConfig, DecontaminationConfig, HeuristicsConfig,
-                                          LanguageConfig, PiiConfig, QualityConfig, SafetyConfig, check_scoring,
-                                          resolve_paths)
+from beam_pipeline.scoring.config import (
+    BlocklistConfig,
+    CascadeConfig,
+    DecontaminationConfig,
+    HeuristicsConfig,
+    LanguageConfig,
+    PiiConfig,
+    QualityConfig,
+    SafetyConfig,
+    check_scoring,
+    resolve_paths,
+)
 from beam_pipeline.web.config import ExtractConfig
 
 SOURCE_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
@@ -70,14 +88,16 @@ class SourceConfig(_Strict):
     uri: str = Field(description="Glob on any Beam filesystem (local, s3://, gs://, hdfs://).")
     format: Literal["jsonl", "parquet", "text", "warc"] = Field(
         description="jsonl (.jsonl, .jsonl.gz, .jsonl.zst), parquet, text (one document per file), "
-                    "or warc (WARC, WET, ARC; plain or gzip: docs/web.md).")
+        "or warc (WARC, WET, ARC; plain or gzip: docs/web.md)."
+    )
     rank: int = Field(ge=0, description="Source rank: lower wins when duplicates are resolved.")
     license: str = Field(min_length=1, description="Default license of the records (a record's own field wins).")
     domain: str = Field(description="Domain bucket; shards are homogeneous by bucket.")
     fields: FieldMap = FieldMap()
     extract: ExtractConfig | None = Field(None, description="format warc only: records and text extraction.")
     landing: LandingConfig | None = Field(
-        None, description="Where files arrive for the landing job (`land`); not part of any digest.")
+        None, description="Where files arrive for the landing job (`land`); not part of any digest."
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -108,8 +128,8 @@ class SourceConfig(_Strict):
     def _simple_name(cls, value: str) -> str:
         if not SOURCE_NAME.match(value):
             raise ValueError(
-                "must be 1-64 characters of lowercase letters, digits, '_', '.', '-', "
-                "starting with a letter or digit")
+                "must be 1-64 characters of lowercase letters, digits, '_', '.', '-', starting with a letter or digit"
+            )
         return value
 
 
@@ -119,7 +139,8 @@ class SnapshotConfig(_Strict):
     checksum: Literal["sha256", "filesystem"] = Field(
         "sha256",
         description="sha256 reads every byte (exact, any filesystem); 'filesystem' uses the "
-                    "store's own checksum (S3 ETag, GCS crc32c; only the size on local disk).")
+        "store's own checksum (S3 ETag, GCS crc32c; only the size on local disk).",
+    )
 
 
 class IngestConfig(_Strict):
@@ -128,9 +149,11 @@ class IngestConfig(_Strict):
 
 class ExactDedupConfig(_Strict):
     enabled: bool = True
-    against: list[str] = Field(default_factory=list,
-                               description="Earlier exact_dedup layers (absolute path/URI) or dataset ids whose texts "
-                                           "this build's copies are duplicates of (a refresh).")
+    against: list[str] = Field(
+        default_factory=list,
+        description="Earlier exact_dedup layers (absolute path/URI) or dataset ids whose texts "
+        "this build's copies are duplicates of (a refresh).",
+    )
 
 
 class ShingleConfig(_Strict):
@@ -145,8 +168,12 @@ class MinHashConfig(_Strict):
     threshold: float = Field(0.7, gt=0.0, lt=1.0, description="Target Jaccard similarity of near duplicates.")
     bands: int | None = Field(None, ge=1, description="LSH bands; with rows, overrides the choice from threshold.")
     rows: int | None = Field(None, ge=1, description="Signature values per band.")
-    fp_weight: float = Field(0.2, ge=0.0, le=1.0, description="Weight of the false-positive area when choosing bands "
-                                                              "(low: candidates are verified anyway).")
+    fp_weight: float = Field(
+        0.2,
+        ge=0.0,
+        le=1.0,
+        description="Weight of the false-positive area when choosing bands (low: candidates are verified anyway).",
+    )
     fn_weight: float = Field(0.8, ge=0.0, le=1.0, description="Weight of the false-negative area when choosing bands.")
 
     @model_validator(mode="after")
@@ -172,24 +199,42 @@ class SimHashConfig(_Strict):
 class TwoTierConfig(_Strict):
     """``verify: two_tier``: the second tier and short texts (docs/near_dedup.md, "Verification")."""
 
-    low_threshold: float = Field(0.4, gt=0.0, le=1.0, description="Second tier: a pair below verify_threshold "
-                                 "passes at this Jaccard if one text is mostly inside the other.")
-    containment_threshold: float = Field(0.8, gt=0.0, le=1.0, description="Second tier: |A & B| / min(|A|, |B|) "
-                                         "a pair needs (Broder 1997).")
-    short_shingles: int = Field(50, ge=0, description="Texts with fewer shingles are short: their pairs need "
-                                "short_threshold (a short text inside a long one is a quote, not a copy).")
+    low_threshold: float = Field(
+        0.4,
+        gt=0.0,
+        le=1.0,
+        description="Second tier: a pair below verify_threshold "
+        "passes at this Jaccard if one text is mostly inside the other.",
+    )
+    containment_threshold: float = Field(
+        0.8, gt=0.0, le=1.0, description="Second tier: |A & B| / min(|A|, |B|) a pair needs (Broder 1997)."
+    )
+    short_shingles: int = Field(
+        50,
+        ge=0,
+        description="Texts with fewer shingles are short: their pairs need "
+        "short_threshold (a short text inside a long one is a quote, not a copy).",
+    )
     short_threshold: float = Field(0.9, gt=0.0, le=1.0, description="Jaccard a pair with a short text needs.")
     measure: Literal["estimate", "exact"] = Field(
-        "estimate", description="Jaccard and containment estimated from the signatures and shingle counts, "
-        "or exact from shingle sets (stored in signatures, carried through the verification joins).")
-    lsh_threshold: float = Field(0.5, gt=0.0, lt=1.0, description="Similarity for which LSH bands x rows are "
-                                 "chosen (unless minhash.bands / rows are set).")
+        "estimate",
+        description="Jaccard and containment estimated from the signatures and shingle counts, "
+        "or exact from shingle sets (stored in signatures, carried through the verification joins).",
+    )
+    lsh_threshold: float = Field(
+        0.5,
+        gt=0.0,
+        lt=1.0,
+        description="Similarity for which LSH bands x rows are chosen (unless minhash.bands / rows are set).",
+    )
 
     @model_validator(mode="after")
     def _tiers(self) -> "TwoTierConfig":
         if self.low_threshold > self.short_threshold:
-            raise ValueError(f"low_threshold ({self.low_threshold}) above short_threshold ({self.short_threshold}): "
-                             "short texts would pass more easily than long ones")
+            raise ValueError(
+                f"low_threshold ({self.low_threshold}) above short_threshold ({self.short_threshold}): "
+                "short texts would pass more easily than long ones"
+            )
         return self
 
 
@@ -197,9 +242,12 @@ class LineDedupConfig(_Strict):
     enabled: bool = Field(True, description="Count lines corpus-wide; boilerplate stays out of signatures.")
     min_repeats: int = Field(100, ge=1, description="Lines in more than this many documents are boilerplate.")
     signature_min_repeats: int | None = Field(
-        10, ge=1, description="Lines in more than this many documents (but not boilerplate) are left out of a "
+        10,
+        ge=1,
+        description="Lines in more than this many documents (but not boilerplate) are left out of a "
         "document's signature, not its text, when they are at most half of it (site templates, ads); "
-        "null: only boilerplate lines are.")
+        "null: only boilerplate lines are.",
+    )
     min_chars: int = Field(20, ge=1, description="Shorter (normalized) lines are never boilerplate.")
 
 
@@ -212,10 +260,15 @@ class ClusterAlarmConfig(_Strict):
     """Alarms on near-dup clusters above ``max_cluster_size`` (docs/near_dedup.md, "Large clusters")."""
 
     max_size: int | None = Field(1000, ge=2, description="Alarm on a cluster with more members; null: no size alarm.")
-    max_share: float | None = Field(0.01, gt=0.0, le=1.0, description="Alarm on a cluster holding more than this "
-                                    "share of the stage's documents; null: no share alarm.")
-    action: Literal["warn", "fail"] = Field("warn", description="warn: console and run report; fail: also publish "
-                                            "no dataset (the layers stay committed).")
+    max_share: float | None = Field(
+        0.01,
+        gt=0.0,
+        le=1.0,
+        description="Alarm on a cluster holding more than this share of the stage's documents; null: no share alarm.",
+    )
+    action: Literal["warn", "fail"] = Field(
+        "warn", description="warn: console and run report; fail: also publish no dataset (the layers stay committed)."
+    )
     examples: int = Field(3, ge=1, le=20, description="Largest clusters an alarm shows.")
 
 
@@ -229,10 +282,13 @@ class NearDedupConfig(_Strict):
     minhash: MinHashConfig = MinHashConfig()
     simhash: SimHashConfig = SimHashConfig()
     verify: Literal["two_tier", "signature", "jaccard", "none"] = Field(
-        "two_tier", description="Check of each candidate pair: two tiers (Jaccard, or lower Jaccard with "
-        "containment), estimated Jaccard, true Jaccard, or none.")
-    verify_threshold: float | None = Field(None, gt=0.0, le=1.0, description="Defaults to minhash.threshold "
-                                           "(with two_tier: its first tier).")
+        "two_tier",
+        description="Check of each candidate pair: two tiers (Jaccard, or lower Jaccard with "
+        "containment), estimated Jaccard, true Jaccard, or none.",
+    )
+    verify_threshold: float | None = Field(
+        None, gt=0.0, le=1.0, description="Defaults to minhash.threshold (with two_tier: its first tier)."
+    )
     two_tier: TwoTierConfig = TwoTierConfig()
     max_rounds: int = Field(20, ge=1, le=200, description="Connected-component rounds before the stage fails.")
     max_cluster_size: int = Field(100, ge=2, description="Larger clusters are reported and verified pairwise.")
@@ -240,8 +296,10 @@ class NearDedupConfig(_Strict):
     alarms: ClusterAlarmConfig = ClusterAlarmConfig()
     lines: LineDedupConfig = LineDedupConfig()
     substrings: SubstringDedupConfig = SubstringDedupConfig()
-    against: list[str] = Field(default_factory=list,
-                               description="Earlier near_dedup layers (absolute path/URI) or dataset ids to dedup against.")
+    against: list[str] = Field(
+        default_factory=list,
+        description="Earlier near_dedup layers (absolute path/URI) or dataset ids to dedup against.",
+    )
 
 
 class PolicyConfig(_Strict):
@@ -270,11 +328,19 @@ class TokenizeConfig(_Strict):
     eos_token: str = "<|endoftext|>"
     pad_token: str | None = Field(None, description="Fills the tail of a shard's last sequence; defaults to eos_token.")
     seq_len: int = Field(8192, ge=16, le=1 << 20)
-    shard_tokens: int = Field(1 << 28, ge=16, description="Target tokens per shard (shards are cut per domain); "
-                              "the default is about 1 GB of uint32 tokens (512 MB of uint16).")
+    shard_tokens: int = Field(
+        1 << 28,
+        ge=16,
+        description="Target tokens per shard (shards are cut per domain); "
+        "the default is about 1 GB of uint32 tokens (512 MB of uint16).",
+    )
     batch_size: int = Field(256, ge=1, le=65536, description="Documents per tokenizer call.")
-    sort_memory_bytes: int = Field(256 << 20, ge=1, description="Tokens of one shard a worker holds while "
-                                   "ordering it; beyond, sorted runs spill to local disk. Not in the layer key.")
+    sort_memory_bytes: int = Field(
+        256 << 20,
+        ge=1,
+        description="Tokens of one shard a worker holds while "
+        "ordering it; beyond, sorted runs spill to local disk. Not in the layer key.",
+    )
 
     @model_validator(mode="after")
     def _shard_holds_sequences(self) -> "TokenizeConfig":
@@ -285,24 +351,27 @@ class TokenizeConfig(_Strict):
 
 class LayoutConfig(_Strict):
     target_partition_bytes: int = Field(
-        64 << 20, ge=1 << 16,
+        64 << 20,
+        ge=1 << 16,
         description="Uncompressed input bytes per layer partition (sets the partition count; a worker "
-                    "holds one partition in memory to sort it).")
+        "holds one partition in memory to sort it).",
+    )
     min_partitions: int = Field(4, ge=1, le=100_000)
 
 
 class AccountingConfig(_Strict):
     max_dead_letter_fraction: float = Field(
-        0.01, ge=0.0, le=1.0,
-        description="A stage whose dead letters exceed this fraction of its input fails the run.")
+        0.01, ge=0.0, le=1.0, description="A stage whose dead letters exceed this fraction of its input fails the run."
+    )
 
 
 class ReportConfig(_Strict):
     """What the run report compares the dataset with; a view only (not part of the config digest)."""
 
     target_tokens: int | None = Field(None, ge=1, description="Tokens the training run will draw from the dataset.")
-    mixture: dict[str, float] = Field(default_factory=dict,
-                                      description="Target share of each domain bucket (normalized to sum 1).")
+    mixture: dict[str, float] = Field(
+        default_factory=dict, description="Target share of each domain bucket (normalized to sum 1)."
+    )
     max_epochs: float = Field(4.0, gt=0, description="Warn when a bucket must be repeated more often than this.")
     samples_per_reason: int = Field(20, ge=0, le=1000, description="Dropped documents shown per drop reason.")
 
@@ -323,7 +392,7 @@ class CorpusConfig(_Strict):
     layout: LayoutConfig = LayoutConfig()
     accounting: AccountingConfig = AccountingConfig()
     report: ReportConfig = ReportConfig()
-    cascade: CascadeConfig = CascadeConfig()     # scorer stages in order (docs/filters.md)
+    cascade: CascadeConfig = CascadeConfig()  # scorer stages in order (docs/filters.md)
     language: LanguageConfig = LanguageConfig()
     heuristics: HeuristicsConfig = HeuristicsConfig()
     blocklist: BlocklistConfig = BlocklistConfig()
@@ -400,7 +469,7 @@ def portable_paths(value: Any, base_dir: str | None) -> Any:
         if value == base:
             return "."
         if value.startswith(base + "/"):
-            return value[len(base) + 1:]
+            return value[len(base) + 1 :]
     return value
 
 
@@ -414,13 +483,16 @@ def parse_config(data: Any, *, base_dir: str = ".", source_name: str = "<config>
         raise ConfigError(_describe(err, source_name)) from None
     except ValueError as err:  # a policy file that cannot be read
         raise ConfigError(f"{source_name}: {err}") from None
-    resolved = config.model_copy(update={
-        "output_root": resolve_path(config.output_root, base_dir),
-        "sources": [_resolve_source(s, base_dir) for s in config.sources],
-        "tokenize": config.tokenize.model_copy(
-            update={"tokenizer": resolve_path(config.tokenize.tokenizer, base_dir)}),
-        **resolve_paths(config, base_dir),  # models, lists, eval sets of the scoring stages
-    })
+    resolved = config.model_copy(
+        update={
+            "output_root": resolve_path(config.output_root, base_dir),
+            "sources": [_resolve_source(s, base_dir) for s in config.sources],
+            "tokenize": config.tokenize.model_copy(
+                update={"tokenizer": resolve_path(config.tokenize.tokenizer, base_dir)}
+            ),
+            **resolve_paths(config, base_dir),  # models, lists, eval sets of the scoring stages
+        }
+    )
     resolved._base_dir = resolve_path(base_dir, os.getcwd()) if not has_scheme(base_dir) else base_dir
     return resolved
 

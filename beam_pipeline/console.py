@@ -18,6 +18,7 @@ The progress display is a bar redrawn in place (``\\r``) when stdout is a
 terminal, and a plain line every ``--progress_interval`` seconds when it is not
 (a pipe, a file, CI logs).
 """
+
 from __future__ import annotations
 
 import logging
@@ -41,10 +42,10 @@ class RunLogHandler(logging.Handler):
     def __init__(self):
         super().__init__(logging.DEBUG)
         self.setFormatter(logging.Formatter(FORMAT))
-        self.path: str | None = None      # where the log ends up (local path or URI)
+        self.path: str | None = None  # where the log ends up (local path or URI)
         self._buffer: list[str] = []
         self._file = None
-        self._local: str | None = None    # the local file written (the log itself, or a temporary copy)
+        self._local: str | None = None  # the local file written (the log itself, or a temporary copy)
 
     def open(self, run_dir: str) -> None:
         from beam_pipeline.layers import join
@@ -83,7 +84,7 @@ class RunLogHandler(logging.Handler):
         try:
             if self._file is not None:
                 self._file.close()
-                if self._local != self.path:  # a remote run folder: copy the log there
+                if self._local is not None and self._local != self.path:  # a remote run folder: copy the log there
                     try:
                         from apache_beam.io.filesystems import FileSystems
 
@@ -108,8 +109,9 @@ class ConsoleFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if self.verbose:
             return True
-        return record.levelno >= logging.WARNING and (record.name == PROJECT_LOGGER
-                                                      or record.name.startswith(PROJECT_LOGGER + "."))
+        return record.levelno >= logging.WARNING and (
+            record.name == PROJECT_LOGGER or record.name.startswith(PROJECT_LOGGER + ".")
+        )
 
 
 class Console:

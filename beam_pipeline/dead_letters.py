@@ -6,6 +6,7 @@ Every stage writes the records it could not process to
 error, the first bytes of the raw record), also when the build then stops
 because there are too many (``accounting.max_dead_letter_fraction``).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,8 +37,10 @@ def folders(root: str, stage: str | None = None, key: str | None = None) -> list
     for match in FileSystems.match([pattern])[0].metadata_list:
         parts = match.path.rstrip("/").rsplit("/", 3)
         found.setdefault((parts[-3], parts[-2]), []).append(match.path)
-    return [DeadLetterFolder(s, k, join(root, "dead_letter", s, k), tuple(sorted(paths)))
-            for (s, k), paths in sorted(found.items())]
+    return [
+        DeadLetterFolder(s, k, join(root, "dead_letter", s, k), tuple(sorted(paths)))
+        for (s, k), paths in sorted(found.items())
+    ]
 
 
 def records(folder: DeadLetterFolder, limit: int | None = None) -> tuple[list[dict], int]:
@@ -47,8 +50,7 @@ def records(folder: DeadLetterFolder, limit: int | None = None) -> tuple[list[di
     shown, total = [], 0
     for path in folder.parts:
         with FileSystems.open(path) as f:
-            table = pq.read_table(f, columns=["stage", "source", "file", "position", "byte_offset", "doc_id",
-                                              "error"])
+            table = pq.read_table(f, columns=["stage", "source", "file", "position", "byte_offset", "doc_id", "error"])
         total += table.num_rows
         if limit is None or len(shown) < limit:
             shown += table.slice(0, None if limit is None else limit - len(shown)).to_pylist()
@@ -61,8 +63,10 @@ def describe(row: dict) -> str:
     if row.get("file"):
         where.append(row["file"])
     if row.get("position") is not None:
-        where.append(f"record {row['position']}" + (" (line {})".format(row["position"] + 1)
-                                                    if _line_based(row.get("file")) else ""))
+        where.append(
+            f"record {row['position']}"
+            + (" (line {})".format(row["position"] + 1) if _line_based(row.get("file")) else "")
+        )
     if row.get("byte_offset") is not None:
         where.append(f"byte {row['byte_offset']}")
     if row.get("doc_id"):
@@ -86,8 +90,10 @@ def stop_message(failure) -> list[str]:
     for layer in getattr(failure, "layers", []) or []:
         for folder in folders(layer.root, layer.stage, layer.key):
             shown, total = records(folder, SHOWN_ON_STOP)
-            lines.append(f"dead letters: {total} records of {folder.stage} in {folder.path}/ (first {len(shown)}; "
-                         f"all: python -m beam_pipeline dead-letter {layer.root} --stage {folder.stage})")
+            lines.append(
+                f"dead letters: {total} records of {folder.stage} in {folder.path}/ (first {len(shown)}; "
+                f"all: python -m beam_pipeline dead-letter {layer.root} --stage {folder.stage})"
+            )
             lines += [f"  {describe(row)}" for row in shown]
     return lines
 
@@ -122,8 +128,11 @@ def cli_dead_letter(args) -> int:
     """``python -m beam_pipeline dead-letter <output_root> [--stage S] [--limit N]``."""
     if "://" not in args.output_root and not os.path.isdir(args.output_root):
         from beam_pipeline.usage import EXIT_NOT_FOUND
-        print(f"error: no output root at {args.output_root}: pass the folder a build wrote (its output_root)",
-              file=sys.stderr)
+
+        print(
+            f"error: no output root at {args.output_root}: pass the folder a build wrote (its output_root)",
+            file=sys.stderr,
+        )
         return EXIT_NOT_FOUND
     found = folders(args.output_root.rstrip("/"), args.stage)
     if not found:

@@ -4,6 +4,7 @@ Used by the ingest stage for files (:mod:`beam_pipeline.transforms.ingest`) and
 for web archives (:mod:`beam_pipeline.web.transforms`), so both make the same
 row from the same record.
 """
+
 from __future__ import annotations
 
 from beam_pipeline.config import SourceConfig

@@ -13,6 +13,7 @@ and never a counter or the wall clock):
 Grouping keys built from these are ``str`` or ``int``, so Beam picks a
 deterministic coder for them.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -97,8 +98,7 @@ def merkle_root(leaves: Iterable[str]) -> str:
     if not level:
         return hashlib.sha256(b"").hexdigest()
     while len(level) > 1:
-        paired = [hashlib.sha256(b"\x01" + level[i] + level[i + 1]).digest()
-                  for i in range(0, len(level) - 1, 2)]
+        paired = [hashlib.sha256(b"\x01" + level[i] + level[i + 1]).digest() for i in range(0, len(level) - 1, 2)]
         if len(level) % 2:
             paired.append(level[-1])
         level = paired

@@ -17,6 +17,7 @@ descendant processes (SIGKILL: no tracebacks; nothing uncommitted is kept,
 layers are committed ledger-last), prints one line and ends the process with
 exit code 130 (the main thread may be waiting forever on the killed workers).
 """
+
 from __future__ import annotations
 
 import logging
@@ -29,10 +30,12 @@ from typing import Callable
 
 #: The sentinel: writes ``r`` once its handler is in place, ``!`` on SIGINT; exits when the driver closes
 #: its stdin (or dies).
-_SENTINEL = ("import os, signal, sys\n"
-             "signal.signal(signal.SIGINT, lambda *a: (os.write(1, b'!'), os._exit(0)))\n"
-             "os.write(1, b'r')\n"
-             "sys.stdin.buffer.read()\n")
+_SENTINEL = (
+    "import os, signal, sys\n"
+    "signal.signal(signal.SIGINT, lambda *a: (os.write(1, b'!'), os._exit(0)))\n"
+    "os.write(1, b'r')\n"
+    "sys.stdin.buffer.read()\n"
+)
 
 
 class QuietInterrupt:
@@ -46,11 +49,14 @@ class QuietInterrupt:
         self._previous = None
 
     def __enter__(self):
-        if threading.current_thread() is not threading.main_thread() \
-                or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        if (
+            threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+        ):
             return self  # not a terminal's command (a test calling main() in a thread, a caller's own handler)
-        self._sentinel = subprocess.Popen([sys.executable, "-S", "-c", _SENTINEL], stdin=subprocess.PIPE,
-                                          stdout=subprocess.PIPE)
+        self._sentinel = subprocess.Popen(
+            [sys.executable, "-S", "-c", _SENTINEL], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
         # wait until the sentinel handles SIGINT: a Ctrl-C before that would end it without telling the
         # driver, which ignores SIGINT from the next line on (seen on a loaded machine: the build ran on)
         if self._sentinel.stdout.read(1) != b"r":
@@ -75,8 +81,8 @@ class QuietInterrupt:
     def _watch(self) -> None:
         if self._sentinel.stdout.read(1) != b"!":
             return  # the command ended
-        logging.disable(logging.CRITICAL)          # the job's errors about its killed workers
-        threading.excepthook = lambda args: None   # runner threads reporting a dead worker
+        logging.disable(logging.CRITICAL)  # the job's errors about its killed workers
+        threading.excepthook = lambda args: None  # runner threads reporting a dead worker
         kill_descendants()
         try:
             line = self.message()
@@ -107,7 +113,7 @@ def kill_descendants(pid: int | None = None) -> list[int]:
                 stat = f.read().decode("utf-8", "replace")
         except OSError:
             continue
-        fields = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) ": state, ppid, ...
+        fields = stat[stat.rfind(")") + 2 :].split()  # after "pid (comm) ": state, ppid, ...
         children.setdefault(int(fields[1]), []).append(int(entry))
     order, stack = [], list(children.get(pid, []))
     while stack:

@@ -19,6 +19,7 @@ Local check (no cloud)::
     python -m beam_pipeline.launcher --config sample/corpus.yaml --output_root out/launch \\
         --runner=DirectRunner
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,9 +67,11 @@ def load_any_config(path: str, output_root: str | None) -> CorpusConfig:
                 f.write(data)
             config = load_config(local)
             if folder in config.model_dump_json():
-                raise ConfigError(f"{path}: a config read from an object store must use absolute URIs "
-                                  f"(sources, tokenizer, output_root, model and eval-set paths); "
-                                  f"relative paths only work in a local config file")
+                raise ConfigError(
+                    f"{path}: a config read from an object store must use absolute URIs "
+                    f"(sources, tokenizer, output_root, model and eval-set paths); "
+                    f"relative paths only work in a local config file"
+                )
     if output_root:
         config = config.model_copy(update={"output_root": output_root})
     return config

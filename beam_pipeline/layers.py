@@ -23,6 +23,7 @@ ledger, and the next run clears that layer and computes it again.
 Half-written ``.tmp-`` files of a failed (retried) bundle attempt are deleted
 by the commit step before it writes the ledger.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -49,8 +50,7 @@ def join(*parts: str) -> str:
 
 def layer_key(stage: str, version: str, stage_config: Any, input_keys: Iterable[str]) -> str:
     """Key of a layer: depends on the code version, its config and its inputs only."""
-    return digest_json({"stage": stage, "version": version, "config": stage_config,
-                        "inputs": sorted(input_keys)})[:24]
+    return digest_json({"stage": stage, "version": version, "config": stage_config, "inputs": sorted(input_keys)})[:24]
 
 
 def part_name(index: int, count: int) -> str:
@@ -92,12 +92,14 @@ class Layer:
         try:
             parts = ledger["outputs"][output]["parts"]
         except KeyError:
-            raise KeyError(f"layer {self.stage}/{self.key} has no output {output!r}; "
-                           f"it has {sorted(ledger['outputs'])}") from None
+            raise KeyError(
+                f"layer {self.stage}/{self.key} has no output {output!r}; it has {sorted(ledger['outputs'])}"
+            ) from None
         return [join(self.output_path(output), p["name"]) for p in parts]
 
 
 # --- atomic file helpers (any Beam filesystem) ------------------------------
+
 
 def read_bytes(path: str) -> bytes:
     with FileSystems.open(path) as f:
@@ -113,7 +115,7 @@ def local_copy(path: str) -> str:
     written under a temporary name first, so concurrent workers on one machine never read half a file.
     """
     if "://" not in path or path.startswith("file://"):
-        return path[len("file://"):] if path.startswith("file://") else path
+        return path[len("file://") :] if path.startswith("file://") else path
     import os
     import tempfile
 
@@ -152,8 +154,11 @@ def remove_temporaries(layer: "Layer") -> list[str]:
     the attempt's outputs, but not the files it wrote). Only the driver calls
     this, while no job of the layer runs.
     """
-    return remove_matching(join(layer.path, TEMPORARY_PREFIX + "*"), join(layer.path, "*", TEMPORARY_PREFIX + "*"),
-                           join(layer.dead_letter_path, TEMPORARY_PREFIX + "*"))
+    return remove_matching(
+        join(layer.path, TEMPORARY_PREFIX + "*"),
+        join(layer.path, "*", TEMPORARY_PREFIX + "*"),
+        join(layer.dead_letter_path, TEMPORARY_PREFIX + "*"),
+    )
 
 
 def remove_matching(*patterns: str) -> list[str]:
@@ -203,6 +208,7 @@ def write_json_atomic(path: str, value: Any) -> None:
 
 # --- Parquet partitions -----------------------------------------------------
 
+
 def table_bytes(rows: list[dict], schema: pa.Schema, compression: str = "zstd") -> bytes:
     """Deterministic Parquet bytes for ``rows`` (already sorted) under ``schema``.
 
@@ -214,8 +220,14 @@ def table_bytes(rows: list[dict], schema: pa.Schema, compression: str = "zstd") 
 def arrow_table_bytes(table: pa.Table, compression: str = "zstd") -> bytes:
     """Deterministic Parquet bytes of an Arrow table (see :func:`table_bytes`)."""
     buffer = io.BytesIO()
-    pq.write_table(table, buffer, compression=compression, compression_level=3 if compression == "zstd" else None,
-                   row_group_size=65536, write_statistics=False)
+    pq.write_table(
+        table,
+        buffer,
+        compression=compression,
+        compression_level=3 if compression == "zstd" else None,
+        row_group_size=65536,
+        write_statistics=False,
+    )
     return buffer.getvalue()
 
 
@@ -236,8 +248,16 @@ def read_partition_rows(path: str, columns: list[str] | None = None) -> Iterable
             yield from batch.to_pylist()
 
 
-def commit_layer(layer: Layer, *, version: str, config: Any, inputs: dict[str, str],
-                 outputs: dict[str, list[dict]], counts: dict, extra: dict | None = None) -> dict:
+def commit_layer(
+    layer: Layer,
+    *,
+    version: str,
+    config: Any,
+    inputs: dict[str, str],
+    outputs: dict[str, list[dict]],
+    counts: dict,
+    extra: dict | None = None,
+) -> dict:
     """Write the ledger: from now on the layer is complete."""
     ledger = {
         "format": LEDGER_FORMAT,
@@ -246,8 +266,9 @@ def commit_layer(layer: Layer, *, version: str, config: Any, inputs: dict[str, s
         "version": version,
         "config": config,
         "inputs": inputs,
-        "outputs": {name: {"parts": parts, "rows": sum(p["rows"] for p in parts)}
-                    for name, parts in sorted(outputs.items())},
+        "outputs": {
+            name: {"parts": parts, "rows": sum(p["rows"] for p in parts)} for name, parts in sorted(outputs.items())
+        },
         "counts": counts,
     }
     if extra:
@@ -273,7 +294,7 @@ def earlier_layer(root: str, entry: str, stage: str, option: str) -> tuple[str, 
     if _DATASET_ID.match(entry):
         try:
             manifest = json.loads(read_bytes(join(root, "datasets", entry, "manifest.json")))
-        except (IOError, OSError, ValueError) as err:
+        except (OSError, ValueError) as err:
             raise EarlierLayerError(f"{option}: dataset {entry} not found under {root} ({err})") from None
         keys = [s["layer_key"] for s in manifest["stages"] if s["name"] == stage]
         if not keys:
@@ -283,10 +304,12 @@ def earlier_layer(root: str, entry: str, stage: str, option: str) -> tuple[str, 
         path = entry.rstrip("/")
     try:
         ledger = json.loads(read_bytes(join(path, LEDGER)))
-    except (IOError, OSError, ValueError):
-        raise EarlierLayerError(f"{option}: {entry!r} is not a complete {stage} layer (no readable "
-                                f"{join(path, LEDGER)}); give the absolute path of <root>/layers/{stage}/<key> "
-                                f"or a dataset id") from None
+    except (OSError, ValueError):
+        raise EarlierLayerError(
+            f"{option}: {entry!r} is not a complete {stage} layer (no readable "
+            f"{join(path, LEDGER)}); give the absolute path of <root>/layers/{stage}/<key> "
+            f"or a dataset id"
+        ) from None
     if ledger.get("stage") != stage:
         raise EarlierLayerError(f"{option}: {entry!r} is a {ledger.get('stage')} layer, not {stage}")
     return path, ledger

@@ -39,6 +39,7 @@ skipped. :class:`TorchTokenDataset` (with torch) serves one rank to a
 ``torch.utils.data.DataLoader`` with worker processes and resumes it exactly
 (docs/format.md, "In a torch training loop").
 """
+
 from __future__ import annotations
 
 import bisect
@@ -77,15 +78,15 @@ class SupersededDatasetError(LoaderError):
 class TokenSequence:
     """One training sequence and where it came from."""
 
-    tokens: np.ndarray       # (seq_len,) token ids, the shard's dtype (uint16 or uint32)
-    doc_starts: np.ndarray   # int32 positions in [0, n_tokens) where a document starts
-    n_tokens: int            # tokens before the padding (== seq_len except in a shard's last sequence)
+    tokens: np.ndarray  # (seq_len,) token ids, the shard's dtype (uint16 or uint32)
+    doc_starts: np.ndarray  # int32 positions in [0, n_tokens) where a document starts
+    n_tokens: int  # tokens before the padding (== seq_len except in a shard's last sequence)
     shard: str
-    sequence: int            # sequence index within the shard
-    repeat: int              # pass over the shard in this epoch (0 unless repeats > 1)
-    bucket: str              # the shard's domain bucket
+    sequence: int  # sequence index within the shard
+    repeat: int  # pass over the shard in this epoch (0 unless repeats > 1)
+    bucket: str  # the shard's domain bucket
     epoch: int
-    step: int                # this rank's step in the epoch (0-based)
+    step: int  # this rank's step in the epoch (0-based)
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -94,6 +95,7 @@ class TokenSequence:
 
 
 # --- dataset ------------------------------------------------------------------
+
 
 def read_manifest(dataset: str) -> dict:
     """The manifest of a local dataset folder (or the path of its manifest.json)."""
@@ -118,7 +120,7 @@ class _Shard:
     name: str
     domain: str
     sequences: int
-    tokens: int              # before padding
+    tokens: int  # before padding
     tokens_path: str
     index_path: str
     dtype: np.dtype
@@ -149,11 +151,15 @@ class _Shard:
         lo, hi = i * self.seq_len, (i + 1) * self.seq_len
         starts = self.starts()
         first, last = np.searchsorted(starts, (lo, hi), side="left")
-        return (np.array(self.array()[lo:hi]), (starts[first:last] - lo).astype(np.int32),
-                int(min(self.seq_len, max(0, self.tokens - lo))))
+        return (
+            np.array(self.array()[lo:hi]),
+            (starts[first:last] - lo).astype(np.int32),
+            int(min(self.seq_len, max(0, self.tokens - lo))),
+        )
 
 
 # --- pure planning functions ----------------------------------------------------
+
 
 def shard_order(names: Iterable[str], *, dataset_id: str, seed: int, epoch: int, repeat: int = 0) -> list[str]:
     """Shards in the order of pass ``repeat`` of ``epoch``: a pure function of its arguments."""
@@ -187,9 +193,16 @@ def union(*range_lists: list[list[int]]) -> list[list[int]]:
     return merged
 
 
-def plan_lanes(pools: dict[str, list[tuple[str, int, int]]], consumed: dict[str, list[list[int]]], *,
-               dataset_id: str, seed: int, epoch: int, world_size: int,
-               workers: int = 1) -> dict[str, list[list[Piece]]]:
+def plan_lanes(
+    pools: dict[str, list[tuple[str, int, int]]],
+    consumed: dict[str, list[list[int]]],
+    *,
+    dataset_id: str,
+    seed: int,
+    epoch: int,
+    world_size: int,
+    workers: int = 1,
+) -> dict[str, list[list[Piece]]]:
     """{pool: [lane 0, ..., lane L-1]}, ``L = world_size * workers``; pools map to (shard, sequences, repeats).
 
     The lane of worker ``k`` of rank ``r`` is ``r * workers + k``. A pool's
@@ -207,11 +220,14 @@ def plan_lanes(pools: dict[str, list[tuple[str, int, int]]], consumed: dict[str,
     lanes = {}
     for pool, shards in sorted(pools.items()):
         size = {name: n for name, n, _ in shards}
-        pieces = [[name, a, b]
-                  for p in range(max((r for _, _, r in shards), default=0))
-                  for name in shard_order([name for name, _, r in shards if r > p], dataset_id=dataset_id, seed=seed,
-                                          epoch=epoch, repeat=p)
-                  for a, b in complement(consumed.get(name, []), p * size[name], (p + 1) * size[name])]
+        pieces = [
+            [name, a, b]
+            for p in range(max((r for _, _, r in shards), default=0))
+            for name in shard_order(
+                [name for name, _, r in shards if r > p], dataset_id=dataset_id, seed=seed, epoch=epoch, repeat=p
+            )
+            for a, b in complement(consumed.get(name, []), p * size[name], (p + 1) * size[name])
+        ]
         base, extra = divmod(sum(b - a for _, a, b in pieces), lanes_n)
         longer = {extra_order[(offset + i) % lanes_n] for i in range(extra)}
         offset = (offset + extra) % lanes_n
@@ -239,7 +255,7 @@ def cut_pieces(pieces: list[Piece], sizes: list[int]) -> list[list[Piece]]:
 
 def mixture_draw(seed: int, epoch: int, rank: int, block: int) -> float:
     """The uniform number in [0, 1) that picks the pool of block ``step // run_length``."""
-    return stable_hash64(seed, "mixture", epoch, rank, block) / 2.0 ** 64
+    return stable_hash64(seed, "mixture", epoch, rank, block) / 2.0**64
 
 
 def pick_pool(u: float, weights: list[tuple[str, float]]) -> str:
@@ -271,7 +287,9 @@ def merge_states(states: list[dict]) -> dict:
     for state in states[1:]:
         for field in ("format", "dataset_id", "seed", "epoch", "world_size", "workers"):
             if state[field] != first[field]:
-                raise StateMismatchError(f"cannot merge states with different {field}: {first[field]} vs {state[field]}")
+                raise StateMismatchError(
+                    f"cannot merge states with different {field}: {first[field]} vs {state[field]}"
+                )
         if state["layout"]["key"] != first["layout"]["key"] or state["layout"]["lanes"] != first["layout"]["lanes"]:
             raise StateMismatchError("cannot merge states with different lane layouts")
     consumed: dict[str, list[list[int]]] = {}
@@ -285,8 +303,12 @@ def merge_states(states: list[dict]) -> dict:
             steps[lane] = max(step, steps.get(lane, 0))
         for lane, n in state.get("batches", {}).items():
             batches[lane] = max(n, batches.get(lane, 0))
-    merged = {**first, "lanes": sorted({lane for s in states for lane in s["lanes"]}),
-              "steps": dict(sorted(steps.items(), key=lambda kv: int(kv[0]))), "consumed": _consumed_entries(consumed)}
+    merged = {
+        **first,
+        "lanes": sorted({lane for s in states for lane in s["lanes"]}),
+        "steps": dict(sorted(steps.items(), key=lambda kv: int(kv[0]))),
+        "consumed": _consumed_entries(consumed),
+    }
     if batches:
         merged["batches"] = dict(sorted(batches.items(), key=lambda kv: int(kv[0])))
     return merged
@@ -303,11 +325,15 @@ def upgrade_state(state: dict) -> dict:
 
 
 def _consumed_entries(consumed: dict[str, list[list[int]]]) -> dict:
-    return {shard: {"sequences": sum(b - a for a, b in ranges), "ranges": ranges}
-            for shard, ranges in sorted(consumed.items()) if ranges}
+    return {
+        shard: {"sequences": sum(b - a for a, b in ranges), "ranges": ranges}
+        for shard, ranges in sorted(consumed.items())
+        if ranges
+    }
 
 
 # --- the loader ---------------------------------------------------------------
+
 
 class TokenLoader:
     """Iterates this rank's ``seq_len`` sequences of one epoch; resumable at any step.
@@ -317,9 +343,21 @@ class TokenLoader:
     :meth:`load_state_dict` the loader continues the saved epoch.
     """
 
-    def __init__(self, dataset: str, *, rank: int = 0, world_size: int = 1, seed: int | None = None,
-                 epoch: int = 0, mixture: dict[str, float] | None = None, repeats: dict[str, int] | None = None,
-                 run_length: int = 1, allow_superseded: bool = False, workers: int = 1, worker: int = 0):
+    def __init__(
+        self,
+        dataset: str,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        seed: int | None = None,
+        epoch: int = 0,
+        mixture: dict[str, float] | None = None,
+        repeats: dict[str, int] | None = None,
+        run_length: int = 1,
+        allow_superseded: bool = False,
+        workers: int = 1,
+        worker: int = 0,
+    ):
         self.dataset_dir = dataset[: -len(MANIFEST) - 1] if dataset.endswith(MANIFEST) else dataset
         self.manifest = read_manifest(self.dataset_dir)
         self.dataset_id = self.manifest["dataset_id"]
@@ -327,7 +365,8 @@ class TokenLoader:
         if successor is not None and not allow_superseded:
             raise SupersededDatasetError(
                 f"dataset {self.dataset_id} was superseded by {successor.get('dataset_id')} "
-                f"({successor.get('reason', 'takedown')}); load the new version, or pass allow_superseded=True")
+                f"({successor.get('reason', 'takedown')}); load the new version, or pass allow_superseded=True"
+            )
         if not 0 <= rank < world_size:
             raise LoaderError(f"rank {rank} is not in [0, world_size={world_size})")
         if run_length < 1:
@@ -358,11 +397,21 @@ class TokenLoader:
             path = os.path.join(self.dataset_dir, s["tokens_file"])
             size = os.path.getsize(path) if os.path.exists(path) else None
             if size != s["tokens_bytes"] or s["tokens_bytes"] != s["sequences"] * self.seq_len * dtype.itemsize:
-                raise LoaderError(f"shard {s['name']}: {path} has {size} bytes, the manifest says "
-                                  f"{s['tokens_bytes']} ({s['sequences']} x {self.seq_len} tokens); "
-                                  f"run `python -m beam_pipeline verify {self.dataset_dir}`")
-            shards[s["name"]] = _Shard(s["name"], s["domain"], s["sequences"], s["tokens"], path,
-                                       os.path.join(self.dataset_dir, s["index_file"]), dtype, self.seq_len)
+                raise LoaderError(
+                    f"shard {s['name']}: {path} has {size} bytes, the manifest says "
+                    f"{s['tokens_bytes']} ({s['sequences']} x {self.seq_len} tokens); "
+                    f"run `python -m beam_pipeline verify {self.dataset_dir}`"
+                )
+            shards[s["name"]] = _Shard(
+                s["name"],
+                s["domain"],
+                s["sequences"],
+                s["tokens"],
+                path,
+                os.path.join(self.dataset_dir, s["index_file"]),
+                dtype,
+                self.seq_len,
+            )
         return shards
 
     def _pool_of(self, shard: _Shard) -> str | None:
@@ -381,27 +430,51 @@ class TokenLoader:
 
     def _layout_key(self) -> str:
         """What the lane layout depends on besides consumption: pools, repeats, world size."""
-        fields = {"pools": {p: sorted(n for n, _, _ in s) for p, s in self._pools.items()},
-                  "repeats": self.repeats, "world_size": self.world_size, "seed": self.seed}
+        fields = {
+            "pools": {p: sorted(n for n, _, _ in s) for p, s in self._pools.items()},
+            "repeats": self.repeats,
+            "world_size": self.world_size,
+            "seed": self.seed,
+        }
         if self.workers != 1:  # (one worker per rank keeps the key of format 1)
             fields["workers"] = self.workers
         return digest_json(fields)[:16]
 
     def lane_loader(self, workers: int, worker: int) -> "TokenLoader":
         """A loader of the same dataset, rank and settings for lane ``worker`` of ``workers`` per rank."""
-        return TokenLoader(self.dataset_dir, rank=self.rank, world_size=self.world_size, seed=self.seed,
-                           epoch=self.epoch, mixture=self._mixture_arg,
-                           repeats={b: n for b, n in self.repeats.items()}, run_length=self.run_length,
-                           allow_superseded=self.allow_superseded, workers=workers, worker=worker)
+        return TokenLoader(
+            self.dataset_dir,
+            rank=self.rank,
+            world_size=self.world_size,
+            seed=self.seed,
+            epoch=self.epoch,
+            mixture=self._mixture_arg,
+            repeats={b: n for b, n in self.repeats.items()},
+            run_length=self.run_length,
+            allow_superseded=self.allow_superseded,
+            workers=workers,
+            worker=worker,
+        )
 
     def _start(self, epoch: int, *, consumed: dict, lanes: dict | None, step: int) -> None:
         self.epoch = epoch
         self._base = consumed  # shard -> consumed ranges when this loader (re)started
-        self._lanes = lanes if lanes is not None else plan_lanes(
-            self._pools, consumed, dataset_id=self.dataset_id, seed=self.seed, epoch=epoch,
-            world_size=self.world_size, workers=self.workers)
-        self._cursor = {pool: [0, lanes_[self.lane][0][1] if lanes_[self.lane] else 0]
-                        for pool, lanes_ in self._lanes.items()}
+        self._lanes = (
+            lanes
+            if lanes is not None
+            else plan_lanes(
+                self._pools,
+                consumed,
+                dataset_id=self.dataset_id,
+                seed=self.seed,
+                epoch=epoch,
+                world_size=self.world_size,
+                workers=self.workers,
+            )
+        )
+        self._cursor = {
+            pool: [0, lanes_[self.lane][0][1] if lanes_[self.lane] else 0] for pool, lanes_ in self._lanes.items()
+        }
         self._order = [(pool, self.weights[pool]) for pool in sorted(self._lanes)]
         self._live: dict[str, bool] = {}
         self._moved = set(self._lanes)  # pools whose cursor moved since they were last settled
@@ -422,8 +495,17 @@ class TokenLoader:
             raise StopIteration
         shard, v = self._take(pool)
         tokens, doc_starts, n_tokens = shard.read(v % shard.sequences)
-        item = TokenSequence(tokens, doc_starts, n_tokens, shard.name, v % shard.sequences, v // shard.sequences,
-                             shard.domain, self.epoch, self.step)
+        item = TokenSequence(
+            tokens,
+            doc_starts,
+            n_tokens,
+            shard.name,
+            v % shard.sequences,
+            v // shard.sequences,
+            shard.domain,
+            self.epoch,
+            self.step,
+        )
         self.step += 1
         return item
 
@@ -504,8 +586,9 @@ class TokenLoader:
                 stop = end if j < cursor[0] else min(max(cursor[1], start), end)
                 if stop > start:
                     mine.setdefault(name, []).append([start, stop])
-        return {name: union(self._base.get(name, []), mine.get(name, []))
-                for name in sorted(set(self._base) | set(mine))}
+        return {
+            name: union(self._base.get(name, []), mine.get(name, [])) for name in sorted(set(self._base) | set(mine))
+        }
 
     def state_dict(self) -> dict:
         """JSON-serializable state: resume exactly with :meth:`load_state_dict`."""
@@ -527,8 +610,9 @@ class TokenLoader:
         """Continue the epoch a state describes (this lane's own, or :func:`merge_states` of all lanes)."""
         state = upgrade_state(state)
         if state["dataset_id"] != self.dataset_id:
-            raise StateMismatchError(f"the state was saved for dataset {state['dataset_id']}, "
-                                     f"this loader reads {self.dataset_id}")
+            raise StateMismatchError(
+                f"the state was saved for dataset {state['dataset_id']}, this loader reads {self.dataset_id}"
+            )
         if state["seed"] != self.seed:
             raise StateMismatchError(f"the state was saved with seed {state['seed']}, this loader has {self.seed}")
         consumed = {shard: [list(r) for r in entry["ranges"]] for shard, entry in state["consumed"].items()}
@@ -538,18 +622,21 @@ class TokenLoader:
             limit = self._shards[shard].sequences * self.repeats[self._shards[shard].domain]
             if ranges and (ranges[0][0] < 0 or ranges[-1][1] > limit):
                 raise StateMismatchError(f"the state's ranges of {shard} leave [0, {limit}) (repeats changed?)")
-        same_layout = (state["world_size"], state["workers"]) == (self.world_size, self.workers) and \
-            state["layout"]["key"] == self._layout_key()
+        same_layout = (state["world_size"], state["workers"]) == (self.world_size, self.workers) and state["layout"][
+            "key"
+        ] == self._layout_key()
         if same_layout and str(self.lane) in state["steps"]:
-            self._start(state["epoch"], consumed=consumed, lanes=state["layout"]["lanes"],
-                        step=state["steps"][str(self.lane)])
+            self._start(
+                state["epoch"], consumed=consumed, lanes=state["layout"]["lanes"], step=state["steps"][str(self.lane)]
+            )
             return
         missing = sorted(set(range(state["world_size"] * state["workers"])) - {int(lane) for lane in state["steps"]})
         if missing:
             raise StateMismatchError(
                 f"the state covers lanes {state['lanes']} of {state['world_size']} ranks x {state['workers']} "
                 f"workers; to resume on a different world size, number of workers or mixture pools, merge the "
-                f"states of all ranks with merge_states() (missing lanes {missing})")
+                f"states of all ranks with merge_states() (missing lanes {missing})"
+            )
         self._start(state["epoch"], consumed=consumed, lanes=None, step=max(state["steps"].values(), default=0))
 
     def sequences_per_lane(self) -> list[int]:
@@ -559,7 +646,7 @@ class TokenLoader:
     def sequences_per_rank(self) -> list[int]:
         """Sequences each rank has left in this epoch (its lanes together): equal within one (:func:`plan_lanes`)."""
         per_lane = self.sequences_per_lane()
-        return [sum(per_lane[r * self.workers:(r + 1) * self.workers]) for r in range(self.world_size)]
+        return [sum(per_lane[r * self.workers : (r + 1) * self.workers]) for r in range(self.world_size)]
 
 
 def _first_free(ranges, v: int) -> int:
@@ -599,6 +686,7 @@ def _resolve_weights(mixture: dict[str, float] | None, buckets: list[str], repea
 
 # --- torch ------------------------------------------------------------------------
 
+
 def as_torch_dataset(loader: TokenLoader, num_workers: int = 0):
     """Wrap a loader as a ``torch.utils.data.IterableDataset`` (needs torch); see :class:`TorchTokenDataset`."""
     return _torch_dataset_class()(loader, num_workers)
@@ -617,9 +705,17 @@ def torch_item(item: TokenSequence, lane: int) -> dict:
 
     starts = np.zeros(len(item.tokens), dtype=bool)
     starts[item.doc_starts] = True
-    return {"input_ids": torch.from_numpy(item.tokens.astype(np.int64)), "document_starts": torch.from_numpy(starts),
-            "n_tokens": item.n_tokens, "shard": item.shard, "repeat": item.repeat, "sequence": item.sequence,
-            "bucket": item.bucket, "lane": lane, "lane_step": item.step}
+    return {
+        "input_ids": torch.from_numpy(item.tokens.astype(np.int64)),
+        "document_starts": torch.from_numpy(starts),
+        "n_tokens": item.n_tokens,
+        "shard": item.shard,
+        "repeat": item.repeat,
+        "sequence": item.sequence,
+        "bucket": item.bucket,
+        "lane": lane,
+        "lane_step": item.step,
+    }
 
 
 @functools.cache
@@ -659,8 +755,10 @@ def _torch_dataset_class():
             self.rank = loader.rank
             lanes = max(num_workers, 1)
             if lanes > 1 and (loader.step or loader.consumed()):
-                raise LoaderError("with num_workers > 1 resume through TorchTokenDataset.load_state_dict, "
-                                  "not a loader that has read or loaded a state")
+                raise LoaderError(
+                    "with num_workers > 1 resume through TorchTokenDataset.load_state_dict, "
+                    "not a loader that has read or loaded a state"
+                )
             self.loaders = [loader] if lanes == 1 else [loader.lane_loader(lanes, k) for k in range(lanes)]
             self.batches = [0] * lanes  # batches of each lane the trainer received this epoch
             self._advanced = [lane.step for lane in self.loaders]  # each lane's next step to advance
@@ -669,8 +767,10 @@ def _torch_dataset_class():
             info = get_worker_info()
             workers = info.num_workers if info is not None else 0
             if max(workers, 1) != len(self.loaders) or (workers == 0 and self.num_workers > 0):
-                raise RuntimeError(f"TorchTokenDataset(num_workers={self.num_workers}) is read by a DataLoader with "
-                                   f"num_workers={workers}: give both the same number")
+                raise RuntimeError(
+                    f"TorchTokenDataset(num_workers={self.num_workers}) is read by a DataLoader with "
+                    f"num_workers={workers}: give both the same number"
+                )
             lane = (info.id if info is not None else 0) + self.rotation()
             lane %= len(self.loaders)
             for item in self.loaders[lane]:  # in a worker: its own copy of the loader, made when it started
@@ -690,8 +790,10 @@ def _torch_dataset_class():
                 mine = [step for lane_of, step in zip(lanes, steps) if lane_of == lane]
                 loader, expected = self.loaders[lane], self._advanced[lane]
                 if mine != list(range(expected, expected + len(mine))):
-                    raise LoaderError(f"lane {lane}: got steps {mine[0]}..{mine[-1]}, expected {expected}: "
-                                      "advance every batch, in the order the DataLoader delivers them")
+                    raise LoaderError(
+                        f"lane {lane}: got steps {mine[0]}..{mine[-1]}, expected {expected}: "
+                        "advance every batch, in the order the DataLoader delivers them"
+                    )
                 self._advanced[lane] = expected + len(mine)
                 if loader.step < self._advanced[lane]:
                     loader.skip(self._advanced[lane] - loader.step)  # read in a worker: move this process's copy

@@ -8,6 +8,7 @@ The manifest also records the config, the snapshot, the stage versions and
 per-stage counts, so that two manifests can answer "was it the data?".
 See ``docs/format.md``.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,9 @@ MANIFEST = "manifest.json"
 
 
 def shard_leaf(shard: dict) -> str:
-    return digest_json({"name": shard["name"], "tokens_sha256": shard["tokens_sha256"],
-                        "index_sha256": shard["index_sha256"]})
+    return digest_json(
+        {"name": shard["name"], "tokens_sha256": shard["tokens_sha256"], "index_sha256": shard["index_sha256"]}
+    )
 
 
 def dataset_id_of(shards: list[dict]) -> str:
@@ -53,8 +55,10 @@ def load_manifest(path: str) -> dict:
     except ValueError as err:
         raise NotADataset(f"{path} is not JSON ({err})") from None
     if not isinstance(manifest, dict) or "shards" not in manifest or "dataset_id" not in manifest:
-        raise NotADataset(f"{path} is not a dataset manifest{_kind_of(manifest)}; pass a dataset folder "
-                          f"<root>/datasets/<dataset_id> (or its manifest.json)")
+        raise NotADataset(
+            f"{path} is not a dataset manifest{_kind_of(manifest)}; pass a dataset folder "
+            f"<root>/datasets/<dataset_id> (or its manifest.json)"
+        )
     return manifest
 
 
@@ -63,16 +67,22 @@ def _not_found(given: str, path: str) -> str:
 
     root = given.rstrip("/")
     try:
-        datasets = sorted(m.path.rstrip("/").rsplit("/", 2)[-2] for m in FileSystems.match(
-            [join(root, "datasets", "*", MANIFEST)])[0].metadata_list)
+        datasets = sorted(
+            m.path.rstrip("/").rsplit("/", 2)[-2]
+            for m in FileSystems.match([join(root, "datasets", "*", MANIFEST)])[0].metadata_list
+        )
     except Exception:  # noqa: BLE001 - a store that cannot list: no hint
         datasets = []
     if datasets:
-        return (f"{given} is an output root, not a dataset: pass one of its datasets, "
-                + ", ".join(join(root, "datasets", d) for d in datasets[:3])
-                + (f" (and {len(datasets) - 3} more)" if len(datasets) > 3 else ""))
-    return (f"no dataset manifest at {path}: pass a dataset folder <root>/datasets/<dataset_id> "
-            f"(or its manifest.json), as `run` prints it")
+        return (
+            f"{given} is an output root, not a dataset: pass one of its datasets, "
+            + ", ".join(join(root, "datasets", d) for d in datasets[:3])
+            + (f" (and {len(datasets) - 3} more)" if len(datasets) > 3 else "")
+        )
+    return (
+        f"no dataset manifest at {path}: pass a dataset folder <root>/datasets/<dataset_id> "
+        f"(or its manifest.json), as `run` prints it"
+    )
 
 
 def _kind_of(data) -> str:
@@ -105,13 +115,16 @@ def summarize(manifest: dict) -> str:
     ]
     for stage in manifest["stages"]:
         c = stage["counts"]
-        lines.append(f"{stage['name']:<13} {stage['version']:<12} {stage['layer_key']:<24} {c['in']:>6} {c['passed']:>8} "
-                     f"{sum(c['filtered'].values()):>9} {c['dead_letter']:>12}")
+        lines.append(
+            f"{stage['name']:<13} {stage['version']:<12} {stage['layer_key']:<24} {c['in']:>6} {c['passed']:>8} "
+            f"{sum(c['filtered'].values()):>9} {c['dead_letter']:>12}"
+        )
         for reason, n in c["filtered"].items():
             lines.append(f"{'':<13}   filtered:{reason} = {n}")
     lines += ["", "domain bucket   shards  documents      tokens"]
     for domain in sorted({s["domain"] for s in shards}):
         mine = [s for s in shards if s["domain"] == domain]
-        lines.append(f"{domain:<15} {len(mine):>6} {sum(s['documents'] for s in mine):>10} "
-                     f"{sum(s['tokens'] for s in mine):>11}")
+        lines.append(
+            f"{domain:<15} {len(mine):>6} {sum(s['documents'] for s in mine):>10} {sum(s['tokens'] for s in mine):>11}"
+        )
     return "\n".join(lines)

@@ -16,6 +16,7 @@ Changing anything here changes document ids, so the behaviour is frozen per
 Invalid UTF-8 never reaches this function: readers decode per record and
 dead-letter (JSONL) or replace with U+FFFD (whole-file text) first.
 """
+
 from __future__ import annotations
 
 import re

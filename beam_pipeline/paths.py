@@ -1,4 +1,5 @@
 """Paths in a config: local paths and URIs (``gs://``, ``s3://``, ...), resolved against the config's folder."""
+
 from __future__ import annotations
 
 import os

@@ -14,6 +14,7 @@ the reason, so every dropped document has exactly one reason:
    [``min_chars``, ``max_chars``];
 4. ``too_few_words``  fewer than ``min_words`` whitespace-separated words.
 """
+
 from __future__ import annotations
 
 from beam_pipeline.config import PolicyConfig

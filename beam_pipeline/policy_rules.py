@@ -55,6 +55,7 @@ Order of evaluation -- the first rule that fires names the reason:
 Steps 1-3 up to a stage are that stage's *gate*: a stage only scores the
 documents its gate keeps (:mod:`beam_pipeline.scoring.cascade`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -86,6 +87,7 @@ class RuleError(ValueError):
 
 # --- layers and their columns -------------------------------------------------
 
+
 def _scalar(arrow_type) -> bool:
     import pyarrow as pa
 
@@ -105,8 +107,10 @@ def _kind(arrow_type) -> str:
 @functools.lru_cache(maxsize=1)
 def layer_columns() -> dict[str, dict[str, str]]:
     """{layer: {column: 'number' | 'string' | 'bool'}} for every layer a rule may read."""
-    layers = {"document": {name: _kind(schemas.DOCUMENT.field(name).type) for name in DOCUMENT_COLUMNS},
-              "exact": {f.name: _kind(f.type) for f in schemas.EXACT_DEDUP if f.name != "doc_id"}}
+    layers = {
+        "document": {name: _kind(schemas.DOCUMENT.field(name).type) for name in DOCUMENT_COLUMNS},
+        "exact": {f.name: _kind(f.type) for f in schemas.EXACT_DEDUP if f.name != "doc_id"},
+    }
     near = getattr(schemas, "NEAR_DEDUP", None)
     if near is not None:
         layers["near"] = {f.name: _kind(f.type) for f in near if f.name != "doc_id" and _scalar(f.type)}
@@ -117,21 +121,24 @@ def layer_columns() -> dict[str, dict[str, str]]:
 
 # --- tokenizer ----------------------------------------------------------------
 
-_TOKEN = re.compile(r"""
+_TOKEN = re.compile(
+    r"""
     (?P<space>\s+)
   | (?P<number>-?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)
   | (?P<string>'[^']*'|"[^"]*")
   | (?P<ref>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?)
   | (?P<op><=|>=|==|!=|<|>)
   | (?P<punct>[()\[\],])
-""", re.VERBOSE)
+""",
+    re.VERBOSE,
+)
 KEYWORDS = {"and", "or", "not", "in", "is", "null", "true", "false"}
 MAX_NESTING = 100  # 'not' and '(' levels: a deeper expression is a RuleError, not Python's RecursionError
 
 
 @dataclasses.dataclass(frozen=True)
 class Token:
-    kind: str      # number, string, ref, keyword, op, punct, end
+    kind: str  # number, string, ref, keyword, op, punct, end
     text: str
     position: int
 
@@ -157,6 +164,7 @@ def tokenize(expression: str) -> list[Token]:
 
 
 # --- parser -------------------------------------------------------------------
+
 
 class _Parser:
     def __init__(self, expression: str, columns: dict[str, dict[str, str]]):
@@ -237,8 +245,9 @@ class _Parser:
         if layer not in self.columns:
             self.error(f"unknown layer {layer!r}; layers: {', '.join(sorted(self.columns))}", token)
         if column not in self.columns[layer]:
-            self.error(f"layer {layer!r} has no column {column!r}; it has: "
-                       f"{', '.join(sorted(self.columns[layer]))}", token)
+            self.error(
+                f"layer {layer!r} has no column {column!r}; it has: {', '.join(sorted(self.columns[layer]))}", token
+            )
         self.layers_used.add(layer)
         return layer, column, self.columns[layer][column]
 
@@ -268,8 +277,12 @@ class _Parser:
                 self.error("expected 'null' after 'is'")
             return ("null", layer, column, negated)
         negated_in = False
-        if self.peek().kind == "keyword" and self.peek().text == "not" and \
-                self.tokens[self.at + 1].kind == "keyword" and self.tokens[self.at + 1].text == "in":
+        if (
+            self.peek().kind == "keyword"
+            and self.peek().text == "not"
+            and self.tokens[self.at + 1].kind == "keyword"
+            and self.tokens[self.at + 1].text == "in"
+        ):
             self.take()
             negated_in = True
         if self.accept("keyword", "in"):
@@ -285,8 +298,10 @@ class _Parser:
         op = self.accept("op")
         if op is None:
             if kind != "bool":
-                self.error(f"{name} is a {_describe_kind(kind)} column: compare it (e.g. {name} "
-                           f"{'< 0.5' if kind == 'number' else chr(61) * 2 + ' ' + repr('x')})")
+                self.error(
+                    f"{name} is a {_describe_kind(kind)} column: compare it (e.g. {name} "
+                    f"{'< 0.5' if kind == 'number' else chr(61) * 2 + ' ' + repr('x')})"
+                )
             return ("bool", layer, column)
         if kind != "number" and op.text not in ("==", "!="):
             self.at -= 1
@@ -316,20 +331,26 @@ def parse_condition(expression: str, columns: dict[str, dict[str, str]] | None =
     return Condition(expression, tree, frozenset(parser.layers_used))
 
 
-def parse_reference(text: str, columns: dict[str, dict[str, str]] | None = None,
-                    kind: str | None = None) -> tuple[str, str]:
+def parse_reference(
+    text: str, columns: dict[str, dict[str, str]] | None = None, kind: str | None = None
+) -> tuple[str, str]:
     parser = _Parser(text, layer_columns() if columns is None else columns)
     layer, column, found = parser.reference()
     if parser.peek().kind != "end":
         parser.error("expected only <layer>.<column>")
     if kind is not None and found != kind:
-        raise RuleError(f"{text} is a {_describe_kind(found)} column; a {_describe_kind(kind)} is needed",
-                        text, 0)
+        raise RuleError(f"{text} is a {_describe_kind(found)} column; a {_describe_kind(kind)} is needed", text, 0)
     return layer, column
 
 
-_COMPARE = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
-            ">=": lambda a, b: a >= b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b}
+_COMPARE = {
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+}
 
 
 def _value(rows: dict, layer: str, column: str):
@@ -367,6 +388,7 @@ def _evaluate(node, rows) -> bool | None:
 
 
 # --- config models --------------------------------------------------------------
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -411,8 +433,9 @@ class RuleConfig(_Strict):
     @model_validator(mode="after")
     def _one_kind(self) -> "RuleConfig":
         if (self.drop_if is None) == (self.keep_top is None):
-            raise ValueError(f"rule {self.reason!r}: give either drop_if (a threshold rule) or keep_top with by "
-                             f"(a quantile rule)")
+            raise ValueError(
+                f"rule {self.reason!r}: give either drop_if (a threshold rule) or keep_top with by (a quantile rule)"
+            )
         if self.keep_top is not None and self.by is None:
             raise ValueError(f"rule {self.reason!r}: keep_top needs by: <layer>.<column> to rank documents")
         if self.drop_if is not None and (self.by is not None or self.floor):
@@ -435,8 +458,9 @@ class OverrideConfig(_Strict):
     source: str | None = None
     domain: str | None = None
     disable: list[str] = Field(default_factory=list, description="Reasons of rules that do not apply here.")
-    rules: list[RuleConfig] = Field(default_factory=list,
-                                    description="Rules replacing the base rule of the same reason, or added.")
+    rules: list[RuleConfig] = Field(
+        default_factory=list, description="Rules replacing the base rule of the same reason, or added."
+    )
 
     @model_validator(mode="after")
     def _one_target(self) -> "OverrideConfig":
@@ -450,7 +474,8 @@ class RedactConfig(_Strict):
 
     enabled: bool = False
     kinds: list[Literal["email", "phone", "ip", "credit_card", "ssn", "iban", "secret"]] = Field(
-        default_factory=lambda: ["email", "phone", "ip", "credit_card", "ssn", "iban", "secret"])
+        default_factory=lambda: ["email", "phone", "ip", "credit_card", "ssn", "iban", "secret"]
+    )
     tokens: dict[str, str] = Field(default_factory=dict, description="Replacement per kind (default <EMAIL>, ...).")
 
     @field_validator("tokens")
@@ -473,8 +498,10 @@ def check_rules(rules: list[RuleConfig], overrides: list[OverrideConfig]) -> Non
     for i, override in enumerate(overrides):
         unknown = sorted(set(override.disable) - set(reasons))
         if unknown:
-            raise ValueError(f"policy.overrides[{i}].disable: no rule named {', '.join(unknown)}; "
-                             f"rules: {', '.join(reasons) or '(none)'}")
+            raise ValueError(
+                f"policy.overrides[{i}].disable: no rule named {', '.join(unknown)}; "
+                f"rules: {', '.join(reasons) or '(none)'}"
+            )
 
 
 def expand_policy_file(data: Any, base_dir: str) -> Any:
@@ -521,12 +548,13 @@ def _read_policy_file(data: dict, base_dir: str) -> dict:
 
 # --- compiled policy --------------------------------------------------------------
 
+
 @dataclasses.dataclass(frozen=True)
 class Rule:
     reason: str
-    condition: Condition | None     # threshold rule
-    position: int                   # -1: document/exact/near only; k: cascade stage k; len(cascade): quantile
-    index: int                      # order in the file
+    condition: Condition | None  # threshold rule
+    position: int  # -1: document/exact/near only; k: cascade stage k; len(cascade): quantile
+    index: int  # order in the file
     config: RuleConfig
 
     def applies(self, source: str, domain: str) -> bool:
@@ -541,7 +569,7 @@ class Plan:
     cascade: tuple[str, ...]
     rules: list[RuleConfig]
     overrides: list[OverrideConfig]
-    domains: dict[str, str]                 # source -> domain
+    domains: dict[str, str]  # source -> domain
 
     def __post_init__(self):
         self._per_source: dict[str, list[Rule]] = {}
@@ -562,8 +590,10 @@ class Plan:
         appended = len(self.rules)
         # domain overrides first, then source overrides: the more specific wins
         for override in sorted(self.overrides, key=lambda o: o.source is not None):
-            if not ((override.domain is not None and override.domain == domain) or
-                    (override.source is not None and override.source == source)):
+            if not (
+                (override.domain is not None and override.domain == domain)
+                or (override.source is not None and override.source == source)
+            ):
                 continue
             for reason in override.disable:
                 effective.pop(reason, None)
@@ -573,9 +603,16 @@ class Plan:
                 else:
                     effective[rule.reason] = (appended, rule)
                     appended += 1
-        compiled = [Rule(rule.reason, parse_condition(rule.drop_if) if rule.drop_if is not None else None,
-                         self.position(rule), index, rule)
-                    for index, rule in effective.values()]
+        compiled = [
+            Rule(
+                rule.reason,
+                parse_condition(rule.drop_if) if rule.drop_if is not None else None,
+                self.position(rule),
+                index,
+                rule,
+            )
+            for index, rule in effective.values()
+        ]
         compiled = [rule for rule in compiled if rule.applies(source, domain)]
         compiled.sort(key=lambda r: (r.position, r.index))
         self._per_source[source] = compiled
@@ -583,9 +620,14 @@ class Plan:
 
     def gate_spec(self, stage_index: int) -> dict:
         """What decides which documents stage ``stage_index`` sees (part of its layer key)."""
-        return {source: [(r.reason, r.condition.text, r.position) for r in self.rules_for(source)
-                         if r.condition is not None and r.position < stage_index]
-                for source in sorted(self.domains)}
+        return {
+            source: [
+                (r.reason, r.condition.text, r.position)
+                for r in self.rules_for(source)
+                if r.condition is not None and r.position < stage_index
+            ]
+            for source in sorted(self.domains)
+        }
 
     def layers_read(self, upto: int | None = None) -> dict[str, set[str]]:
         """{cascade stage: columns} the rules before stage ``upto`` (all when None) read."""
@@ -635,8 +677,9 @@ class Plan:
         for source in sorted(self.domains):
             for rule in self.rules_for(source):
                 if rule.config.is_quantile:
-                    order[rule.reason] = min(order.get(rule.reason, (rule.index, rule.reason)),
-                                             (rule.index, rule.reason))
+                    order[rule.reason] = min(
+                        order.get(rule.reason, (rule.index, rule.reason)), (rule.index, rule.reason)
+                    )
         return [reason for reason, _ in sorted(order.items(), key=lambda item: item[1])]
 
     def quantile_rule(self, source: str, reason: str) -> RuleConfig | None:

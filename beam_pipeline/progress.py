@@ -34,6 +34,7 @@ Progress only observes: no transform is added and nothing it sees reaches a
 layer or a dataset (the counts a ledger holds are data of the job:
 :mod:`beam_pipeline.accounting`).
 """
+
 from __future__ import annotations
 
 import threading
@@ -57,8 +58,12 @@ class CountingFnApiRunner(fn_runner.FnApiRunner):
     which is what ``docs/decisions.md`` prescribes (no network).
     """
 
-    def __init__(self, on_bundle: Callable[[str, dict], None], on_plan: Callable[[int], None],
-                 progress_request_frequency: float | None = None):
+    def __init__(
+        self,
+        on_bundle: Callable[[str, dict], None],
+        on_plan: Callable[[int], None],
+        progress_request_frequency: float | None = None,
+    ):
         super().__init__(progress_request_frequency=progress_request_frequency)
         self._on_bundle = on_bundle
         self._on_plan = on_plan
@@ -69,7 +74,8 @@ class CountingFnApiRunner(fn_runner.FnApiRunner):
 
         encoded = JobServiceHandle.encode_pipeline_options(options_for_workers(options))
         self._provision_info = fn_runner.ExtendedProvisionInfo(
-            beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
+            beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)
+        )
         return super().run_pipeline(pipeline, options)
 
     def run_stages(self, stage_context, stages):
@@ -79,8 +85,7 @@ class CountingFnApiRunner(fn_runner.FnApiRunner):
     def _execute_bundle(self, runner_execution_context, bundle_context_manager, bundle_input):
         result = super()._execute_bundle(runner_execution_context, bundle_context_manager, bundle_input)
         try:
-            self._on_bundle(bundle_context_manager.stage.name,
-                            user_counters(result.process_bundle.monitoring_infos))
+            self._on_bundle(bundle_context_manager.stage.name, user_counters(result.process_bundle.monitoring_infos))
         except Exception:  # noqa: BLE001 - progress must never fail a job
             pass
         return result
@@ -100,15 +105,18 @@ def options_for_workers(options: PipelineOptions) -> dict:
     from apache_beam.options.pipeline_options import _BeamArgumentParser
 
     parser = _BeamArgumentParser(allow_abbrev=False)
-    seen = {}
+    seen: dict[str, type] = {}
     for cls in PipelineOptions.__subclasses__():
         seen.setdefault(str(cls), cls)
     for cls in seen.values():
         cls._add_argparse_args(parser)  # pylint: disable=protected-access
     flags = {flag for action in parser._actions for flag in action.option_strings}
     defaults = {action.dest: action.default for action in parser._actions}
-    return {key: value for key, value in options.get_all_options().items()
-            if not (value is True and f"--{key}" not in flags and defaults.get(key) is True)}
+    return {
+        key: value
+        for key, value in options.get_all_options().items()
+        if not (value is True and f"--{key}" not in flags and defaults.get(key) is True)
+    }
 
 
 def user_counters(infos) -> dict[tuple[str, str], int]:
@@ -153,8 +161,7 @@ def polls_live_metrics(result) -> bool:
 def is_local_direct(options: PipelineOptions) -> bool:
     runner = options.view_as(StandardOptions).runner
     name = runner if isinstance(runner, str) or runner is None else type(runner).__name__
-    return (name in (None, "DirectRunner", "SwitchingDirectRunner")
-            and not options.view_as(StandardOptions).streaming)
+    return name in (None, "DirectRunner", "SwitchingDirectRunner") and not options.view_as(StandardOptions).streaming
 
 
 def human_bytes(count: float) -> str:
@@ -200,8 +207,10 @@ def progress_bar(stage: str, records: int, seconds: float, total: int | None = N
     if total:
         done = min(records, total)
         filled = width * done // total
-        text = f"[{stage}] [{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,} {rate:,.1f}/s " \
-               f"{human_seconds(seconds)}"
+        text = (
+            f"[{stage}] [{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,} {rate:,.1f}/s "
+            f"{human_seconds(seconds)}"
+        )
         if rate > 0 and records < total:
             text += f" ETA {human_seconds((total - records) / rate)}"
         return text
@@ -259,8 +268,9 @@ class BuildProgress:
             # than the interval (the fused scorers of the sample: 15 s), and its first answer comes one
             # request period after it starts
             frequency = min(self.interval, self.LEDGER_POLL)
-            self._runner = CountingFnApiRunner(self._bundle_done, lambda _steps: None,
-                                               progress_request_frequency=frequency)
+            self._runner = CountingFnApiRunner(
+                self._bundle_done, lambda _steps: None, progress_request_frequency=frequency
+            )
         return self._runner
 
     def expect(self, layers: list[tuple[str, object]], inputs: dict[str, list[str]] | None = None) -> None:
@@ -357,20 +367,26 @@ class BuildProgress:
             except Exception:  # noqa: BLE001 - a ledger being written: look again next time
                 continue
             now = time.monotonic()
-            written = sum(part.get("bytes", 0) for output in ledger.get("outputs", {}).values()
-                          for part in output.get("parts", []))
+            written = sum(
+                part.get("bytes", 0)
+                for output in ledger.get("outputs", {}).values()
+                for part in output.get("parts", [])
+            )
             with self._lock:
                 self._pending.pop(stage, None)
                 self._passed[stage] = counts["passed"]
                 self._committed_at[stage] = now
-            self._emit(f"[{stage}] committed after {now - self._started:.1f}s (in {counts['in']}, "
-                       f"passed {counts['passed']}, filtered {dropped(counts)}, "
-                       f"dead letter {counts['dead_letter']}"
-                       + (f"; {human_bytes(written)} written)" if written else ")"))
+            self._emit(
+                f"[{stage}] committed after {now - self._started:.1f}s (in {counts['in']}, "
+                f"passed {counts['passed']}, filtered {dropped(counts)}, "
+                f"dead letter {counts['dead_letter']}" + (f"; {human_bytes(written)} written)" if written else ")")
+            )
             if counts["dead_letter"]:
-                self._emit(f"[{stage}] WARNING: {counts['dead_letter']} records could not be processed and were "
-                           f"dead-lettered under {layer.dead_letter_path}/ "
-                           f"(list them: python -m beam_pipeline dead-letter {layer.root} --stage {stage})")
+                self._emit(
+                    f"[{stage}] WARNING: {counts['dead_letter']} records could not be processed and were "
+                    f"dead-lettered under {layer.dead_letter_path}/ "
+                    f"(list them: python -m beam_pipeline dead-letter {layer.root} --stage {stage})"
+                )
 
     def _progress(self) -> list[tuple[str, int, float, int | None]]:
         """(stage, records so far, seconds, total) of every uncommitted stage with a count."""

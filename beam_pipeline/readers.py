@@ -82,6 +82,7 @@ of a damaged stream is never parsed as a record.
 I/O errors raised by ``open_binary`` or the file object propagate unchanged,
 so the runner can retry them.
 """
+
 from __future__ import annotations
 
 import codecs
@@ -167,10 +168,7 @@ def iter_records(
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r} for {path}; expected one of {FORMATS}")
     if max_record_bytes <= 0 or chunk_size <= 0:
-        raise ValueError(
-            f"max_record_bytes and chunk_size must be positive, got "
-            f"{max_record_bytes} and {chunk_size}"
-        )
+        raise ValueError(f"max_record_bytes and chunk_size must be positive, got {max_record_bytes} and {chunk_size}")
     fields = _FieldNames(text_field, url_field, date_field, license_field, id_field)
     if fmt == "warc":  # extract: the source's `extract` settings (defaults if None)
         return iter_raw_records(open_binary, extract, max_record_bytes)
@@ -493,8 +491,7 @@ def _json_type(value: object) -> str:
 
 def _type_name(value: object) -> str:
     """'a string', 'an array', ... for messages; Arrow's other Python values by their type."""
-    kind = _JSON_TYPE_NAMES.get(type(value)) or ("number" if isinstance(value, (int, float)) else
-                                                  type(value).__name__)
+    kind = _JSON_TYPE_NAMES.get(type(value)) or ("number" if isinstance(value, (int, float)) else type(value).__name__)
     return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
 
 
@@ -680,8 +677,7 @@ def _rows_of_batch(
             yield BadRecord(position, None, str(wrong_shape), text[:_PREFIX_BYTES].encode("utf-8")[:_PREFIX_BYTES])
             continue
         url, date, license_, record_id = (
-            None if isinstance(value, _Undecodable) else _optional_str(value)
-            for value in optional
+            None if isinstance(value, _Undecodable) else _optional_str(value) for value in optional
         )
         yield RawRecord(position, None, text, url, date, license_, record_id)
 

@@ -4,6 +4,7 @@ Shared by the file readers (:mod:`beam_pipeline.readers`) and the web archive
 readers (:mod:`beam_pipeline.web.warc`, :mod:`beam_pipeline.web.records`), so
 neither imports the other for its types.
 """
+
 from __future__ import annotations
 
 import dataclasses

@@ -8,6 +8,7 @@ built the layers, so its timings are the build's); every later one writes
 so a rerun that reuses every layer keeps its own few-second report next to the
 report of the build that made the data.
 """
+
 from __future__ import annotations
 
 from apache_beam.io.filesystems import FileSystems

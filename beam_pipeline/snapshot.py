@@ -29,6 +29,7 @@ up to the cut-off, each object once with the paths it arrived under
 (``origins``); the other sources are fingerprinted from their globs as above.
 The manifest has the same shape, so a build reads it like any snapshot.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -77,8 +78,8 @@ class FingerprintFiles(beam.PTransform):
             globs
             | "MatchPerSource" >> beam.FlatMap(_match_source)
             | "SpreadFiles" >> beam.Reshuffle()
-            | "Checksum" >> beam.Map(lambda entry, kind: {**entry, "checksum": file_checksum(entry["path"], kind)},
-                                     self._checksum)
+            | "Checksum"
+            >> beam.Map(lambda entry, kind: {**entry, "checksum": file_checksum(entry["path"], kind)}, self._checksum)
         )
 
 
@@ -95,7 +96,7 @@ def source_base(uri: str) -> str:
 
 
 def _relative_to(path: str, base: str) -> str:
-    return path[len(base) + 1:] if base and path.startswith(base + "/") else path
+    return path[len(base) + 1 :] if base and path.startswith(base + "/") else path
 
 
 def build_manifest(config: CorpusConfig, entries: Iterable[dict]) -> dict:
@@ -103,16 +104,27 @@ def build_manifest(config: CorpusConfig, entries: Iterable[dict]) -> dict:
     bases = {s.name: source_base(s.uri) for s in config.sources}
     by_source: dict[str, list[dict]] = {s.name: [] for s in config.sources}
     for entry in entries:
-        by_source[entry["source"]].append({"path": _relative_to(entry["path"], bases[entry["source"]]),
-                                           "size": entry["size"], "checksum": entry["checksum"],
-                                           **({"origins": entry["origins"]} if "origins" in entry else {})})
+        by_source[entry["source"]].append(
+            {
+                "path": _relative_to(entry["path"], bases[entry["source"]]),
+                "size": entry["size"],
+                "checksum": entry["checksum"],
+                **({"origins": entry["origins"]} if "origins" in entry else {}),
+            }
+        )
     empty = [s for s in config.sources if not by_source[s.name]]
     if empty:
         raise SnapshotError("; ".join(f"source {s.name!r}: uri {s.uri!r} matched no files" for s in empty))
-    sources = {s.name: {"format": s.format, "files": sorted(by_source[s.name], key=lambda f: f["path"])}
-               for s in config.sources}
-    return {"format": SNAPSHOT_FORMAT, "checksum": config.snapshot.checksum, "sources": sources,
-            "total_bytes": sum(f["size"] for s in sources.values() for f in s["files"])}
+    sources = {
+        s.name: {"format": s.format, "files": sorted(by_source[s.name], key=lambda f: f["path"])}
+        for s in config.sources
+    }
+    return {
+        "format": SNAPSHOT_FORMAT,
+        "checksum": config.snapshot.checksum,
+        "sources": sources,
+        "total_bytes": sum(f["size"] for s in sources.values() for f in s["files"]),
+    }
 
 
 def snapshot_id_of(manifest: dict) -> str:
@@ -127,8 +139,9 @@ def snapshot_path(root: str, snapshot_id: str) -> str:
 LOCAL_FINGERPRINT_BYTES = 2 << 30
 
 
-def take_snapshot(config: CorpusConfig, pipeline_options: PipelineOptions, *, log=None,
-                  local: bool | None = None) -> tuple[str, dict]:
+def take_snapshot(
+    config: CorpusConfig, pipeline_options: PipelineOptions, *, log=None, local: bool | None = None
+) -> tuple[str, dict]:
     """Fingerprint every input; write and return (snapshot_id, manifest).
 
     ``local``: fingerprint in this process (True), in a Beam job (False), or
@@ -142,8 +155,10 @@ def take_snapshot(config: CorpusConfig, pipeline_options: PipelineOptions, *, lo
         entries = fingerprint_locally(matched, config.snapshot.checksum)
     else:
         if log:
-            log(f"[snapshot] {total} bytes of input: fingerprinted by a Beam job first (pin the snapshot with "
-                f"--snapshot_id to build without it)")
+            log(
+                f"[snapshot] {total} bytes of input: fingerprinted by a Beam job first (pin the snapshot with "
+                f"--snapshot_id to build without it)"
+            )
         entries = _fingerprint_in_a_job(config, pipeline_options)
     manifest = build_manifest(config, entries)
     snapshot_id = snapshot_id_of(manifest)
@@ -163,19 +178,22 @@ def fingerprint_locally(matched: list[dict], checksum: str, threads: int = 8) ->
 def _fingerprint_in_a_job(config: CorpusConfig, pipeline_options: PipelineOptions) -> list[dict]:
     entries_dir = join(config.output_root, "snapshots", "_pending", config.digest()[:16])
     with beam.Pipeline(options=pipeline_options) as pipeline:
-        (pipeline
-         | "Globs" >> beam.Create([(s.name, s.uri) for s in config.sources])
-         | "Fingerprint" >> FingerprintFiles(config.snapshot.checksum)
-         | "AsJson" >> beam.Map(lambda e: json.dumps(e, sort_keys=True))
-         | "WriteEntries" >> beam.io.WriteToText(join(entries_dir, "entries"), file_name_suffix=".jsonl"))
+        (
+            pipeline
+            | "Globs" >> beam.Create([(s.name, s.uri) for s in config.sources])
+            | "Fingerprint" >> FingerprintFiles(config.snapshot.checksum)
+            | "AsJson" >> beam.Map(lambda e: json.dumps(e, sort_keys=True))
+            | "WriteEntries" >> beam.io.WriteToText(join(entries_dir, "entries"), file_name_suffix=".jsonl")
+        )
     entry_files = [m.path for m in FileSystems.match([join(entries_dir, "entries*.jsonl")])[0].metadata_list]
     entries = [json.loads(line) for path in entry_files for line in read_bytes(path).decode().splitlines() if line]
     FileSystems.delete([entries_dir])
     return entries
 
 
-def take_bronze_snapshot(config: CorpusConfig, pipeline_options: PipelineOptions,
-                         until: str | int, since: str | int | None = None) -> tuple[str, dict]:
+def take_bronze_snapshot(
+    config: CorpusConfig, pipeline_options: PipelineOptions, until: str | int, since: str | int | None = None
+) -> tuple[str, dict]:
     """Freeze the arrivals from ``since`` (default: the first) up to ``until`` (each a log position or
     an ISO-8601 time); write and return (snapshot_id, manifest). Sources without ``landing:`` are
     fingerprinted from their globs."""
@@ -198,14 +216,19 @@ def take_bronze_snapshot(config: CorpusConfig, pipeline_options: PipelineOptions
     files = bronze_files(config, log.entries[first:position])
     empty = sorted(name for name, per in files.items() if not per)
     if empty:
-        raise SnapshotError(f"--since {first} --until {position} (of {len(log)} arrivals): no arrivals of "
-                            f"{', '.join(empty)} up to the cut-off; run `python -m beam_pipeline land` first, "
-                            f"or cut later")
+        raise SnapshotError(
+            f"--since {first} --until {position} (of {len(log)} arrivals): no arrivals of "
+            f"{', '.join(empty)} up to the cut-off; run `python -m beam_pipeline land` first, "
+            f"or cut later"
+        )
     manifest = build_manifest(config, entries + [f for per in files.values() for f in per])
     for source in landing:
         manifest["sources"][source.name]["bronze"] = join(bronze_root(config.output_root), source.name)
-    manifest["bronze"] = {"since": first, "until": position,
-                          "until_window_end": log.entries[position - 1]["window_end"] if position else None}
+    manifest["bronze"] = {
+        "since": first,
+        "until": position,
+        "until_window_end": log.entries[position - 1]["window_end"] if position else None,
+    }
     snapshot_id = snapshot_id_of(manifest)
     write_json_atomic(snapshot_path(config.output_root, snapshot_id), manifest)
     return snapshot_id, resolve_snapshot(config, json.loads(json.dumps(manifest)))
@@ -225,26 +248,41 @@ def bronze_files(config: CorpusConfig, arrivals: Iterable[dict]) -> dict[str, li
     for arrival in arrivals:
         if arrival["source"] not in names:
             continue  # a source this config does not land (another config shares the root)
-        entry = files[arrival["source"]].setdefault(arrival["object"], {
-            "source": arrival["source"], "path": object_path(config.output_root, arrival["object"]),
-            "size": arrival["size"], "checksum": "sha256:" + arrival["sha256"], "origins": []})
+        entry = files[arrival["source"]].setdefault(
+            arrival["object"],
+            {
+                "source": arrival["source"],
+                "path": object_path(config.output_root, arrival["object"]),
+                "size": arrival["size"],
+                "checksum": "sha256:" + arrival["sha256"],
+                "origins": [],
+            },
+        )
         if arrival["path"] not in entry["origins"]:
             entry["origins"].append(arrival["path"])
     problems = []
     for name, by_object in files.items():
-        present = {m.path: m.size_in_bytes for m in FileSystems.match(
-            [join(bronze_root(config.output_root), name, "*", "*")])[0].metadata_list} if by_object else {}
+        present = (
+            {
+                m.path: m.size_in_bytes
+                for m in FileSystems.match([join(bronze_root(config.output_root), name, "*", "*")])[0].metadata_list
+            }
+            if by_object
+            else {}
+        )
         for entry in by_object.values():
             entry["origins"].sort()
             if entry["path"] not in present:
                 problems.append(f"{entry['path']}: missing (arrived as {entry['origins'][0]})")
             elif present[entry["path"]] != entry["size"]:
-                problems.append(f"{entry['path']}: {present[entry['path']]} bytes, the arrivals log says "
-                                f"{entry['size']}")
+                problems.append(
+                    f"{entry['path']}: {present[entry['path']]} bytes, the arrivals log says {entry['size']}"
+                )
     if problems:
-        raise SnapshotError("bronze objects of arrivals before the cut-off are missing or altered (deleted by "
-                            "`bronze gc`, whose kept snapshots did not cover this cut-off?):\n  "
-                            + "\n  ".join(problems[:20]))
+        raise SnapshotError(
+            "bronze objects of arrivals before the cut-off are missing or altered (deleted by "
+            "`bronze gc`, whose kept snapshots did not cover this cut-off?):\n  " + "\n  ".join(problems[:20])
+        )
     return {name: sorted(by_object.values(), key=lambda f: f["path"]) for name, by_object in files.items()}
 
 
@@ -254,10 +292,12 @@ def origins_of(manifest: dict) -> dict[str, list[str]]:
     Lineage and dead letters name the file a build read (``file``): for a
     bronze snapshot that is the immutable object; this names where it came from.
     """
-    return {f["path"]: list(f["origins"]) for source in manifest["sources"].values()
-            for f in source["files"] if "origins" in f}
-
-
+    return {
+        f["path"]: list(f["origins"])
+        for source in manifest["sources"].values()
+        for f in source["files"]
+        if "origins" in f
+    }
 
 
 def match_sources(config: CorpusConfig) -> list[dict]:
@@ -272,8 +312,9 @@ def match_sources(config: CorpusConfig) -> list[dict]:
 def load_snapshot(root: str, snapshot_id: str) -> dict:
     path = snapshot_path(root, snapshot_id)
     if not FileSystems.exists(path):
-        raise SnapshotError(f"snapshot {snapshot_id} not found at {path}; take one with "
-                            f"`python -m beam_pipeline snapshot --config ...`")
+        raise SnapshotError(
+            f"snapshot {snapshot_id} not found at {path}; take one with `python -m beam_pipeline snapshot --config ...`"
+        )
     manifest = json.loads(read_bytes(path))
     if snapshot_id_of(manifest) != snapshot_id:
         raise SnapshotError(f"snapshot file {path} does not hash to its id {snapshot_id}: it was edited")
@@ -289,16 +330,22 @@ def check_sources_match(config: CorpusConfig, manifest: dict) -> None:
     want = {s.name: getattr(s, field) for s in config.sources}
     have = {name: s[field] for name, s in manifest["sources"].items()}
     if want != have:
-        raise SnapshotError(f"the snapshot was taken for sources {have}, but the config has {want}; "
-                            f"take a new snapshot for this config")
+        raise SnapshotError(
+            f"the snapshot was taken for sources {have}, but the config has {want}; take a new snapshot for this config"
+        )
     resolve_snapshot(config, manifest)
     for source in config.sources:
-        stray = [f["path"] for f in manifest["sources"][source.name]["files"]
-                 if "origins" not in f  # a bronze object: it arrived under the landing prefix, not the uri
-                 and not fnmatch.fnmatchcase(f["path"], source.uri)]
+        stray = [
+            f["path"]
+            for f in manifest["sources"][source.name]["files"]
+            if "origins" not in f  # a bronze object: it arrived under the landing prefix, not the uri
+            and not fnmatch.fnmatchcase(f["path"], source.uri)
+        ]
         if stray:
-            raise SnapshotError(f"source {source.name!r}: the snapshot's file {stray[0]} is not matched by the "
-                                f"config's uri {source.uri!r}; take a new snapshot for this config")
+            raise SnapshotError(
+                f"source {source.name!r}: the snapshot's file {stray[0]} is not matched by the "
+                f"config's uri {source.uri!r}; take a new snapshot for this config"
+            )
 
 
 def resolve_snapshot(config: CorpusConfig, manifest: dict) -> dict:
@@ -335,7 +382,8 @@ def check_unchanged(manifest: dict) -> None:
     if problems:
         raise InputChangedError(
             "input changed since its snapshot (inputs are immutable; take a new snapshot "
-            "to build from the new data):\n  " + "\n  ".join(problems))
+            "to build from the new data):\n  " + "\n  ".join(problems)
+        )
 
 
 def verify_file(path: str, expected_checksum: str) -> None:
@@ -345,4 +393,5 @@ def verify_file(path: str, expected_checksum: str) -> None:
     if actual != expected_checksum:
         raise InputChangedError(
             f"input changed since its snapshot: {path} has checksum {actual}, "
-            f"the snapshot recorded {expected_checksum}; take a new snapshot to build from the new data")
+            f"the snapshot recorded {expected_checksum}; take a new snapshot to build from the new data"
+        )

@@ -4,6 +4,7 @@
 cascade (:mod:`beam_pipeline.scoring.cascade`) writes the plans of its
 stages, so both use these types without importing each other.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,7 +23,7 @@ class LayerRef:
     version: str
     config: Any
     partitions: int
-    committed: Any          # PCollection of one Committed element, there once the layer is complete
+    committed: Any  # PCollection of one Committed element, there once the layer is complete
     reused: bool
 
     @property
@@ -45,8 +46,8 @@ class StagePlan:
     stage: str
     version: str
     config: Any
-    inputs: dict            # input name -> LayerRef of this build, or a key (snapshot id, earlier layers)
-    outputs: dict           # output name -> schema
+    inputs: dict  # input name -> LayerRef of this build, or a key (snapshot id, earlier layers)
+    outputs: dict  # output name -> schema
     rows_match: dict = dataclasses.field(default_factory=dict)
     finalize: Callable[[Layer, int], dict] | None = None
 

@@ -12,6 +12,7 @@ class defines would be dropped by Beam with a warning among many (a build into
 the config's default output root instead of ``--output-root``'s), so it is
 refused here with the closest valid option (:func:`check_options`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,14 +22,19 @@ import os
 import sys
 
 #: Exit codes of ``python -m beam_pipeline`` (documented in docs/config.md, "Exit codes").
-EXIT_FAILED = 1         # the build (or a dataset command) ran and failed: a stage, accounting, verification
-EXIT_USAGE = 2          # the command line or the config is wrong: unknown option, bad runner, config error
-EXIT_NOT_FOUND = 3      # what the command was pointed at is not there or not of its kind (no dataset manifest)
-EXIT_NOT_WRITABLE = 4   # the output root cannot be written
+EXIT_FAILED = 1  # the build (or a dataset command) ran and failed: a stage, accounting, verification
+EXIT_USAGE = 2  # the command line or the config is wrong: unknown option, bad runner, config error
+EXIT_NOT_FOUND = 3  # what the command was pointed at is not there or not of its kind (no dataset manifest)
+EXIT_NOT_WRITABLE = 4  # the output root cannot be written
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
 
-EXIT_CODES = {"failed": EXIT_FAILED, "usage": EXIT_USAGE, "not found": EXIT_NOT_FOUND,
-              "not writable": EXIT_NOT_WRITABLE, "interrupted": EXIT_INTERRUPTED}
+EXIT_CODES = {
+    "failed": EXIT_FAILED,
+    "usage": EXIT_USAGE,
+    "not found": EXIT_NOT_FOUND,
+    "not writable": EXIT_NOT_WRITABLE,
+    "interrupted": EXIT_INTERRUPTED,
+}
 
 
 class UserError(Exception):
@@ -52,6 +58,7 @@ class OneLineArgumentParser(argparse.ArgumentParser):
 
 
 # --- unknown options --------------------------------------------------------------------------------
+
 
 def beam_option_parser() -> argparse.ArgumentParser:
     """Every option of every ``PipelineOptions`` class Beam (and this project) defines, as Beam parses them."""
@@ -83,8 +90,9 @@ def option_names(parser: argparse.ArgumentParser) -> list[str]:
     return sorted({s for action in parser._actions for s in action.option_strings if s.startswith("--")})
 
 
-def check_options(extra: list[str], command: str, command_parser: argparse.ArgumentParser | None,
-                  beam_options: bool = True) -> None:
+def check_options(
+    extra: list[str], command: str, command_parser: argparse.ArgumentParser | None, beam_options: bool = True
+) -> None:
     """Refuse the first of ``extra`` (what ``command``'s parser left) that no one defines.
 
     With a runner that has a job server (:data:`PORTABLE_RUNNERS`), an option Python does not
@@ -118,7 +126,8 @@ def check_options(extra: list[str], command: str, command_parser: argparse.Argum
         message += f"; did you mean {hint}?"
     else:
         message += f" (see `python -m beam_pipeline {command} --help`" + (
-            "; other options go to Apache Beam and must be one of its pipeline options)" if beam_options else ")")
+            "; other options go to Apache Beam and must be one of its pipeline options)" if beam_options else ")"
+        )
     raise UserError(message)
 
 
@@ -134,6 +143,7 @@ def _runner_has_job_server(args: list[str]) -> bool:
 
 def closest_option(name: str, candidates: list[str]) -> str | None:
     """The valid option a mistyped one most likely meant: ``--output-root`` -> ``--output_root``."""
+
     def norm(option: str) -> str:
         return option.lstrip("-").replace("-", "_").lower()
 
@@ -147,6 +157,7 @@ def closest_option(name: str, candidates: list[str]) -> str | None:
 
 
 # --- runner -----------------------------------------------------------------------------------------
+
 
 def check_runner(beam_args: list[str]) -> None:
     """Refuse a ``--runner`` Beam cannot create (before a snapshot is taken or a job is built)."""
@@ -165,9 +176,11 @@ def check_runner(beam_args: list[str]) -> None:
         hint = closest_option(runner, known)
         if "." in runner:  # a class path that does not import
             raise UserError(f"--runner={runner}: cannot create this runner ({_first_line(err)})") from None
-        raise UserError(f"--runner={runner}: Beam has no such runner; "
-                        + (f"did you mean --runner={hint}? " if hint else "")
-                        + f"Known: {', '.join(known)} (or a runner class's full path)") from None
+        raise UserError(
+            f"--runner={runner}: Beam has no such runner; "
+            + (f"did you mean --runner={hint}? " if hint else "")
+            + f"Known: {', '.join(known)} (or a runner class's full path)"
+        ) from None
 
 
 def _first_line(err: BaseException) -> str:
@@ -176,6 +189,7 @@ def _first_line(err: BaseException) -> str:
 
 
 # --- output root ------------------------------------------------------------------------------------
+
 
 def check_writable(output_root: str) -> None:
     """Refuse a local output root that cannot be written (before the snapshot job runs).
@@ -192,8 +206,11 @@ def check_writable(output_root: str) -> None:
             f.write(b"")
         os.remove(probe)
     except OSError as err:
-        raise UserError(f"the output root {output_root} cannot be written ({err.strerror or err}): pass "
-                        f"--output_root <a folder you can write>", EXIT_NOT_WRITABLE) from None
+        raise UserError(
+            f"the output root {output_root} cannot be written ({err.strerror or err}): pass "
+            f"--output_root <a folder you can write>",
+            EXIT_NOT_WRITABLE,
+        ) from None
 
 
 def check_config_path(path: str | None) -> None:
@@ -206,9 +223,15 @@ def check_config_path(path: str | None) -> None:
 
 
 #: errno -> exit code of an OSError on a path the user gave (see :func:`os_error`).
-_OS_ERRORS = {errno.EACCES: EXIT_NOT_WRITABLE, errno.EPERM: EXIT_NOT_WRITABLE, errno.EROFS: EXIT_NOT_WRITABLE,
-              errno.ENOSPC: EXIT_NOT_WRITABLE, errno.ENOENT: EXIT_NOT_FOUND, errno.ENOTDIR: EXIT_NOT_FOUND,
-              errno.EISDIR: EXIT_NOT_FOUND}
+_OS_ERRORS = {
+    errno.EACCES: EXIT_NOT_WRITABLE,
+    errno.EPERM: EXIT_NOT_WRITABLE,
+    errno.EROFS: EXIT_NOT_WRITABLE,
+    errno.ENOSPC: EXIT_NOT_WRITABLE,
+    errno.ENOENT: EXIT_NOT_FOUND,
+    errno.ENOTDIR: EXIT_NOT_FOUND,
+    errno.EISDIR: EXIT_NOT_FOUND,
+}
 
 
 def os_error(err: OSError) -> UserError | None:

@@ -6,6 +6,7 @@
 * ``bronze log``: the arrivals log's summary, with positions;
 * ``snapshot --from-bronze --until T|N``: :func:`beam_pipeline.snapshot.take_bronze_snapshot`.
 """
+
 from __future__ import annotations
 
 import sys
@@ -30,30 +31,50 @@ def add_commands(commands) -> None:
     import argparse
 
     land = commands.add_parser(
-        "land", help="land arriving files into the bronze layer (a Beam streaming job, or --once)",
+        "land",
+        help="land arriving files into the bronze layer (a Beam streaming job, or --once)",
         description="Watch the landing glob of every source with a `landing:` section, copy each complete "
-                    "file once into <root>/bronze/<source>/ under the sha256 of its bytes, and commit the "
-                    "arrivals log per window. Other --options are Beam options (the runner).",
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+        "file once into <root>/bronze/<source>/ under the sha256 of its bytes, and commit the "
+        "arrivals log per window. Other --options are Beam options (the runner).",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _root_args(land)
-    land.add_argument("--once", action="store_true",
-                      help="a batch job: land the files that are complete now (stable_polls listings, "
-                           "poll_interval_seconds apart, or their markers), then exit")
-    land.add_argument("--stop_after", type=_seconds, default=None,
-                      help="streaming: stop polling after this many seconds, commit and exit (default: never)")
+    land.add_argument(
+        "--once",
+        action="store_true",
+        help="a batch job: land the files that are complete now (stable_polls listings, "
+        "poll_interval_seconds apart, or their markers), then exit",
+    )
+    land.add_argument(
+        "--stop_after",
+        type=_seconds,
+        default=None,
+        help="streaming: stop polling after this many seconds, commit and exit (default: never)",
+    )
 
-    bronze = commands.add_parser("bronze", help="the bronze layer: its arrivals log, garbage collection",
-                                 epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    bronze = commands.add_parser(
+        "bronze",
+        help="the bronze layer: its arrivals log, garbage collection",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     actions = bronze.add_subparsers(dest="bronze_command", metavar="action", required=True)
     gc = actions.add_parser("gc", help="list (and with --apply delete) objects no kept snapshot references")
     _root_args(gc)
-    gc.add_argument("--keep", required=True,
-                    help="bronze snapshots to keep: a count N (the N with the latest cut-offs) or snapshot ids "
-                         "(comma-separated)")
+    gc.add_argument(
+        "--keep",
+        required=True,
+        help="bronze snapshots to keep: a count N (the N with the latest cut-offs) or snapshot ids (comma-separated)",
+    )
     gc.add_argument("--apply", action="store_true", help="delete (default: a dry run that changes nothing)")
-    gc.add_argument("--min_age_seconds", type=_seconds, default=86400.0,
-                    help="objects in no arrival (a killed landing job's copies) are deleted only when older "
-                         "(default 86400: a running job commits its window long before)")
+    gc.add_argument(
+        "--min_age_seconds",
+        type=_seconds,
+        default=86400.0,
+        help="objects in no arrival (a killed landing job's copies) are deleted only when older "
+        "(default 86400: a running job commits its window long before)",
+    )
     gc.add_argument("--quiet", action="store_true", help="do not list the objects one by one")
     log = actions.add_parser("log", help="summarize the arrivals log: windows, objects, bytes, positions")
     _root_args(log)
@@ -61,14 +82,24 @@ def add_commands(commands) -> None:
 
 def add_snapshot_args(snapshot) -> None:
     """``snapshot --from-bronze --until T|N`` (``snapshot`` without them fingerprints the globs)."""
-    snapshot.add_argument("--from-bronze", dest="from_bronze", action="store_true",
-                          help="freeze the bronze layer's arrivals (sources with `landing:`) instead of the globs")
-    snapshot.add_argument("--until", default=None,
-                          help="with --from-bronze: an ISO-8601 time (arrivals whose window ended by then) or "
-                               "an arrivals-log position N (the first N arrivals in log order)")
-    snapshot.add_argument("--since", default=None,
-                          help="with --from-bronze: leave out the arrivals before this time or position (a "
-                               "sliding corpus; default: from the first arrival)")
+    snapshot.add_argument(
+        "--from-bronze",
+        dest="from_bronze",
+        action="store_true",
+        help="freeze the bronze layer's arrivals (sources with `landing:`) instead of the globs",
+    )
+    snapshot.add_argument(
+        "--until",
+        default=None,
+        help="with --from-bronze: an ISO-8601 time (arrivals whose window ended by then) or "
+        "an arrivals-log position N (the first N arrivals in log order)",
+    )
+    snapshot.add_argument(
+        "--since",
+        default=None,
+        help="with --from-bronze: leave out the arrivals before this time or position (a "
+        "sliding corpus; default: from the first arrival)",
+    )
 
 
 def _root_args(parser) -> None:
@@ -124,6 +155,7 @@ def _root(args) -> str:
     if args.output_root:
         return args.output_root
     from beam_pipeline.config import ConfigError
+
     raise ConfigError("name the bronze layer's root: --config corpus.yaml or --output_root <root>")
 
 
@@ -153,10 +185,14 @@ def _log(root: str) -> int:
     from beam_pipeline.arrivals.log import read_log, summary_lines
 
     log = read_log(root)
-    print(f"arrivals log {root}/bronze/_arrivals: {len(log)} arrivals in {log.segments} segments"
-          + (f" ({log.repeated} repeated entries ignored)" if log.repeated else ""))
+    print(
+        f"arrivals log {root}/bronze/_arrivals: {len(log)} arrivals in {log.segments} segments"
+        + (f" ({log.repeated} repeated entries ignored)" if log.repeated else "")
+    )
     for line in summary_lines(log.entries, positions=True):
         print(line)
-    print("`snapshot --from-bronze --until N` takes the first N arrivals; `--until <time>` those whose window "
-          "ended by then")
+    print(
+        "`snapshot --from-bronze --until N` takes the first N arrivals; `--until <time>` those whose window "
+        "ended by then"
+    )
     return 0

@@ -19,6 +19,7 @@ The arrivals log is never touched; a snapshot that was not kept may name
 deleted objects, and ``snapshot --from-bronze`` over a cut-off whose objects
 are gone stops with the list of what is missing.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,8 +36,8 @@ from beam_pipeline.snapshot import SnapshotError, snapshot_id_of
 
 @dataclasses.dataclass(frozen=True)
 class GcPlan:
-    kept: tuple[str, ...]                 # snapshot ids kept
-    dropped: tuple[str, ...]              # bronze snapshots not kept (their objects may go)
+    kept: tuple[str, ...]  # snapshot ids kept
+    dropped: tuple[str, ...]  # bronze snapshots not kept (their objects may go)
     referenced: tuple[str, ...]
     pending: tuple[str, ...]
     young_orphans: tuple[str, ...]
@@ -52,7 +53,7 @@ def bronze_snapshots(output_root: str) -> dict[str, dict]:
     found = {}
     for metadata in FileSystems.match([join(output_root, "snapshots", "*.json")])[0].metadata_list:
         manifest = json.loads(read_bytes(metadata.path))
-        snapshot_id = metadata.path.rsplit("/", 1)[-1][:-len(".json")]
+        snapshot_id = metadata.path.rsplit("/", 1)[-1][: -len(".json")]
         if "bronze" in manifest and snapshot_id_of(manifest) == snapshot_id:
             found[snapshot_id] = manifest
     return found
@@ -64,12 +65,14 @@ def choose_kept(snapshots: dict[str, dict], keep: str) -> list[str]:
     keep = keep.strip()
     if keep.isdigit():
         order = sorted(snapshots, key=lambda i: (snapshots[i]["bronze"]["until"], i), reverse=True)
-        return order[:int(keep)]
+        return order[: int(keep)]
     wanted = [i for i in keep.replace(",", " ").split() if i]
     unknown = [i for i in wanted if i not in snapshots]
     if unknown:
-        raise SnapshotError(f"--keep: not bronze snapshots of this root: {', '.join(unknown)} "
-                            f"(bronze snapshots: {', '.join(sorted(snapshots)) or 'none'})")
+        raise SnapshotError(
+            f"--keep: not bronze snapshots of this root: {', '.join(unknown)} "
+            f"(bronze snapshots: {', '.join(sorted(snapshots)) or 'none'})"
+        )
     return wanted
 
 
@@ -77,7 +80,7 @@ def list_objects(output_root: str) -> dict[str, tuple[int, float]]:
     """Every bronze object: path -> (bytes, modification time)."""
     found = {}
     for metadata in FileSystems.match([join(bronze_root(output_root), "*", "*", "*")])[0].metadata_list:
-        top = metadata.path[len(bronze_root(output_root)) + 1:].split("/", 1)[0]
+        top = metadata.path[len(bronze_root(output_root)) + 1 :].split("/", 1)[0]
         if top in (ARRIVALS, TMP):
             continue
         found[metadata.path] = (metadata.size_in_bytes, metadata.last_updated_in_seconds or 0.0)
@@ -87,8 +90,13 @@ def list_objects(output_root: str) -> dict[str, tuple[int, float]]:
 def plan_gc(output_root: str, keep: str, *, min_age_seconds: float = 86400.0) -> GcPlan:
     snapshots = bronze_snapshots(output_root)
     kept = choose_kept(snapshots, keep)
-    referenced = {f["path"] for i in kept for source in snapshots[i]["sources"].values()
-                  for f in source["files"] if "origins" in f}
+    referenced = {
+        f["path"]
+        for i in kept
+        for source in snapshots[i]["sources"].values()
+        for f in source["files"]
+        if "origins" in f
+    }
     horizon = max((m["bronze"]["until"] for m in snapshots.values()), default=0)
     log = read_log(output_root)
     pending = {object_path(output_root, e["object"]) for e in log.entries[horizon:]}
@@ -103,29 +111,35 @@ def plan_gc(output_root: str, keep: str, *, min_age_seconds: float = 86400.0) ->
             young.append(path)
             continue
         garbage.append((path, size))
-    return GcPlan(tuple(kept), tuple(sorted(set(snapshots) - set(kept))),
-                  tuple(sorted(p for p in objects if p in referenced)),
-                  tuple(sorted(p for p in objects if p in pending and p not in referenced)),
-                  tuple(young), tuple(garbage))
+    return GcPlan(
+        tuple(kept),
+        tuple(sorted(set(snapshots) - set(kept))),
+        tuple(sorted(p for p in objects if p in referenced)),
+        tuple(sorted(p for p in objects if p in pending and p not in referenced)),
+        tuple(young),
+        tuple(garbage),
+    )
 
 
 def apply_gc(plan: GcPlan, batch: int = 1000) -> int:
     """Delete the plan's garbage; returns the objects deleted."""
     paths = [path for path, _ in plan.garbage]
     for i in range(0, len(paths), batch):
-        FileSystems.delete(paths[i:i + batch])
+        FileSystems.delete(paths[i : i + batch])
     return len(paths)
 
 
 def plan_lines(plan: GcPlan, *, applied: bool, verbose: bool = True) -> list[str]:
-    lines = [f"kept snapshots     {', '.join(plan.kept) or 'none'}",
-             f"not kept           {', '.join(plan.dropped) or 'none'}",
-             f"referenced         {len(plan.referenced)} objects (listed by a kept snapshot)",
-             f"pending            {len(plan.pending)} objects (arrived after the latest snapshot's cut-off)",
-             f"young orphans      {len(plan.young_orphans)} objects (in no arrival yet; a landing job may be "
-             f"committing them)",
-             f"{'deleted' if applied else 'to delete'}{' ' * (19 - len('deleted' if applied else 'to delete'))}"
-             f"{len(plan.garbage)} objects, {plan.garbage_bytes} bytes"]
+    lines = [
+        f"kept snapshots     {', '.join(plan.kept) or 'none'}",
+        f"not kept           {', '.join(plan.dropped) or 'none'}",
+        f"referenced         {len(plan.referenced)} objects (listed by a kept snapshot)",
+        f"pending            {len(plan.pending)} objects (arrived after the latest snapshot's cut-off)",
+        f"young orphans      {len(plan.young_orphans)} objects (in no arrival yet; a landing job may be "
+        f"committing them)",
+        f"{'deleted' if applied else 'to delete'}{' ' * (19 - len('deleted' if applied else 'to delete'))}"
+        f"{len(plan.garbage)} objects, {plan.garbage_bytes} bytes",
+    ]
     if verbose:
         lines += [f"  {path}  {size}" for path, size in plan.garbage]
     if not applied and plan.garbage:

@@ -14,6 +14,7 @@ download the Prism runner, and its bundle-based streaming runner cannot run
 a periodic impulse. ``FlinkRunner`` and ``DataflowRunner`` run it as given,
 in streaming mode unless ``once`` (docs/operations.md).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,10 +38,10 @@ class LandingResult:
     """What a landing run added to the log, and what it left waiting."""
 
     new_entries: tuple[dict, ...]
-    log: tuple[dict, ...]           # the whole log after the run (what the new entries are summarized against)
+    log: tuple[dict, ...]  # the whole log after the run (what the new entries are summarized against)
     log_length: int
-    waiting: dict[str, list[str]]   # source -> files in its landing prefix whose current version is not in the log
-    submitted_only: bool = False    # a streaming Dataflow job: submitted, still running
+    waiting: dict[str, list[str]]  # source -> files in its landing prefix whose current version is not in the log
+    submitted_only: bool = False  # a streaming Dataflow job: submitted, still running
 
 
 def landing_sources(config: CorpusConfig):
@@ -61,12 +62,19 @@ def local_runner(options: PipelineOptions):
     from apache_beam.runners.portability.portable_runner import JobServiceHandle
 
     encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
-    return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(
-        beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)))
+    return fn_runner.FnApiRunner(
+        provision_info=fn_runner.ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
+    )
 
 
-def build_landing_pipeline(config: CorpusConfig, options: PipelineOptions, *, once: bool,
-                           stop_after: float | None = None, start: float | None = None) -> beam.Pipeline:
+def build_landing_pipeline(
+    config: CorpusConfig,
+    options: PipelineOptions,
+    *,
+    once: bool,
+    stop_after: float | None = None,
+    start: float | None = None,
+) -> beam.Pipeline:
     """The landing pipeline over every source with a ``landing:`` section."""
     options.view_as(StandardOptions).streaming = not once
     pipeline = beam.Pipeline(runner=local_runner(options), options=options)
@@ -77,12 +85,19 @@ def build_landing_pipeline(config: CorpusConfig, options: PipelineOptions, *, on
             _ = pipeline | f"LandNow[{source.name}]" >> LandNow(config.output_root, source.name, source.landing, uri)
         else:
             _ = pipeline | f"Land[{source.name}]" >> LandContinuously(
-                config.output_root, source.name, source.landing, uri, start=start, stop_after=stop_after)
+                config.output_root, source.name, source.landing, uri, start=start, stop_after=stop_after
+            )
     return pipeline
 
 
-def land_sources(config: CorpusConfig, options: PipelineOptions, *, once: bool, stop_after: float | None = None,
-                 log: Callable[[str], None] = print) -> LandingResult:
+def land_sources(
+    config: CorpusConfig,
+    options: PipelineOptions,
+    *,
+    once: bool,
+    stop_after: float | None = None,
+    log: Callable[[str], None] = print,
+) -> LandingResult:
     """Run the landing job; when it ends, summarize what it added to the arrivals log."""
     FileSystems.set_options(options)
     sources = landing_sources(config)
@@ -123,8 +138,10 @@ def result_lines(result: LandingResult) -> list[str]:
     """The summary printed when a landing run ends."""
     if result.submitted_only:
         return []
-    lines = [f"landed      {len(result.new_entries)} arrivals this run; the arrivals log holds {result.log_length}",
-             *summary_lines(result.log, {identity(e) for e in result.new_entries})]
+    lines = [
+        f"landed      {len(result.new_entries)} arrivals this run; the arrivals log holds {result.log_length}",
+        *summary_lines(result.log, {identity(e) for e in result.new_entries}),
+    ]
     for source, paths in sorted(result.waiting.items()):
         shown = ", ".join(p.rsplit("/", 1)[-1] for p in sorted(paths)[:10]) + (", ..." if len(paths) > 10 else "")
         lines.append(f"waiting     {source}: {len(paths)} files not landed yet (still changing, or no marker): {shown}")

@@ -11,6 +11,7 @@ would be read differently and are another object. Source names cannot start
 with ``_`` (``config.SOURCE_NAME``), so ``_arrivals`` and ``_tmp`` never
 collide with a source.
 """
+
 from __future__ import annotations
 
 import datetime

@@ -29,6 +29,7 @@ An entry is identified by (source, path, size, mtime, sha256); the reader
 counts an entry that appears twice (which only a runner replaying a commit
 after a failover could write) and keeps its first copy.
 """
+
 from __future__ import annotations
 
 import collections
@@ -108,7 +109,7 @@ class ArrivalsLog:
 
     entries: tuple[dict, ...]
     segments: int
-    repeated: int   # entries found more than once (kept once); 0 unless a commit was replayed
+    repeated: int  # entries found more than once (kept once); 0 unless a commit was replayed
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -131,16 +132,18 @@ class ArrivalsLog:
                 raise ArrivalsLogError(
                     f"--until {position}: arrival {position} is in the window ending "
                     f"{self.entries[position - 1]['window_end']}, which is still open (its order may change "
-                    f"until it closes); cut at a closed window")
+                    f"until it closes); cut at a closed window"
+                )
             return position
         try:
             moment = parse_stamp(cut)
         except ValueError:
-            raise ArrivalsLogError(f"--until {cut!r}: expected an arrivals-log position (an integer) or an "
-                                   f"ISO-8601 time such as 2024-06-01T00:00:00Z") from None
+            raise ArrivalsLogError(
+                f"--until {cut!r}: expected an arrivals-log position (an integer) or an "
+                f"ISO-8601 time such as 2024-06-01T00:00:00Z"
+            ) from None
         if moment > time.time():
-            raise ArrivalsLogError(f"--until {cut}: that time is in the future; windows up to it are not "
-                                   f"committed yet")
+            raise ArrivalsLogError(f"--until {cut}: that time is in the future; windows up to it are not committed yet")
         return sum(1 for e in self.entries if parse_stamp(e["window_end"]) <= moment)
 
 
@@ -162,6 +165,7 @@ def read_log(output_root: str) -> ArrivalsLog:
 
 # --- summaries ------------------------------------------------------------------
 
+
 @dataclasses.dataclass
 class WindowSummary:
     """Arrivals of one source in one window."""
@@ -172,7 +176,7 @@ class WindowSummary:
     arrivals: int = 0
     new_objects: int = 0
     new_bytes: int = 0
-    duplicates: int = 0          # arrivals whose bytes an earlier arrival (of this source) had landed
+    duplicates: int = 0  # arrivals whose bytes an earlier arrival (of this source) had landed
     changed_paths: list[str] = dataclasses.field(default_factory=list)  # landed before with other bytes
 
 
@@ -219,13 +223,17 @@ def summary_lines(entries: Iterable[dict], only: set[tuple] | None = None, *, po
     if not summaries:
         return ["no arrivals"]
     width = max(len("source"), *(len(s.source) for s in summaries))
-    lines = [f"{'window (UTC)':<42} {'source':<{width}} {'arrivals':>8} {'objects':>8} {'bytes':>12} "
-             f"{'duplicates':>10}" + (f" {'position':>9}" if positions else "")]
+    lines = [
+        f"{'window (UTC)':<42} {'source':<{width}} {'arrivals':>8} {'objects':>8} {'bytes':>12} "
+        f"{'duplicates':>10}" + (f" {'position':>9}" if positions else "")
+    ]
     position = 0
     for s in summaries:
         position += s.arrivals
-        lines.append(f"{s.window_start} .. {s.window_end} {s.source:<{width}} {s.arrivals:>8} {s.new_objects:>8} "
-                     f"{s.new_bytes:>12} {s.duplicates:>10}" + (f" {position:>9}" if positions else ""))
+        lines.append(
+            f"{s.window_start} .. {s.window_end} {s.source:<{width}} {s.arrivals:>8} {s.new_objects:>8} "
+            f"{s.new_bytes:>12} {s.duplicates:>10}" + (f" {position:>9}" if positions else "")
+        )
         for path in s.changed_paths:
             lines.append(f"  warning: {path} changed after it landed: its new bytes are a new object")
     return lines

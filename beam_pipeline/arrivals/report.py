@@ -5,6 +5,7 @@ arrivals log, for the windows) of a run's snapshot; the report page
 (:func:`beam_pipeline.report.html.arrivals_section`) renders it. A run whose
 snapshot was taken from globs has no such section (``None`` / ``""``).
 """
+
 from __future__ import annotations
 
 import json
@@ -13,6 +14,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.arrivals.log import ArrivalsLogError, identity, read_log, summarize
 from beam_pipeline.layers import join, read_bytes
+
 
 def gather_arrivals(root: str, snapshot_id: str) -> dict | None:
     """Per source and per window: the arrivals a bronze snapshot froze (None for a glob snapshot)."""
@@ -27,14 +29,23 @@ def gather_arrivals(root: str, snapshot_id: str) -> dict | None:
     for name, source in manifest["sources"].items():
         files = [f for f in source["files"] if "origins" in f]
         if files:
-            sources[name] = {"objects": len(files), "bytes": sum(f["size"] for f in files),
-                             "arrived_as": sum(len(f["origins"]) for f in files)}
+            sources[name] = {
+                "objects": len(files),
+                "bytes": sum(f["size"] for f in files),
+                "arrived_as": sum(len(f["origins"]) for f in files),
+            }
     windows, note = [], None
     try:
         entries = read_log(root).entries
-        mine = entries[bronze["since"]:bronze["until"]]
-        windows = summarize(entries[:bronze["until"]], {identity(e) for e in mine if e["source"] in sources})
+        mine = entries[bronze["since"] : bronze["until"]]
+        windows = summarize(entries[: bronze["until"]], {identity(e) for e in mine if e["source"] in sources})
     except (ArrivalsLogError, OSError) as err:
         note = f"the arrivals log could not be read ({err}); totals are from the snapshot manifest"
-    return {"since": bronze["since"], "until": bronze["until"], "until_window_end": bronze.get("until_window_end"),
-            "sources": sources, "windows": windows, "note": note}
+    return {
+        "since": bronze["since"],
+        "until": bronze["until"],
+        "until_window_end": bronze.get("until_window_end"),
+        "sources": sources,
+        "windows": windows,
+        "note": note,
+    }

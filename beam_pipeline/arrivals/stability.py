@@ -19,6 +19,7 @@ landing, never cause one). The landing job's streaming gate keeps a
 ``PathState`` per (source, path) in Beam state; ``--once`` folds its polls
 through the same function.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,10 +36,10 @@ Version = tuple[int, float]
 class Observation:
     """One poll's view of one file."""
 
-    poll: float            # the poll's time (its element timestamp), seconds since the epoch
+    poll: float  # the poll's time (its element timestamp), seconds since the epoch
     size: int
     mtime: float
-    marker: bool = False   # the completion marker existed at this poll (marker mode only)
+    marker: bool = False  # the completion marker existed at this poll (marker mode only)
 
     @property
     def version(self) -> Version:
@@ -50,28 +51,38 @@ class PathState:
     """What the gate remembers about one path."""
 
     last_poll: float = float("-inf")
-    version: Version | None = None   # the version the latest polls saw
-    polls: int = 0                   # consecutive polls that saw ``version``
-    landed: Version | None = None    # the latest version handed to the copier by this job
+    version: Version | None = None  # the version the latest polls saw
+    polls: int = 0  # consecutive polls that saw ``version``
+    landed: Version | None = None  # the latest version handed to the copier by this job
 
     def to_json(self) -> str:
         """The state as Beam stores it (a string: no pickled objects in the runner's state)."""
-        return json.dumps([self.last_poll if self.last_poll != float("-inf") else None,
-                           self.version, self.polls, self.landed])
+        return json.dumps(
+            [self.last_poll if self.last_poll != float("-inf") else None, self.version, self.polls, self.landed]
+        )
 
     @staticmethod
     def from_json(text: str | None) -> "PathState":
         if text is None:
             return PathState()
         last_poll, version, polls, landed = json.loads(text)
-        return PathState(float("-inf") if last_poll is None else last_poll,
-                         None if version is None else (version[0], version[1]), polls,
-                         None if landed is None else (landed[0], landed[1]))
+        return PathState(
+            float("-inf") if last_poll is None else last_poll,
+            None if version is None else (version[0], version[1]),
+            polls,
+            None if landed is None else (landed[0], landed[1]),
+        )
 
 
-def observe(state: PathState, seen: Observation, *, stable_polls: int, marker_mode: bool,
-            known: frozenset[Version] | set[Version] = frozenset(),
-            min_spacing: float = 0.0) -> tuple[PathState, str]:
+def observe(
+    state: PathState,
+    seen: Observation,
+    *,
+    stable_polls: int,
+    marker_mode: bool,
+    known: frozenset[Version] | set[Version] = frozenset(),
+    min_spacing: float = 0.0,
+) -> tuple[PathState, str]:
     """Fold one observation into ``state``; return the new state and the decision.
 
     ``known``: versions of this path the arrivals log already holds (a
@@ -86,7 +97,7 @@ def observe(state: PathState, seen: Observation, *, stable_polls: int, marker_mo
         return state, STALE
     if seen.version == state.version:
         if seen.poll - state.last_poll < min_spacing:
-            polls, last_poll = state.polls, state.last_poll   # too soon: not another poll
+            polls, last_poll = state.polls, state.last_poll  # too soon: not another poll
         else:
             polls, last_poll = state.polls + 1, seen.poll
     else:
@@ -100,15 +111,21 @@ def observe(state: PathState, seen: Observation, *, stable_polls: int, marker_mo
     return dataclasses.replace(state, landed=seen.version), LAND
 
 
-def stable_versions(observations: Iterable[Observation], *, stable_polls: int, marker_mode: bool,
-                    known: frozenset[Version] | set[Version] = frozenset(),
-                    min_spacing: float = 0.0) -> tuple[list[Version], str, int]:
+def stable_versions(
+    observations: Iterable[Observation],
+    *,
+    stable_polls: int,
+    marker_mode: bool,
+    known: frozenset[Version] | set[Version] = frozenset(),
+    min_spacing: float = 0.0,
+) -> tuple[list[Version], str, int]:
     """Fold a path's observations in poll order: (versions to land, the decision at the last poll,
     the polls that saw the last version)."""
     state, decision, landed = PathState(), WAIT, []
     for seen in sorted(observations, key=lambda o: o.poll):
-        state, decision = observe(state, seen, stable_polls=stable_polls, marker_mode=marker_mode, known=known,
-                                  min_spacing=min_spacing)
+        state, decision = observe(
+            state, seen, stable_polls=stable_polls, marker_mode=marker_mode, known=known, min_spacing=min_spacing
+        )
         if decision == LAND:
             landed.append(seen.version)
     return landed, decision, state.polls

@@ -30,6 +30,7 @@ The gate itself sets no timer: on Flink 1.19 with the 2.62 job server, a
 timer in the gate held the watermark of everything after it until the job
 ended (docs/decisions.md, "Arrivals: a bronze landing layer").
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -87,8 +88,16 @@ class LandContinuously(beam.PTransform):
     commits its last windows and ends); None polls forever.
     """
 
-    def __init__(self, output_root: str, source: str, landing: LandingConfig, uri: str, *,
-                 start: float, stop_after: float | None = None):
+    def __init__(
+        self,
+        output_root: str,
+        source: str,
+        landing: LandingConfig,
+        uri: str,
+        *,
+        start: float,
+        stop_after: float | None = None,
+    ):
         super().__init__()
         self._root, self._source, self._landing, self._uri = output_root, source, landing, uri
         self._start = Timestamp.of(start)
@@ -98,17 +107,26 @@ class LandContinuously(beam.PTransform):
         interval = self._landing.poll_interval_seconds
         gated = (
             pbegin
-            | "MatchContinuously" >> fileio.MatchContinuously(
-                self._uri, interval=interval, has_deduplication=False,
-                start_timestamp=self._start, stop_timestamp=self._stop)
-            | "StampListing" >> beam.Map(observation_of, self._source, self._landing.marker_suffix)
-            .with_output_types(tuple[Key, typing.Any])
+            | "MatchContinuously"
+            >> fileio.MatchContinuously(
+                self._uri,
+                interval=interval,
+                has_deduplication=False,
+                start_timestamp=self._start,
+                stop_timestamp=self._stop,
+            )
+            | "StampListing"
+            >> beam.Map(observation_of, self._source, self._landing.marker_suffix).with_output_types(
+                tuple[Key, typing.Any]
+            )
             | "DropMarkers" >> beam.Filter(lambda kv: kv[1] is not None)
             | "StabilityGate" >> beam.ParDo(StabilityGateFn(self._root, self._source, self._landing))
         )
-        return (gated
-                | "LandObjects" >> LandObjects(self._root)
-                | "CommitArrivals" >> CommitArrivals(self._root, self._source, self._landing.window_seconds))
+        return (
+            gated
+            | "LandObjects" >> LandObjects(self._root)
+            | "CommitArrivals" >> CommitArrivals(self._root, self._source, self._landing.window_seconds)
+        )
 
 
 class LandNow(beam.PTransform):
@@ -131,7 +149,8 @@ class LandNow(beam.PTransform):
             | "PollNow" >> beam.ParDo(PollNowFn(self._root, self._landing, self._uri))
             | "SpreadCopies" >> beam.Reshuffle()
             | "LandObjects" >> LandObjects(self._root)
-            | "CommitArrivals" >> CommitArrivals(self._root, self._source, self._landing.window_seconds))
+            | "CommitArrivals" >> CommitArrivals(self._root, self._source, self._landing.window_seconds)
+        )
 
 
 class LandObjects(beam.PTransform):
@@ -158,8 +177,8 @@ class CommitArrivals(beam.PTransform):
         return (
             arrivals_and_statuses
             | "IntoWindows" >> beam.WindowInto(FixedWindows(self._window_seconds))
-            | "BySource" >> beam.Map(lambda arrival: (arrival["source"], arrival))
-            .with_output_types(tuple[str, typing.Any])
+            | "BySource"
+            >> beam.Map(lambda arrival: (arrival["source"], arrival)).with_output_types(tuple[str, typing.Any])
             | "BatchPerWindow" >> beam.GroupIntoBatches(COMMIT_BATCH)
             | "WriteSegment" >> beam.ParDo(CommitSegmentFn(self._root))
         )
@@ -167,12 +186,16 @@ class CommitArrivals(beam.PTransform):
 
 # --- DoFns -------------------------------------------------------------------------
 
+
 def observation_of(metadata, source: str, marker_suffix: str | None) -> tuple[Key, dict | None]:
     """A matched file -> ((source, path), what this listing saw); marker files -> None (dropped)."""
     if is_marker(metadata.path, marker_suffix):
         return (source, metadata.path), None
-    return (source, metadata.path), {"listed_at": time.time(), "size": int(metadata.size_in_bytes),
-                                     "mtime": float(metadata.last_updated_in_seconds or 0.0)}
+    return (source, metadata.path), {
+        "listed_at": time.time(),
+        "size": int(metadata.size_in_bytes),
+        "mtime": float(metadata.last_updated_in_seconds or 0.0),
+    }
 
 
 class StabilityGateFn(beam.DoFn):
@@ -193,8 +216,9 @@ class StabilityGateFn(beam.DoFn):
 
     def setup(self):
         known = read_log(self._root).known_versions()
-        self._known = {path: frozenset(versions) for (source, path), versions in known.items()
-                       if source == self._source}
+        self._known = {
+            path: frozenset(versions) for (source, path), versions in known.items() if source == self._source
+        }
         self._waiting = Metrics.counter(NAMESPACE, "waiting_polls")
 
     def process(self, element, path_state=beam.DoFn.StateParam(PATH_STATE)) -> Iterator:
@@ -207,9 +231,13 @@ class StabilityGateFn(beam.DoFn):
             marker = FileSystems.exists(path + self._landing.marker_suffix)
         observation = Observation(seen["listed_at"], seen["size"], seen["mtime"], marker)
         new_state, decision = observe(
-            state, observation, stable_polls=self._landing.stable_polls,
-            marker_mode=self._landing.marker_suffix is not None, known=known,
-            min_spacing=MIN_SPACING * self._landing.poll_interval_seconds)
+            state,
+            observation,
+            stable_polls=self._landing.stable_polls,
+            marker_mode=self._landing.marker_suffix is not None,
+            known=known,
+            min_spacing=MIN_SPACING * self._landing.poll_interval_seconds,
+        )
         if new_state != state:
             path_state.write(new_state.to_json())
         if decision == WAIT:
@@ -238,34 +266,63 @@ class PollNowFn(beam.DoFn):
                 if is_marker(path, self._landing.marker_suffix):
                     continue
                 marker = marker_mode and FileSystems.exists(path + self._landing.marker_suffix)
-                seen.setdefault(path, []).append(Observation(
-                    time.time(), int(metadata.size_in_bytes), float(metadata.last_updated_in_seconds or 0.0), marker))
+                seen.setdefault(path, []).append(
+                    Observation(
+                        time.time(), int(metadata.size_in_bytes), float(metadata.last_updated_in_seconds or 0.0), marker
+                    )
+                )
         landed_at = time.time()
         for path in sorted(seen):
             versions = frozenset(known.get((source, path), ()))
             to_land, decision, polls_seen = stable_versions(
-                seen[path], stable_polls=self._landing.stable_polls, marker_mode=marker_mode, known=versions,
-                min_spacing=MIN_SPACING * self._landing.poll_interval_seconds)
+                seen[path],
+                stable_polls=self._landing.stable_polls,
+                marker_mode=marker_mode,
+                known=versions,
+                min_spacing=MIN_SPACING * self._landing.poll_interval_seconds,
+            )
             if decision == WAIT:
-                yield TimestampedValue(waiting_status(source, path, seen[path][-1], polls_seen, self._landing),
-                                       landed_at)
+                yield TimestampedValue(
+                    waiting_status(source, path, seen[path][-1], polls_seen, self._landing), landed_at
+                )
             for version in to_land:
-                yield TimestampedValue(landing_request(source, path, version, sorted(v for v in versions
-                                                                                     if v != version)), landed_at)
+                yield TimestampedValue(
+                    landing_request(source, path, version, sorted(v for v in versions if v != version)), landed_at
+                )
 
 
 def waiting_status(source: str, path: str, seen: Observation, polls: int, landing: LandingConfig) -> dict:
     """A file that is not complete yet, as one poll saw it (for the progress line of its window)."""
-    return {"kind": WAIT, "source": source, "path": path, "listed_at": seen.poll, "size": seen.size,
-            "polls": polls, "needed": None if landing.marker_suffix else landing.stable_polls}
+    return {
+        "kind": WAIT,
+        "source": source,
+        "path": path,
+        "listed_at": seen.poll,
+        "size": seen.size,
+        "polls": polls,
+        "needed": None if landing.marker_suffix else landing.stable_polls,
+    }
 
 
 def landing_request(source: str, path: str, version: tuple[int, float], replaced: list) -> dict:
     if replaced:
-        LOG.warning("[land] %s: %s changed after it landed (size, mtime %s -> %s): its new bytes land as a new "
-                    "object; the old object stays", source, path, replaced[-1], version)
-    return {"kind": LAND, "source": source, "path": path, "size": version[0], "mtime": version[1],
-            "extension": extension_of(path), "replaces": [list(v) for v in replaced]}
+        LOG.warning(
+            "[land] %s: %s changed after it landed (size, mtime %s -> %s): its new bytes land as a new "
+            "object; the old object stays",
+            source,
+            path,
+            replaced[-1],
+            version,
+        )
+    return {
+        "kind": LAND,
+        "source": source,
+        "path": path,
+        "size": version[0],
+        "mtime": version[1],
+        "extension": extension_of(path),
+        "replaces": [list(v) for v in replaced],
+    }
 
 
 class LandObjectFn(beam.DoFn):
@@ -297,8 +354,11 @@ class LandObjectFn(beam.DoFn):
         arrival = land_file(self._root, request)
         if arrival is None:
             self._changed.inc()
-            LOG.warning("[land] %s: %s changed while it was copied; it lands once it is stable again",
-                        request["source"], request["path"])
+            LOG.warning(
+                "[land] %s: %s changed while it was copied; it lands once it is stable again",
+                request["source"],
+                request["path"],
+            )
             return
         if arrival["created"]:
             self._objects.inc()
@@ -316,8 +376,10 @@ def land_file(output_root: str, request: dict) -> dict | None:
     digest, copied = hashlib.sha256(), 0
     try:
         try:
-            with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as src, \
-                    FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as dst:
+            with (
+                FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as src,
+                FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as dst,
+            ):
                 for chunk in iter(lambda: src.read(_CHUNK), b""):
                     digest.update(chunk)
                     dst.write(chunk)
@@ -327,8 +389,11 @@ def land_file(output_root: str, request: dict) -> dict | None:
                 raise
             copied = -1
         now = FileSystems.match([path])[0].metadata_list
-        if copied != size or not now or (now[0].size_in_bytes, float(now[0].last_updated_in_seconds or 0.0)) \
-                != (size, mtime):
+        if (
+            copied != size
+            or not now
+            or (now[0].size_in_bytes, float(now[0].last_updated_in_seconds or 0.0)) != (size, mtime)
+        ):
             _discard(tmp)
             return None
         sha256 = digest.hexdigest()
@@ -337,8 +402,10 @@ def land_file(output_root: str, request: dict) -> dict | None:
         existing = FileSystems.match([target])[0].metadata_list
         if existing:
             if existing[0].size_in_bytes != size:
-                raise OSError(f"bronze object {target} has {existing[0].size_in_bytes} bytes, its name says "
-                              f"{size}: the bronze layer was altered")
+                raise OSError(
+                    f"bronze object {target} has {existing[0].size_in_bytes} bytes, its name says "
+                    f"{size}: the bronze layer was altered"
+                )
             _discard(tmp)
             created = False
         else:
@@ -347,8 +414,17 @@ def land_file(output_root: str, request: dict) -> dict | None:
     except BaseException:
         _discard(tmp)
         raise
-    return {"kind": LAND, "source": request["source"], "path": path, "size": size, "mtime": mtime,
-            "sha256": sha256, "object": key, "created": created, "replaces": request.get("replaces", [])}
+    return {
+        "kind": LAND,
+        "source": request["source"],
+        "path": path,
+        "size": size,
+        "mtime": mtime,
+        "sha256": sha256,
+        "object": key,
+        "created": created,
+        "replaces": request.get("replaces", []),
+    }
 
 
 def _discard(tmp: str) -> None:
@@ -373,18 +449,32 @@ class CommitSegmentFn(beam.DoFn):
         arrivals = [item for item in items if item["kind"] == LAND]
         segment = None
         if arrivals:
-            entries = [{"source": a["source"], "path": a["path"], "size": a["size"], "mtime": a["mtime"],
-                        "sha256": a["sha256"], "object": a["object"], "window_start": window_stamp(start),
-                        "window_end": window_stamp(end)} for a in arrivals]
-            committed = {identity(e) for p in segment_paths(self._root, segment_pattern(start, source))
-                         for e in read_segment(p)}
+            entries = [
+                {
+                    "source": a["source"],
+                    "path": a["path"],
+                    "size": a["size"],
+                    "mtime": a["mtime"],
+                    "sha256": a["sha256"],
+                    "object": a["object"],
+                    "window_start": window_stamp(start),
+                    "window_end": window_stamp(end),
+                }
+                for a in arrivals
+            ]
+            committed = {
+                identity(e) for p in segment_paths(self._root, segment_pattern(start, source)) for e in read_segment(p)
+            }
             fresh = {identity(e): e for e in entries if identity(e) not in committed}
             segment = write_segment(self._root, source, start, list(fresh.values()))
         print(progress_line(source, start, end, arrivals, waiting_now(items), segment), flush=True)
         for arrival in arrivals:
             if arrival["replaces"]:
-                print(f"[land] warning: {source}: {arrival['path']} changed after it landed; its new bytes are "
-                      f"object {arrival['object']} (the old object stays)", flush=True)
+                print(
+                    f"[land] warning: {source}: {arrival['path']} changed after it landed; its new bytes are "
+                    f"object {arrival['object']} (the old object stays)",
+                    flush=True,
+                )
         if segment is not None:
             yield segment
 
@@ -399,16 +489,21 @@ def waiting_now(items: list[dict]) -> list[dict]:
     return [latest[path] for path in sorted(latest) if path not in landed]
 
 
-def progress_line(source: str, start: float, end: float, arrivals: list[dict], waiting: list[dict],
-                  segment: str | None) -> str:
+def progress_line(
+    source: str, start: float, end: float, arrivals: list[dict], waiting: list[dict], segment: str | None
+) -> str:
     """``[land] window 12:00:00Z..12:05:00Z crawl: 3 arrivals, 2 new objects (1234 bytes), 1 duplicate
     skipped, 1 waiting to become stable (part-9.warc.gz 1/2 polls) -> <segment>``."""
     created = [a for a in arrivals if a["created"]]
-    shown = ", ".join(f"{w['path'].rsplit('/', 1)[-1]} "
-                      f"({str(w['polls']) + '/' + str(w['needed']) + ' polls' if w['needed'] else 'no marker yet'})"
-                      for w in waiting[:5]) + (", ..." if len(waiting) > 5 else "")
-    line = (f"[land] window {window_stamp(start)}..{window_stamp(end)} {source}: {len(arrivals)} arrivals, "
-            f"{len(created)} new objects ({sum(a['size'] for a in created)} bytes), "
-            f"{len(arrivals) - len(created)} duplicates skipped, {len(waiting)} waiting to become stable")
+    shown = ", ".join(
+        f"{w['path'].rsplit('/', 1)[-1]} "
+        f"({str(w['polls']) + '/' + str(w['needed']) + ' polls' if w['needed'] else 'no marker yet'})"
+        for w in waiting[:5]
+    ) + (", ..." if len(waiting) > 5 else "")
+    line = (
+        f"[land] window {window_stamp(start)}..{window_stamp(end)} {source}: {len(arrivals)} arrivals, "
+        f"{len(created)} new objects ({sum(a['size'] for a in created)} bytes), "
+        f"{len(arrivals) - len(created)} duplicates skipped, {len(waiting)} waiting to become stable"
+    )
     line += f" ({shown})" if waiting else ""
     return line + (f" -> {segment.rsplit('/', 1)[-1]}" if segment else "")

@@ -8,6 +8,7 @@ partitions (binary search per partition; the text is never re-read). The
 report lists, per item, its n-grams, how many occur in the dataset and the
 gold documents that contain them.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,13 +33,17 @@ def index_layer(dataset: str) -> tuple[Layer, dict]:
     """(the ngram_index layer of a dataset, its ledger)."""
     manifest = load_manifest(dataset)
     folder = dataset if not dataset.endswith(".json") else os.path.dirname(dataset)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(folder))) if "://" not in folder else \
-        folder.rstrip("/").rsplit("/", 2)[0]
+    root = (
+        os.path.dirname(os.path.dirname(os.path.abspath(folder)))
+        if "://" not in folder
+        else folder.rstrip("/").rsplit("/", 2)[0]
+    )
     stage = next((s for s in manifest["stages"] if s["name"] == "ngram_index"), None)
     if stage is None:
         raise ContaminationError(
             f"dataset {manifest['dataset_id']} has no n-gram index: it was built without "
-            f"decontamination.index: true (set it and run again; only the index and later stages run)")
+            f"decontamination.index: true (set it and run again; only the index and later stages run)"
+        )
     layer = Layer(root, "ngram_index", stage["layer_key"])
     if not layer.is_complete():
         raise ContaminationError(f"the ngram_index layer {layer.path} is missing or incomplete")
@@ -48,8 +53,9 @@ def index_layer(dataset: str) -> tuple[Layer, dict]:
     return layer, ledger
 
 
-def report(dataset: str, evalset_path: str, *, field: str = "text", name: str | None = None,
-           min_overlap: int = 1) -> dict:
+def report(
+    dataset: str, evalset_path: str, *, field: str = "text", name: str | None = None, min_overlap: int = 1
+) -> dict:
     layer, ledger = index_layer(dataset)
     n = ledger["index"]["n"]
     items = read_items(evalset_path, field)
@@ -77,27 +83,45 @@ def report(dataset: str, evalset_path: str, *, field: str = "text", name: str | 
     for (item_id, _), hashes in zip(items, item_hashes):
         matched = [int(h) for h in hashes if int(h) in found]
         docs = sorted(set().union(*(found[h] for h in matched))) if matched else []
-        rows.append({"id": item_id, "ngrams": int(hashes.size), "matched_ngrams": len(matched),
-                     "overlap": round(len(matched) / hashes.size, 4) if hashes.size else None,
-                     "contaminated": len(matched) >= min_overlap, "documents": len(docs),
-                     "doc_ids": docs[:MAX_DOCS_LISTED]})
+        rows.append(
+            {
+                "id": item_id,
+                "ngrams": int(hashes.size),
+                "matched_ngrams": len(matched),
+                "overlap": round(len(matched) / hashes.size, 4) if hashes.size else None,
+                "contaminated": len(matched) >= min_overlap,
+                "documents": len(docs),
+                "doc_ids": docs[:MAX_DOCS_LISTED],
+            }
+        )
     contaminated = sum(r["contaminated"] for r in rows)
-    return {"dataset_id": load_manifest(dataset)["dataset_id"], "evalset": name or os.path.basename(evalset_path),
-            "n": n, "min_overlap": min_overlap, "items": len(rows),
-            "short_items": sum(r["ngrams"] == 0 for r in rows), "contaminated_items": contaminated,
-            "index_layer": layer.key, "results": rows}
+    return {
+        "dataset_id": load_manifest(dataset)["dataset_id"],
+        "evalset": name or os.path.basename(evalset_path),
+        "n": n,
+        "min_overlap": min_overlap,
+        "items": len(rows),
+        "short_items": sum(r["ngrams"] == 0 for r in rows),
+        "contaminated_items": contaminated,
+        "index_layer": layer.key,
+        "results": rows,
+    }
 
 
 def summary(result: dict) -> str:
-    lines = [f"eval set    {result['evalset']}: {result['items']} items ({result['short_items']} shorter than "
-             f"{result['n']} words, not checkable)",
-             f"dataset     {result['dataset_id']} (ngram_index {result['index_layer']}, n={result['n']})",
-             f"contaminated {result['contaminated_items']} of {result['items']} items "
-             f"(>= {result['min_overlap']} shared {result['n']}-gram)"]
+    lines = [
+        f"eval set    {result['evalset']}: {result['items']} items ({result['short_items']} shorter than "
+        f"{result['n']} words, not checkable)",
+        f"dataset     {result['dataset_id']} (ngram_index {result['index_layer']}, n={result['n']})",
+        f"contaminated {result['contaminated_items']} of {result['items']} items "
+        f"(>= {result['min_overlap']} shared {result['n']}-gram)",
+    ]
     for row in result["results"]:
         if row["contaminated"]:
-            lines.append(f"  {row['id']}: {row['matched_ngrams']}/{row['ngrams']} n-grams in "
-                         f"{row['documents']} document(s), e.g. {', '.join(row['doc_ids'][:3])}")
+            lines.append(
+                f"  {row['id']}: {row['matched_ngrams']}/{row['ngrams']} n-grams in "
+                f"{row['documents']} document(s), e.g. {', '.join(row['doc_ids'][:3])}"
+            )
     return "\n".join(lines)
 
 

@@ -14,6 +14,7 @@
 Exit status as diff(1): 0 when the manifests describe the same dataset and
 build, 1 when they differ, 2 when one cannot be read.
 """
+
 from __future__ import annotations
 
 import json
@@ -53,8 +54,11 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 def changed_paths(a: Any, b: Any) -> list[tuple[str, Any, Any]]:
     """(path, value in a, value in b) for every leaf that differs."""
     fa, fb = flatten(a), flatten(b)
-    return [(k, fa.get(k, _MISSING), fb.get(k, _MISSING)) for k in sorted(set(fa) | set(fb))
-            if fa.get(k, _MISSING) != fb.get(k, _MISSING)]
+    return [
+        (k, fa.get(k, _MISSING), fb.get(k, _MISSING))
+        for k in sorted(set(fa) | set(fb))
+        if fa.get(k, _MISSING) != fb.get(k, _MISSING)
+    ]
 
 
 def count_rows(counts: dict) -> dict[str, int]:
@@ -80,16 +84,26 @@ def diff_manifests(a: dict, b: dict) -> dict:
         if sa is None or sb is None:
             stage_changes.append({"stage": name, "only_in": "A" if sb is None else "B"})
             continue
-        if (sa["version"], sa["layer_key"], sa["config_digest"]) != (sb["version"], sb["layer_key"], sb["config_digest"]):
-            stage_changes.append({"stage": name, "version": [sa["version"], sb["version"]],
-                                  "layer_key": [sa["layer_key"], sb["layer_key"]],
-                                  "config_changed": sa["config_digest"] != sb["config_digest"]})
+        if (sa["version"], sa["layer_key"], sa["config_digest"]) != (
+            sb["version"],
+            sb["layer_key"],
+            sb["config_digest"],
+        ):
+            stage_changes.append(
+                {
+                    "stage": name,
+                    "version": [sa["version"], sb["version"]],
+                    "layer_key": [sa["layer_key"], sb["layer_key"]],
+                    "config_changed": sa["config_digest"] != sb["config_digest"],
+                }
+            )
         ca, cb = count_rows(sa["counts"]), count_rows(sb["counts"])
         for key in sorted(set(ca) | set(cb), key=lambda k: (not k.startswith("total/"), k)):
             if ca.get(key, 0) != cb.get(key, 0):
                 source, metric = key.split("/", 1)
-                count_changes.append({"stage": name, "source": source, "metric": metric,
-                                      "a": ca.get(key, 0), "b": cb.get(key, 0)})
+                count_changes.append(
+                    {"stage": name, "source": source, "metric": metric, "a": ca.get(key, 0), "b": cb.get(key, 0)}
+                )
     shards_a = {s["name"]: s for s in a["shards"]}
     shards_b = {s["name"]: s for s in b["shards"]}
     shards = {
@@ -98,23 +112,37 @@ def diff_manifests(a: dict, b: dict) -> dict:
         "changed": sorted(n for n in set(shards_a) & set(shards_b) if shards_a[n]["leaf"] != shards_b[n]["leaf"]),
         "unchanged": len([n for n in set(shards_a) & set(shards_b) if shards_a[n]["leaf"] == shards_b[n]["leaf"]]),
     }
-    identity = {field: [a.get(field), b.get(field)] for field in ("dataset_id", "snapshot_id", "config_digest", "seq_len")}
+    identity = {
+        field: [a.get(field), b.get(field)] for field in ("dataset_id", "snapshot_id", "config_digest", "seq_len")
+    }
     identity["tokenizer_sha256"] = [a["tokenizer"]["sha256"], b["tokenizer"]["sha256"]]
-    totals = {field: [sum(s[field] for s in a["shards"]), sum(s[field] for s in b["shards"])]
-              for field in ("documents", "tokens", "sequences")}
-    lineage = ("B is a takedown of A" if b.get("previous_dataset_id") == a["dataset_id"] else
-               "A is a takedown of B" if a.get("previous_dataset_id") == b["dataset_id"] else None)
-    return {"identity": identity, "totals": totals, "relation": lineage, "stages": stage_changes,
-            "config": [{"path": p, "a": va, "b": vb} for p, va, vb in changed_paths(a["config"], b["config"])],
-            "counts": count_changes, "shards": shards,
-            "tombstones": {"a": len(a.get("tombstones", [])), "b": len(b.get("tombstones", []))}}
+    totals = {
+        field: [sum(s[field] for s in a["shards"]), sum(s[field] for s in b["shards"])]
+        for field in ("documents", "tokens", "sequences")
+    }
+    lineage = (
+        "B is a takedown of A"
+        if b.get("previous_dataset_id") == a["dataset_id"]
+        else "A is a takedown of B"
+        if a.get("previous_dataset_id") == b["dataset_id"]
+        else None
+    )
+    return {
+        "identity": identity,
+        "totals": totals,
+        "relation": lineage,
+        "stages": stage_changes,
+        "config": [{"path": p, "a": va, "b": vb} for p, va, vb in changed_paths(a["config"], b["config"])],
+        "counts": count_changes,
+        "shards": shards,
+        "tombstones": {"a": len(a.get("tombstones", [])), "b": len(b.get("tombstones", []))},
+    }
 
 
 def is_same(d: dict) -> bool:
     """True when the diff shows the same data built the same way (paths aside)."""
     same_ids = all(x == y for x, y in d["identity"].values())
-    return same_ids and not d["stages"] and not d["counts"] and not any(
-        c["path"] != "output_root" for c in d["config"])
+    return same_ids and not d["stages"] and not d["counts"] and not any(c["path"] != "output_root" for c in d["config"])
 
 
 def format_diff(d: dict) -> str:
@@ -124,28 +152,37 @@ def format_diff(d: dict) -> str:
         lines.append(f"  {field:<17} {'same' if x == y else 'DIFFERS'}  A={x}" + ("" if x == y else f"  B={y}"))
     if d["relation"]:
         lines.append(f"  {d['relation']} (tombstones A={d['tombstones']['a']}, B={d['tombstones']['b']})")
-    lines.append("  totals            " + ", ".join(f"{k} {x} -> {y}" if x != y else f"{k} {x}"
-                                                   for k, (x, y) in d["totals"].items()))
+    lines.append(
+        "  totals            "
+        + ", ".join(f"{k} {x} -> {y}" if x != y else f"{k} {x}" for k, (x, y) in d["totals"].items())
+    )
     lines += ["", f"stage versions ({len(d['stages'])} differ)"]
     for s in d["stages"]:
         if "only_in" in s:
             lines.append(f"  {s['stage']:<13} only in {s['only_in']}")
         else:
             va, vb = s["version"]
-            lines.append(f"  {s['stage']:<13} version {va}" + (f" -> {vb}" if va != vb else " (same)")
-                         + f", layer {s['layer_key'][0]} -> {s['layer_key'][1]}"
-                         + (", config changed" if s["config_changed"] else ""))
+            lines.append(
+                f"  {s['stage']:<13} version {va}"
+                + (f" -> {vb}" if va != vb else " (same)")
+                + f", layer {s['layer_key'][0]} -> {s['layer_key'][1]}"
+                + (", config changed" if s["config_changed"] else "")
+            )
     lines += ["", f"config ({len(d['config'])} key paths differ)"]
     for c in d["config"]:
         note = "  (a location: not in config_digest)" if c["path"] == "output_root" else ""
         lines.append(f"  {c['path']}: {json.dumps(c['a'])} -> {json.dumps(c['b'])}{note}")
     lines += ["", f"counts ({len(d['counts'])} differ)"]
     for c in d["counts"]:
-        lines.append(f"  {c['stage']:<13} {c['source']:<20} {c['metric']:<28} {c['a']:>8} -> {c['b']:<8} "
-                     f"({c['b'] - c['a']:+d})")
+        lines.append(
+            f"  {c['stage']:<13} {c['source']:<20} {c['metric']:<28} {c['a']:>8} -> {c['b']:<8} ({c['b'] - c['a']:+d})"
+        )
     sh = d["shards"]
-    lines += ["", f"shards: {len(sh['added'])} added, {len(sh['removed'])} removed, {len(sh['changed'])} changed, "
-                  f"{sh['unchanged']} unchanged"]
+    lines += [
+        "",
+        f"shards: {len(sh['added'])} added, {len(sh['removed'])} removed, {len(sh['changed'])} changed, "
+        f"{sh['unchanged']} unchanged",
+    ]
     for kind in ("added", "removed", "changed"):
         if sh[kind]:
             lines.append(f"  {kind:<8} {', '.join(sh[kind])}")

@@ -29,6 +29,7 @@ holds one partition's rows, whatever the corpus size. :func:`trace_token` answer
 S come from": shard index (binary search) -> lineage row -> the raw record,
 re-read from the source file at its recorded position.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -60,34 +61,39 @@ LINEAGE_FORMAT = 1
 SEP = "__"  # between a stage name and its column: ``select__kept``
 
 #: Provenance columns of a lineage row (documents fill all, repeats some).
-BASE = pa.schema([
-    ("doc_id", pa.string()),
-    ("is_repeat", pa.bool_()),
-    ("repeat_of", pa.string()),         # the doc_id a repeat row repeats; null for documents
-    ("snapshot_id", pa.string()),
-    ("source", pa.string()),
-    ("domain", pa.string()),
-    ("license", pa.string()),
-    ("url", pa.string()),
-    ("date", pa.string()),
-    ("record_id", pa.string()),
-    ("file", pa.string()),
-    ("position", pa.int64()),
-    ("byte_offset", pa.int64()),
-    ("content_hash", pa.string()),
-    ("n_chars", pa.int64()),
-])
+BASE = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("is_repeat", pa.bool_()),
+        ("repeat_of", pa.string()),  # the doc_id a repeat row repeats; null for documents
+        ("snapshot_id", pa.string()),
+        ("source", pa.string()),
+        ("domain", pa.string()),
+        ("license", pa.string()),
+        ("url", pa.string()),
+        ("date", pa.string()),
+        ("record_id", pa.string()),
+        ("file", pa.string()),
+        ("position", pa.int64()),
+        ("byte_offset", pa.int64()),
+        ("content_hash", pa.string()),
+        ("n_chars", pa.int64()),
+    ]
+)
 
 #: Where the document sits in this dataset version (null if not in it).
-PLACEMENT = pa.schema([
-    ("shard", pa.string()),
-    ("token_start", pa.int64()),
-    ("token_count", pa.int64()),
-])
+PLACEMENT = pa.schema(
+    [
+        ("shard", pa.string()),
+        ("token_start", pa.int64()),
+        ("token_count", pa.int64()),
+    ]
+)
 
 #: A placement row as the shard indexes give it.
-_PLACEMENT_ROW = pa.schema([("doc_id", pa.string()), ("token_start", pa.int64()), ("token_count", pa.int64()),
-                            ("shard", pa.string())])
+_PLACEMENT_ROW = pa.schema(
+    [("doc_id", pa.string()), ("token_start", pa.int64()), ("token_count", pa.int64()), ("shard", pa.string())]
+)
 
 _DOCUMENT_COLUMNS = [f.name for f in BASE if f.name not in ("is_repeat", "repeat_of", "snapshot_id")]
 _REPEAT_COLUMNS = [f.name for f in schemas.REPEAT]
@@ -107,6 +113,7 @@ class LineageError(RuntimeError):
 
 
 # --- paths ------------------------------------------------------------------
+
 
 def dataset_dir_of(path: str) -> str:
     """A dataset folder from the folder itself or its ``manifest.json``."""
@@ -131,6 +138,7 @@ def has_lineage(dataset_dir: str) -> bool:
 
 
 # --- building ---------------------------------------------------------------
+
 
 def write_lineage(root: str, manifest: dict, *, log: Callable[[str], None] = print, force: bool = False) -> str:
     """Build and write the lineage of a published dataset; skip if complete from the same layers.
@@ -181,18 +189,21 @@ class WriteLineage(beam.PTransform):
             | "SpreadShards" >> beam.Reshuffle()
             | "PlacementByPartition" >> beam.FlatMap(_placement_rows, root, n).with_output_types(IntKeyed)
         )
-        indexes = (manifest
-                   | "Partitions" >> beam.FlatMap(lambda _m: [(i, None) for i in range(n)]).with_output_types(IntKeyed))
+        indexes = manifest | "Partitions" >> beam.FlatMap(lambda _m: [(i, None) for i in range(n)]).with_output_types(
+            IntKeyed
+        )
         parts = (
             {"placement": placement, "partition": indexes}
             | "GroupByPartition" >> beam.CoGroupByKey()
-            | "WritePart" >> beam.Map(_write_part, root, n, beam.pvalue.AsSingleton(plan),
-                                      beam.pvalue.AsSingleton(manifest))
+            | "WritePart"
+            >> beam.Map(_write_part, root, n, beam.pvalue.AsSingleton(plan), beam.pvalue.AsSingleton(manifest))
         )
-        return (parts
-                | "AllParts" >> beam.combiners.ToList()
-                | "WriteMarker" >> beam.Map(_write_marker, root, beam.pvalue.AsSingleton(plan),
-                                            beam.pvalue.AsSingleton(manifest)))
+        return (
+            parts
+            | "AllParts" >> beam.combiners.ToList()
+            | "WriteMarker"
+            >> beam.Map(_write_marker, root, beam.pvalue.AsSingleton(plan), beam.pvalue.AsSingleton(manifest))
+        )
 
 
 def lineage_plan(manifest: dict, root: str, partitions: int) -> dict:
@@ -204,8 +215,12 @@ def lineage_plan(manifest: dict, root: str, partitions: int) -> dict:
     documents, repeats = ingest.part_paths("documents"), ingest.part_paths("repeats")
     if len(documents) != partitions:
         raise LineageError(f"the ingest layer has {len(documents)} partitions, the build {partitions}")
-    return {"documents": documents, "repeats": repeats, "inputs": stages,
-            "joined": [dataclasses.asdict(j) for j in joined_outputs(root, manifest, partitions)]}
+    return {
+        "documents": documents,
+        "repeats": repeats,
+        "inputs": stages,
+        "joined": [dataclasses.asdict(j) for j in joined_outputs(root, manifest, partitions)],
+    }
 
 
 def _placement_rows(keyed: tuple[str, dict], root: str, partitions: int) -> Iterator[tuple[int, dict]]:
@@ -218,10 +233,14 @@ def _placement_rows(keyed: tuple[str, dict], root: str, partitions: int) -> Iter
 def _write_part(keyed: tuple[int, dict], root: str, partitions: int, plan: dict, manifest: dict) -> dict:
     index, grouped = keyed
     placement = list(grouped["placement"])
-    table = lineage_partition(index, plan["documents"][index], plan["repeats"][index],
-                              [JoinedOutput(**j) for j in plan["joined"]],
-                              pa.Table.from_pylist(placement, schema=_PLACEMENT_ROW) if placement
-                              else empty_placement(), manifest["snapshot_id"])
+    table = lineage_partition(
+        index,
+        plan["documents"][index],
+        plan["repeats"][index],
+        [JoinedOutput(**j) for j in plan["joined"]],
+        pa.Table.from_pylist(placement, schema=_PLACEMENT_ROW) if placement else empty_placement(),
+        manifest["snapshot_id"],
+    )
     part = write_lineage_part(join(root, "datasets", manifest["dataset_id"], LINEAGE_DIR), index, partitions, table)
     return {**part, "columns": table.schema.names}
 
@@ -231,9 +250,14 @@ def _write_marker(parts: list[dict], root: str, plan: dict, manifest: dict) -> d
     columns = parts[0]["columns"] if parts else []
     if any(p["columns"] != columns for p in parts):
         raise LineageError("lineage parts disagree on their columns")
-    return write_lineage_marker(join(root, "datasets", manifest["dataset_id"], LINEAGE_DIR), manifest["dataset_id"],
-                                sum(p["rows"] for p in parts), columns,
-                                [{k: v for k, v in p.items() if k != "columns"} for p in parts], plan["inputs"])
+    return write_lineage_marker(
+        join(root, "datasets", manifest["dataset_id"], LINEAGE_DIR),
+        manifest["dataset_id"],
+        sum(p["rows"] for p in parts),
+        columns,
+        [{k: v for k, v in p.items() if k != "columns"} for p in parts],
+        plan["inputs"],
+    )
 
 
 def annotation_outputs(root: str, manifest: dict) -> list[tuple[str, str, list[str]]]:
@@ -244,8 +268,9 @@ def annotation_outputs(root: str, manifest: dict) -> list[tuple[str, str, list[s
             continue
         layer = Layer(root, stage["name"], stage["layer_key"])
         outputs = layer.ledger()["outputs"]
-        found += [(stage["name"], output, layer.part_paths(output)) for output in ANNOTATION_OUTPUTS
-                  if output in outputs]
+        found += [
+            (stage["name"], output, layer.part_paths(output)) for output in ANNOTATION_OUTPUTS if output in outputs
+        ]
     return found
 
 
@@ -264,8 +289,10 @@ def joined_outputs(root: str, manifest: dict, partitions: int) -> list[JoinedOut
     found, names = [], set(BASE.names)
     for stage, output, paths in annotation_outputs(root, manifest):
         if len(paths) != partitions:
-            raise LineageError(f"{stage}/{output} has {len(paths)} partitions and the documents {partitions}; "
-                               f"the layers of one build share the partition count")
+            raise LineageError(
+                f"{stage}/{output} has {len(paths)} partitions and the documents {partitions}; "
+                f"the layers of one build share the partition count"
+            )
         with FileSystems.open(paths[0]) as f:
             columns = [c for c in pq.read_schema(f).names if c not in SKIP_COLUMNS]
         if any(f"{stage}{SEP}{c}" in names for c in columns):
@@ -275,11 +302,18 @@ def joined_outputs(root: str, manifest: dict, partitions: int) -> list[JoinedOut
     return found
 
 
-def lineage_partition(index: int, documents_path: str, repeats_path: str, joined: list[JoinedOutput],
-                      placement: pa.Table, snapshot_id: str) -> pa.Table:
+def lineage_partition(
+    index: int,
+    documents_path: str,
+    repeats_path: str,
+    joined: list[JoinedOutput],
+    placement: pa.Table,
+    snapshot_id: str,
+) -> pa.Table:
     """The lineage rows of partition ``index`` of the documents, sorted (:func:`sort_lineage`)."""
-    documents = conform(read_parts([documents_path], _DOCUMENT_COLUMNS), BASE,
-                        fill={"is_repeat": False, "snapshot_id": snapshot_id})
+    documents = conform(
+        read_parts([documents_path], _DOCUMENT_COLUMNS), BASE, fill={"is_repeat": False, "snapshot_id": snapshot_id}
+    )
     for output in joined:
         rows = read_parts([output.paths[index]], None)
         if not _unique(rows.column("doc_id")):
@@ -287,8 +321,11 @@ def lineage_partition(index: int, documents_path: str, repeats_path: str, joined
         documents = attach(documents, rows, output.columns, prefix=f"{output.stage}{SEP}")
     documents = attach(documents, placement, [f.name for f in PLACEMENT])
     repeats = read_parts([repeats_path], _REPEAT_COLUMNS)
-    repeats = conform(repeats.append_column("repeat_of", repeats.column("doc_id")), documents.schema,
-                      fill={"is_repeat": True, "snapshot_id": snapshot_id})
+    repeats = conform(
+        repeats.append_column("repeat_of", repeats.column("doc_id")),
+        documents.schema,
+        fill={"is_repeat": True, "snapshot_id": snapshot_id},
+    )
     return sort_lineage(pa.concat_tables([documents, repeats]))
 
 
@@ -298,8 +335,9 @@ def spill_placement(dataset_dir: str, manifest: dict, partitions: int, directory
     files: dict[int, list[str]] = {}
     for shard in manifest["shards"]:
         index = shard_placement(dataset_dir, {"shards": [shard]})
-        buckets = np.fromiter((bucket_of(d, partitions) for d in index.column("doc_id").to_pylist()),
-                              dtype=np.int64, count=index.num_rows)
+        buckets = np.fromiter(
+            (bucket_of(d, partitions) for d in index.column("doc_id").to_pylist()), dtype=np.int64, count=index.num_rows
+        )
         for bucket in np.unique(buckets).tolist():
             path = join(directory, f"{shard['name']}-{bucket:05d}.parquet")
             write_bytes_atomic(path, parquet_bytes(index.filter(pa.array(buckets == bucket))))
@@ -329,8 +367,10 @@ def shard_placement(dataset_dir: str, manifest: dict) -> pa.Table:
     """doc_id, shard, token_start, token_count of every document in the dataset's shards."""
     tables = []
     for shard in manifest["shards"]:
-        index = pq.read_table(io.BytesIO(read_bytes(join(dataset_dir, shard["index_file"]))),
-                              columns=["doc_id", "token_start", "token_count"])
+        index = pq.read_table(
+            io.BytesIO(read_bytes(join(dataset_dir, shard["index_file"]))),
+            columns=["doc_id", "token_start", "token_count"],
+        )
         tables.append(index.append_column("shard", pa.array([shard["name"]] * index.num_rows, pa.string())))
     return pa.concat_tables(tables) if tables else empty_placement()
 
@@ -362,15 +402,15 @@ def conform(table: pa.Table, schema: pa.Schema, fill: dict | None = None) -> pa.
 
 def sort_lineage(table: pa.Table) -> pa.Table:
     """Rows in (doc_id, is_repeat, file, position) order: documents before their repeats."""
-    return table.sort_by([("doc_id", "ascending"), ("is_repeat", "ascending"),
-                          ("file", "ascending"), ("position", "ascending")])
+    return table.sort_by(
+        [("doc_id", "ascending"), ("is_repeat", "ascending"), ("file", "ascending"), ("position", "ascending")]
+    )
 
 
 def parquet_bytes(table: pa.Table) -> bytes:
     """Deterministic Parquet bytes, with the same settings as layer partitions."""
     buffer = io.BytesIO()
-    pq.write_table(table, buffer, compression="zstd", compression_level=3, row_group_size=65536,
-                   write_statistics=False)
+    pq.write_table(table, buffer, compression="zstd", compression_level=3, row_group_size=65536, write_statistics=False)
     return buffer.getvalue()
 
 
@@ -382,23 +422,33 @@ def write_lineage_part(directory: str, index: int, partitions: int, part: pa.Tab
     return {"name": name, "rows": part.num_rows, "bytes": len(data), "sha256": sha256_bytes(data)}
 
 
-def write_lineage_marker(directory: str, dataset_id: str, rows: int, columns: list[str], parts: list[dict],
-                         inputs: dict) -> dict:
+def write_lineage_marker(
+    directory: str, dataset_id: str, rows: int, columns: list[str], parts: list[dict], inputs: dict
+) -> dict:
     """The marker, written last: lineage is complete exactly when it exists."""
-    marker = {"format": LINEAGE_FORMAT, "dataset_id": dataset_id, "rows": rows,
-              "partition": "xxh3_64(doc_id) % parts", "columns": columns,
-              "inputs": inputs, "parts": parts}
+    marker = {
+        "format": LINEAGE_FORMAT,
+        "dataset_id": dataset_id,
+        "rows": rows,
+        "partition": "xxh3_64(doc_id) % parts",
+        "columns": columns,
+        "inputs": inputs,
+        "parts": parts,
+    }
     write_json_atomic(join(directory, LINEAGE_MARKER), marker)
     return marker
 
 
 # --- reading ----------------------------------------------------------------
 
+
 def lineage_marker(dataset_dir: str) -> dict:
     path = join(lineage_dir(dataset_dir), LINEAGE_MARKER)
     if not FileSystems.exists(path):
-        raise LineageError(f"{dataset_dir} has no lineage ({LINEAGE_DIR}/{LINEAGE_MARKER} is missing); "
-                           f"write it with: python -m beam_pipeline lineage {dataset_dir}")
+        raise LineageError(
+            f"{dataset_dir} has no lineage ({LINEAGE_DIR}/{LINEAGE_MARKER} is missing); "
+            f"write it with: python -m beam_pipeline lineage {dataset_dir}"
+        )
     return json.loads(read_bytes(path))
 
 
@@ -409,8 +459,7 @@ def lineage_parts(dataset_dir: str, columns: list[str] | None = None) -> Iterato
         yield pq.read_table(io.BytesIO(read_bytes(join(directory, part["name"]))), columns=columns)
 
 
-def read_lineage(dataset_dir: str, doc_ids: Iterable[str] | None = None,
-                 columns: list[str] | None = None) -> pa.Table:
+def read_lineage(dataset_dir: str, doc_ids: Iterable[str] | None = None, columns: list[str] | None = None) -> pa.Table:
     """The lineage table, or only the rows of ``doc_ids`` (reading just their partitions)."""
     marker = lineage_marker(dataset_dir)
     parts = marker["parts"]
@@ -419,8 +468,9 @@ def read_lineage(dataset_dir: str, doc_ids: Iterable[str] | None = None,
         wanted = sorted(set(doc_ids))
         indexes = sorted({bucket_of(d, len(parts)) for d in wanted}) or [0]  # part 0 gives the schema
         parts = [parts[i] for i in indexes]
-    tables = [pq.read_table(io.BytesIO(read_bytes(join(lineage_dir(dataset_dir), p["name"]))), columns=columns)
-              for p in parts]
+    tables = [
+        pq.read_table(io.BytesIO(read_bytes(join(lineage_dir(dataset_dir), p["name"]))), columns=columns) for p in parts
+    ]
     table = pa.concat_tables(tables)
     if wanted is not None:
         table = table.filter(pc.is_in(table.column("doc_id"), value_set=pa.array(wanted, pa.string())))
@@ -428,6 +478,7 @@ def read_lineage(dataset_dir: str, doc_ids: Iterable[str] | None = None,
 
 
 # --- trace ------------------------------------------------------------------
+
 
 @dataclasses.dataclass
 class Trace:
@@ -437,15 +488,15 @@ class Trace:
     shard: str
     offset: int
     token_id: int
-    kind: str                       # "document", "eos" or "padding"
+    kind: str  # "document", "eos" or "padding"
     doc_id: str | None = None
-    doc_token: int | None = None    # offset of the token inside the document
-    index_row: dict | None = None   # the shard index row
-    lineage: dict | None = None     # the document's lineage row
+    doc_token: int | None = None  # offset of the token inside the document
+    index_row: dict | None = None  # the shard index row
+    lineage: dict | None = None  # the document's lineage row
     repeats: list[dict] = dataclasses.field(default_factory=list)
-    record: dict | None = None      # the raw record re-read from its source file
+    record: dict | None = None  # the raw record re-read from its source file
     record_matches: bool | None = None  # the re-read record normalizes to this doc_id
-    context: str | None = None      # the document's text around the token, decoded (tokenizer permitting)
+    context: str | None = None  # the document's text around the token, decoded (tokenizer permitting)
 
 
 def trace_token(dataset: str, shard_name: str, offset: int, *, read_record: bool = True) -> Trace:
@@ -489,8 +540,9 @@ def _tokenizer(path: str):
     return Tokenizer.from_file(path)
 
 
-def _decode_context(manifest: dict, tokens_path: str, dtype: np.dtype, entry: dict, offset: int,
-                    width: int = 12) -> str | None:
+def _decode_context(
+    manifest: dict, tokens_path: str, dtype: np.dtype, entry: dict, offset: int, width: int = 12
+) -> str | None:
     """The document's text around the token, with the token itself in [[ ]]; None without the tokenizer."""
     path = manifest["tokenizer"]["path"]
     if "://" in tokens_path or not os.path.exists(path):
@@ -501,8 +553,13 @@ def _decode_context(manifest: dict, tokens_path: str, dtype: np.dtype, entry: di
     piece = lambda a, b: tokenizer.decode([int(t) for t in ids[a:b]], skip_special_tokens=False)  # noqa: E731
     if offset == end:
         return piece(max(start, offset - width), offset) + "[[EOS]]"
-    return (piece(max(start, offset - width), offset) + "[[" + piece(offset, offset + 1) + "]]"
-            + piece(offset + 1, min(end, offset + 1 + width)))
+    return (
+        piece(max(start, offset - width), offset)
+        + "[["
+        + piece(offset, offset + 1)
+        + "]]"
+        + piece(offset + 1, min(end, offset + 1 + width))
+    )
 
 
 def _find_shard(manifest: dict, name: str) -> dict:
@@ -512,8 +569,10 @@ def _find_shard(manifest: dict, name: str) -> dict:
     for shard in manifest["shards"]:
         if shard["name"] == name:
             return shard
-    raise LineageError(f"no shard {name!r} in dataset {manifest['dataset_id']}; "
-                       f"shards: {', '.join(s['name'] for s in manifest['shards'])}")
+    raise LineageError(
+        f"no shard {name!r} in dataset {manifest['dataset_id']}; "
+        f"shards: {', '.join(s['name'] for s in manifest['shards'])}"
+    )
 
 
 def _token_at(path: str, offset: int, dtype: np.dtype) -> int:
@@ -536,10 +595,16 @@ def reread_record(manifest: dict, row: dict) -> tuple[dict | None, bool | None]:
     fields = source.get("fields", {})
     records = iter_records(
         lambda: FileSystems.open(row["file"], compression_type=CompressionTypes.UNCOMPRESSED),
-        row["file"], source["format"], text_field=fields.get("text", "text"), url_field=fields.get("url", "url"),
-        date_field=fields.get("date", "date"), license_field=fields.get("license", "license"),
-        id_field=fields.get("id", "id"), extract=source.get("extract"),  # web archives: the source's extraction
-        max_record_bytes=manifest["config"].get("ingest", {}).get("max_record_bytes", 8 << 20))
+        row["file"],
+        source["format"],
+        text_field=fields.get("text", "text"),
+        url_field=fields.get("url", "url"),
+        date_field=fields.get("date", "date"),
+        license_field=fields.get("license", "license"),
+        id_field=fields.get("id", "id"),
+        extract=source.get("extract"),  # web archives: the source's extraction
+        max_record_bytes=manifest["config"].get("ingest", {}).get("max_record_bytes", 8 << 20),
+    )
     for record in records:
         if record.position == row["position"] and not isinstance(record, BadRecord):
             raw = dataclasses.asdict(record)
@@ -551,30 +616,51 @@ def reread_record(manifest: dict, row: dict) -> tuple[dict | None, bool | None]:
 
 def format_trace(trace: Trace, *, max_chars: int = 1200) -> str:
     """Human-readable trace for ``python -m beam_pipeline trace``."""
-    lines = [f"dataset   {trace.dataset_id}", f"shard     {trace.shard}",
-             f"token     {trace.offset} (id {trace.token_id}, {trace.kind})"]
+    lines = [
+        f"dataset   {trace.dataset_id}",
+        f"shard     {trace.shard}",
+        f"token     {trace.offset} (id {trace.token_id}, {trace.kind})",
+    ]
     if trace.kind == "padding":
         lines.append("          padding after the shard's last document: no source")
         return "\n".join(lines)
     ix = trace.index_row
-    lines += [f"document  {trace.doc_id}  token {trace.doc_token} of {ix['token_count']} "
-              f"(shard tokens {ix['token_start']}..{ix['token_start'] + ix['token_count']}, EOS last)"]
+    lines += [
+        f"document  {trace.doc_id}  token {trace.doc_token} of {ix['token_count']} "
+        f"(shard tokens {ix['token_start']}..{ix['token_start'] + ix['token_count']}, EOS last)"
+    ]
     if trace.context is not None:
         lines.append(f"context   {trace.context!r}")
     row = trace.lineage
     lines += ["", "provenance"]
-    for name in ("source", "domain", "license", "url", "date", "record_id", "file", "position", "byte_offset",
-                 "snapshot_id", "content_hash", "n_chars"):
+    for name in (
+        "source",
+        "domain",
+        "license",
+        "url",
+        "date",
+        "record_id",
+        "file",
+        "position",
+        "byte_offset",
+        "snapshot_id",
+        "content_hash",
+        "n_chars",
+    ):
         lines.append(f"  {name:<13} {row.get(name)}")
     lines += ["", "decisions"]
     for stage, columns in _decision_columns(row).items():
         lines.append(f"  {stage:<13} " + ", ".join(f"{c}={row[f'{stage}{SEP}{c}']}" for c in columns))
-    lines.append(f"  {'dataset':<13} shard={row.get('shard')}, token_start={row.get('token_start')}, "
-                 f"token_count={row.get('token_count')}")
+    lines.append(
+        f"  {'dataset':<13} shard={row.get('shard')}, token_start={row.get('token_start')}, "
+        f"token_count={row.get('token_count')}"
+    )
     if trace.repeats:
         lines += ["", f"verbatim repeats of this document in its source ({len(trace.repeats)})"]
-        lines += [f"  {r['file']} position {r['position']} byte_offset {r['byte_offset']} url {r['url']}"
-                  for r in trace.repeats]
+        lines += [
+            f"  {r['file']} position {r['position']} byte_offset {r['byte_offset']} url {r['url']}"
+            for r in trace.repeats
+        ]
     lines += ["", "source record (re-read from the file)"]
     if trace.record is None:
         lines.append("  (the source file is not readable here)")
@@ -601,13 +687,17 @@ def _decision_columns(row: dict) -> dict[str, list[str]]:
 
 # --- CLI --------------------------------------------------------------------
 
+
 def cli_lineage(args) -> int:
     """``python -m beam_pipeline lineage DATASET``: (re)write a dataset's lineage."""
     dataset_dir = dataset_dir_of(args.dataset)
     manifest = load_manifest(dataset_dir)
     if "previous_dataset_id" in manifest:
-        print(f"error: {manifest['dataset_id']} was made by a takedown, which wrote its lineage; "
-              "it cannot be rebuilt from the layers", file=sys.stderr)
+        print(
+            f"error: {manifest['dataset_id']} was made by a takedown, which wrote its lineage; "
+            "it cannot be rebuilt from the layers",
+            file=sys.stderr,
+        )
         return 1
     try:
         print(write_lineage(root_of(dataset_dir), manifest, force=args.force))

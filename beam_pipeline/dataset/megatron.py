@@ -25,6 +25,7 @@ shard's documents in index order (the shuffled order the build chose). The
 ``<prefix>.json`` records the dataset id and the shard order, so sequence i
 can be traced back (sequence i is the i-th document in that order).
 """
+
 from __future__ import annotations
 
 import io
@@ -40,9 +41,16 @@ from beam_pipeline.layers import join, read_bytes
 
 MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1
-DTYPE_CODES = {np.dtype(np.uint8): 1, np.dtype(np.int8): 2, np.dtype(np.int16): 3, np.dtype(np.int32): 4,
-               np.dtype(np.int64): 5, np.dtype(np.float64): 6, np.dtype(np.float32): 7,
-               np.dtype(np.uint16): 8}
+DTYPE_CODES = {
+    np.dtype(np.uint8): 1,
+    np.dtype(np.int8): 2,
+    np.dtype(np.int16): 3,
+    np.dtype(np.int32): 4,
+    np.dtype(np.int64): 5,
+    np.dtype(np.float64): 6,
+    np.dtype(np.float32): 7,
+    np.dtype(np.uint16): 8,
+}
 
 
 class ExportError(RuntimeError):
@@ -77,8 +85,10 @@ def export_megatron(dataset: str, out_prefix: str, *, domains: list[str] | None 
         with open(bin_tmp, "wb") as out:
             for shard in shards:
                 tokens = np.frombuffer(read_bytes(join(dataset_dir, shard["tokens_file"])), dtype=source_dtype)
-                index = pq.read_table(io.BytesIO(read_bytes(join(dataset_dir, shard["index_file"]))),
-                                      columns=["token_start", "token_count"])
+                index = pq.read_table(
+                    io.BytesIO(read_bytes(join(dataset_dir, shard["index_file"]))),
+                    columns=["token_start", "token_count"],
+                )
                 sizes.append(_document_sizes(shard, index))
                 # documents are packed back to back (verify checks it): one slice holds them all
                 out.write(tokens[: shard["tokens"]].astype(out_dtype.newbyteorder("<"), copy=False).tobytes())
@@ -91,10 +101,17 @@ def export_megatron(dataset: str, out_prefix: str, *, domains: list[str] | None 
         for tmp in (bin_tmp, idx_tmp):
             if os.path.exists(tmp):
                 os.remove(tmp)
-    summary = {"format": "megatron-mmap-indexed-dataset", "version": VERSION, "dataset_id": manifest["dataset_id"],
-               "dtype": str(out_dtype), "sequences": int(all_sizes.size), "tokens": int(all_sizes.sum()),
-               "eos_included": True, "eos_id": manifest["tokenizer"]["eos_id"],
-               "shards": [{"name": s["name"], "documents": s["documents"]} for s in shards]}
+    summary = {
+        "format": "megatron-mmap-indexed-dataset",
+        "version": VERSION,
+        "dataset_id": manifest["dataset_id"],
+        "dtype": str(out_dtype),
+        "sequences": int(all_sizes.size),
+        "tokens": int(all_sizes.sum()),
+        "eos_included": True,
+        "eos_id": manifest["tokenizer"]["eos_id"],
+        "shards": [{"name": s["name"], "documents": s["documents"]} for s in shards],
+    }
     with open(f"{out_prefix}.json", "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=1, sort_keys=True)
     return summary
@@ -137,7 +154,9 @@ def cli_export_megatron(args) -> int:
     except (ExportError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    print(f"wrote {args.out_prefix}.bin and .idx: {summary['sequences']} documents (one Megatron sequence each, "
-          f"EOS included), {summary['tokens']} tokens, dtype {summary['dtype']}")
+    print(
+        f"wrote {args.out_prefix}.bin and .idx: {summary['sequences']} documents (one Megatron sequence each, "
+        f"EOS included), {summary['tokens']} tokens, dtype {summary['dtype']}"
+    )
     print(f"megatron: --data-path {args.out_prefix}")
     return 0

@@ -28,6 +28,7 @@ documents back, so a takedown must also go into the build's inputs or policy.
 A takedown version is not what a fresh build without the documents would
 give (that would re-assign shards); it is the smallest change to the old one.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -78,16 +79,17 @@ class TakedownError(RuntimeError):
 @dataclasses.dataclass
 class TakedownResult:
     previous_dataset_id: str
-    dataset_id: str | None           # None when nothing had to change
+    dataset_id: str | None  # None when nothing had to change
     dataset_path: str | None
-    removed: list[str]               # doc_ids taken out of shards
-    not_in_dataset: list[str]        # matched doc_ids that no shard holds (filtered earlier, or unknown)
+    removed: list[str]  # doc_ids taken out of shards
+    not_in_dataset: list[str]  # matched doc_ids that no shard holds (filtered earlier, or unknown)
     rebuilt_shards: list[str]
     dropped_shards: list[str]
     unchanged_shards: list[str]
 
 
 # --- resolving the request ------------------------------------------------------
+
 
 def read_list(path: str) -> list[str]:
     """Non-empty lines of a file, without ``#`` comments and surrounding blanks."""
@@ -96,8 +98,9 @@ def read_list(path: str) -> list[str]:
     return [line.split("#", 1)[0].strip() for line in text.splitlines() if line.split("#", 1)[0].strip()]
 
 
-def resolve_doc_ids(dataset_dir: str, *, doc_ids=(), urls=(), url_pattern: str | None = None,
-                    include_duplicates: bool = True) -> list[str]:
+def resolve_doc_ids(
+    dataset_dir: str, *, doc_ids=(), urls=(), url_pattern: str | None = None, include_duplicates: bool = True
+) -> list[str]:
     """doc_ids named directly or through the URLs of their documents and repeats.
 
     With ``include_duplicates`` every document with the same content_hash as a
@@ -113,8 +116,10 @@ def resolve_doc_ids(dataset_dir: str, *, doc_ids=(), urls=(), url_pattern: str |
         return sorted(wanted)
     if not has_lineage(dataset_dir):
         if urls or url_pattern:
-            raise TakedownError(f"URLs are resolved through the lineage: {dataset_dir} has no lineage; write it "
-                                f"with: python -m beam_pipeline lineage {dataset_dir}")
+            raise TakedownError(
+                f"URLs are resolved through the lineage: {dataset_dir} has no lineage; write it "
+                f"with: python -m beam_pipeline lineage {dataset_dir}"
+            )
         return sorted(wanted)  # doc_ids alone need no lineage; duplicates cannot be followed
     if urls or url_pattern:
         try:
@@ -141,26 +146,48 @@ def resolve_doc_ids(dataset_dir: str, *, doc_ids=(), urls=(), url_pattern: str |
 
 # --- the takedown ---------------------------------------------------------------
 
-def takedown(dataset: str, *, doc_ids=(), urls=(), url_pattern: str | None = None,
-             reason: str = "takedown request", include_duplicates: bool = True, log=print) -> TakedownResult:
+
+def takedown(
+    dataset: str,
+    *,
+    doc_ids=(),
+    urls=(),
+    url_pattern: str | None = None,
+    reason: str = "takedown request",
+    include_duplicates: bool = True,
+    log=print,
+) -> TakedownResult:
     """Publish a version of ``dataset`` without the requested documents (see the module doc)."""
     dataset_dir = dataset_dir_of(dataset)
     manifest = load_manifest(dataset_dir)
     old_id = manifest["dataset_id"]
     successor = _superseded(dataset_dir)
     if successor:
-        raise TakedownError(f"dataset {old_id} is already superseded by {successor.get('dataset_id')}; "
-                            "apply the takedown to the newest version")
-    targets = set(resolve_doc_ids(dataset_dir, doc_ids=doc_ids, urls=urls, url_pattern=url_pattern,
-                                  include_duplicates=include_duplicates))
+        raise TakedownError(
+            f"dataset {old_id} is already superseded by {successor.get('dataset_id')}; "
+            "apply the takedown to the newest version"
+        )
+    targets = set(
+        resolve_doc_ids(
+            dataset_dir, doc_ids=doc_ids, urls=urls, url_pattern=url_pattern, include_duplicates=include_duplicates
+        )
+    )
     if not targets:
         raise TakedownError("the request matches no document")
     indexes = {s["name"]: _read_index(dataset_dir, s) for s in manifest["shards"]}
     held = {s: sorted(targets & set(ix.column("doc_id").to_pylist())) for s, ix in indexes.items()}
     affected = {s: docs for s, docs in held.items() if docs}
     removed = sorted(d for docs in affected.values() for d in docs)
-    result = TakedownResult(old_id, None, None, removed, sorted(targets - set(removed)), [], [],
-                            [s["name"] for s in manifest["shards"] if s["name"] not in affected])
+    result = TakedownResult(
+        old_id,
+        None,
+        None,
+        removed,
+        sorted(targets - set(removed)),
+        [],
+        [],
+        [s["name"] for s in manifest["shards"] if s["name"] not in affected],
+    )
     if not affected:
         log(f"[takedown] no shard of {old_id} holds the {len(targets)} matched document(s): nothing to do")
         return result
@@ -173,8 +200,9 @@ def takedown(dataset: str, *, doc_ids=(), urls=(), url_pattern: str | None = Non
             if shard["name"] not in affected:
                 shards.append(shard)
                 continue
-            rebuilt = _rebuild_shard(dataset_dir, staging, shard, indexes[shard["name"]], set(affected[shard["name"]]),
-                                     manifest)
+            rebuilt = _rebuild_shard(
+                dataset_dir, staging, shard, indexes[shard["name"]], set(affected[shard["name"]]), manifest
+            )
             if rebuilt is None:
                 result.dropped_shards.append(shard["name"])
             else:
@@ -187,13 +215,17 @@ def takedown(dataset: str, *, doc_ids=(), urls=(), url_pattern: str | None = Non
             _place_shards(dataset_dir, staging, target, shards, set(result.rebuilt_shards))
             _write_new_lineage(dataset_dir, target, new_id, shards, affected, reason, staging)
             write_json_atomic(join(target, MANIFEST), _new_manifest(manifest, new_id, shards, affected, reason, result))
-        write_json_atomic(join(dataset_dir, SUPERSEDED_BY), {"dataset_id": new_id, "reason": reason,
-                                                             "removed_documents": len(removed)})
+        write_json_atomic(
+            join(dataset_dir, SUPERSEDED_BY),
+            {"dataset_id": new_id, "reason": reason, "removed_documents": len(removed)},
+        )
     finally:
         if FileSystems.exists(staging):
             FileSystems.delete([staging])
-    log(f"[takedown] {len(removed)} document(s) removed; rebuilt {len(result.rebuilt_shards)} shard(s), "
-        f"dropped {len(result.dropped_shards)}, {len(result.unchanged_shards)} unchanged -> {new_id}")
+    log(
+        f"[takedown] {len(removed)} document(s) removed; rebuilt {len(result.rebuilt_shards)} shard(s), "
+        f"dropped {len(result.dropped_shards)}, {len(result.unchanged_shards)} unchanged -> {new_id}"
+    )
     return result
 
 
@@ -210,8 +242,9 @@ def _read_index(dataset_dir: str, shard: dict) -> pa.Table:
     return pq.read_table(io.BytesIO(read_bytes(join(dataset_dir, shard["index_file"]))))
 
 
-def _rebuild_shard(dataset_dir: str, staging: str, shard: dict, index: pa.Table, drop: set[str],
-                   manifest: dict) -> dict | None:
+def _rebuild_shard(
+    dataset_dir: str, staging: str, shard: dict, index: pa.Table, drop: set[str], manifest: dict
+) -> dict | None:
     """Re-pack ``shard`` without ``drop``: same order, EOS, seq_len and padding. None if it ends up empty."""
     tok = manifest["tokenizer"]
     keep = [r for r in index.to_pylist() if r["doc_id"] not in drop]
@@ -220,15 +253,23 @@ def _rebuild_shard(dataset_dir: str, staging: str, shard: dict, index: pa.Table,
     dtype = np.dtype(tok["dtype"]).newbyteorder("<")
     path = join(dataset_dir, shard["tokens_file"])
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+
         def kept_documents():  # read one at a time, in the shard's order
             for r in keep:
                 f.seek(r["token_start"] * dtype.itemsize)
                 ids = np.frombuffer(f.read(r["token_count"] * dtype.itemsize), dtype=dtype)
                 yield (0, r["doc_id"]), r["source"], ids
 
-        meta = write_packed_shard(staging, shard["name"], kept_documents(), domain=shard["domain"],
-                                  eos_id=tok["eos_id"], pad_id=tok["pad_id"], seq_len=manifest["seq_len"],
-                                  dtype=tok["dtype"])
+        meta = write_packed_shard(
+            staging,
+            shard["name"],
+            kept_documents(),
+            domain=shard["domain"],
+            eos_id=tok["eos_id"],
+            pad_id=tok["pad_id"],
+            seq_len=manifest["seq_len"],
+            dtype=tok["dtype"],
+        )
     FileSystems.delete([join(staging, f"{shard['name']}.meta.json")])
     entry = {**meta, "tokens_file": f"shards/{meta['tokens_file']}", "index_file": f"shards/{meta['index_file']}"}
     return {**entry, "leaf": shard_leaf(entry)}
@@ -260,8 +301,9 @@ def _link_or_copy(src: str, dst: str) -> None:
     os.replace(tmp, dst)
 
 
-def _write_new_lineage(old_dir: str, target: str, new_id: str, shards: list[dict], affected: dict,
-                       reason: str, staging: str) -> None:
+def _write_new_lineage(
+    old_dir: str, target: str, new_id: str, shards: list[dict], affected: dict, reason: str, staging: str
+) -> None:
     """The old lineage, part by part, with the removed documents marked and every document's new placement.
 
     Part ``i`` of the old lineage becomes part ``i`` of the new one (the partition of a doc_id does
@@ -283,8 +325,14 @@ def _write_new_lineage(old_dir: str, target: str, new_id: str, shards: list[dict
         parts.append(write_lineage_part(directory, index, count, part))
         rows, columns = rows + part.num_rows, part.schema.names
     remove_folder(placement_dir)  # by file: an object store has no folder to delete with the staging one
-    write_lineage_marker(directory, new_id, rows, columns, parts,
-                         {**marker.get("inputs", {}), "previous_dataset_id": marker["dataset_id"]})
+    write_lineage_marker(
+        directory,
+        new_id,
+        rows,
+        columns,
+        parts,
+        {**marker.get("inputs", {}), "previous_dataset_id": marker["dataset_id"]},
+    )
 
 
 def taken_down_part(old: pa.Table, removed: pa.Array, reason: str, placement: pa.Table) -> pa.Table:
@@ -315,10 +363,12 @@ def _with_takedown_columns(schema: pa.Schema) -> pa.Schema:
     return schema
 
 
-def _new_manifest(manifest: dict, new_id: str, shards: list[dict], affected: dict, reason: str,
-                  result: TakedownResult) -> dict:
+def _new_manifest(
+    manifest: dict, new_id: str, shards: list[dict], affected: dict, reason: str, result: TakedownResult
+) -> dict:
     tombstones = list(manifest.get("tombstones", [])) + [
-        {"doc_id": doc, "reason": reason, "shard": shard} for shard, docs in affected.items() for doc in docs]
+        {"doc_id": doc, "reason": reason, "shard": shard} for shard, docs in affected.items() for doc in docs
+    ]
     return {
         **manifest,
         "dataset_id": new_id,
@@ -326,26 +376,38 @@ def _new_manifest(manifest: dict, new_id: str, shards: list[dict], affected: dic
         "merkle": {**manifest["merkle"], "root": new_id},
         "previous_dataset_id": manifest["dataset_id"],
         "tombstones": sorted(tombstones, key=lambda t: t["doc_id"]),
-        "takedown": {"previous_dataset_id": manifest["dataset_id"], "reason": reason,
-                     "removed_documents": len(result.removed), "rebuilt_shards": result.rebuilt_shards,
-                     "dropped_shards": result.dropped_shards},
+        "takedown": {
+            "previous_dataset_id": manifest["dataset_id"],
+            "reason": reason,
+            "removed_documents": len(result.removed),
+            "rebuilt_shards": result.rebuilt_shards,
+            "dropped_shards": result.dropped_shards,
+        },
     }
 
 
 # --- CLI ------------------------------------------------------------------------
 
+
 def cli_takedown(args) -> int:
     """``python -m beam_pipeline takedown --dataset D (--doc-ids F | --urls F | --url-pattern RE)``."""
     try:
-        result = takedown(args.dataset, doc_ids=read_list(args.doc_ids) if args.doc_ids else (),
-                          urls=read_list(args.urls) if args.urls else (), url_pattern=args.url_pattern,
-                          reason=args.reason, include_duplicates=not args.exact_only)
+        result = takedown(
+            args.dataset,
+            doc_ids=read_list(args.doc_ids) if args.doc_ids else (),
+            urls=read_list(args.urls) if args.urls else (),
+            url_pattern=args.url_pattern,
+            reason=args.reason,
+            include_duplicates=not args.exact_only,
+        )
     except (TakedownError, LineageError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     if result.not_in_dataset:
-        print(f"{len(result.not_in_dataset)} matched doc_id(s) are in no shard (filtered before tokenization, "
-              f"or unknown): {', '.join(result.not_in_dataset[:10])}{' ...' if len(result.not_in_dataset) > 10 else ''}")
+        print(
+            f"{len(result.not_in_dataset)} matched doc_id(s) are in no shard (filtered before tokenization, "
+            f"or unknown): {', '.join(result.not_in_dataset[:10])}{' ...' if len(result.not_in_dataset) > 10 else ''}"
+        )
     if result.dataset_id is None:
         print(f"dataset {result.previous_dataset_id} unchanged")
         return 0

@@ -20,6 +20,7 @@ asserts and names every mismatch (exit 0 when there is none, 1 otherwise):
 Files are read through Beam's FileSystems, so a dataset on S3/GCS verifies the
 same way; each shard is held in memory once while it is checked.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -94,8 +95,10 @@ def verify_dataset(dataset: str, *, check_lineage: bool = True) -> Report:
 
 # --- shards -----------------------------------------------------------------
 
-def _verify_shard(dataset_dir: str, shard: dict, seq_len: int, dtype: np.dtype, tok: dict,
-                  owner: dict, report: Report) -> str | None:
+
+def _verify_shard(
+    dataset_dir: str, shard: dict, seq_len: int, dtype: np.dtype, tok: dict, owner: dict, report: Report
+) -> str | None:
     """Check one shard; return its recomputed leaf (None if a file is missing)."""
     name = shard["name"]
     problem = lambda check, detail: report.problems.append(Problem(name, check, detail))  # noqa: E731
@@ -127,23 +130,28 @@ def _verify_shard(dataset_dir: str, shard: dict, seq_len: int, dtype: np.dtype, 
         _verify_index(data["index"], tokens, shard, tok, problem, owner, report)
     if len(data) < 2:
         return None
-    return shard_leaf({"name": name, "tokens_sha256": sha256_bytes(data["tokens"]),
-                       "index_sha256": sha256_bytes(data["index"])})
+    return shard_leaf(
+        {"name": name, "tokens_sha256": sha256_bytes(data["tokens"]), "index_sha256": sha256_bytes(data["index"])}
+    )
 
 
 def _verify_geometry(shard: dict, seq_len: int, problem) -> None:
     expected = shard["sequences"] * seq_len
     if shard["tokens"] + shard["pad_tokens"] != expected:
-        problem("token count", f"tokens {shard['tokens']} + pad_tokens {shard['pad_tokens']} != "
-                               f"sequences {shard['sequences']} * seq_len {seq_len} = {expected}")
+        problem(
+            "token count",
+            f"tokens {shard['tokens']} + pad_tokens {shard['pad_tokens']} != "
+            f"sequences {shard['sequences']} * seq_len {seq_len} = {expected}",
+        )
     if not 0 <= shard["pad_tokens"] < seq_len:
         problem("padding", f"pad_tokens {shard['pad_tokens']} is not in [0, seq_len={seq_len})")
     if shard["sequences"] < 1:
         problem("sequences", f"{shard['sequences']} sequences")
 
 
-def _verify_index(raw: bytes, tokens: np.ndarray | None, shard: dict, tok: dict, problem,
-                  owner: dict, report: Report) -> None:
+def _verify_index(
+    raw: bytes, tokens: np.ndarray | None, shard: dict, tok: dict, problem, owner: dict, report: Report
+) -> None:
     try:
         index = pq.read_table(io.BytesIO(raw))
     except Exception as err:  # noqa: BLE001 - any parse failure is the finding
@@ -172,27 +180,38 @@ def _verify_index(raw: bytes, tokens: np.ndarray | None, shard: dict, tok: dict,
     gaps = np.flatnonzero(starts[1:] != ends[:-1] + 1)
     if gaps.size:
         row = int(gaps[0]) + 1
-        problem("index", f"{gaps.size} document(s) do not start right after the previous EOS; first: row {row} "
-                         f"starts at {starts[row]}, expected {ends[row - 1] + 1} (starts must increase)")
+        problem(
+            "index",
+            f"{gaps.size} document(s) do not start right after the previous EOS; first: row {row} "
+            f"starts at {starts[row]}, expected {ends[row - 1] + 1} (starts must increase)",
+        )
     if int(ends[-1]) + 1 != shard["tokens"]:
-        problem("index", f"the last document's EOS is at {int(ends[-1])}, so data ends at {int(ends[-1]) + 1}, "
-                         f"manifest says tokens = {shard['tokens']} (padding must follow the last document)")
+        problem(
+            "index",
+            f"the last document's EOS is at {int(ends[-1])}, so data ends at {int(ends[-1]) + 1}, "
+            f"manifest says tokens = {shard['tokens']} (padding must follow the last document)",
+        )
     if tokens is None:
         return
     inside = (ends >= 0) & (ends < tokens.size)
     bad = np.flatnonzero(~inside | (tokens[np.clip(ends, 0, max(tokens.size - 1, 0))] != tok["eos_id"]))
     if bad.size:
         row = int(bad[0])
-        problem("eos", f"{bad.size} document(s) not followed by EOS (id {tok['eos_id']}); first: row {row}, "
-                       f"doc {index.column('doc_id')[row].as_py()}, position {int(ends[row])}")
-    tail = tokens[shard["tokens"]:]
+        problem(
+            "eos",
+            f"{bad.size} document(s) not followed by EOS (id {tok['eos_id']}); first: row {row}, "
+            f"doc {index.column('doc_id')[row].as_py()}, position {int(ends[row])}",
+        )
+    tail = tokens[shard["tokens"] :]
     if tail.size and (tail != tok["pad_id"]).any():
         first = shard["tokens"] + int(np.argmax(tail != tok["pad_id"]))
-        problem("padding", f"token {first} after the last document is {int(tokens[first])}, "
-                           f"not the pad id {tok['pad_id']}")
+        problem(
+            "padding", f"token {first} after the last document is {int(tokens[first])}, not the pad id {tok['pad_id']}"
+        )
 
 
 # --- dataset id ---------------------------------------------------------------
+
 
 def _verify_dataset_id(dataset_dir: str, manifest: dict, leaves: dict, report: Report) -> None:
     problem = lambda check, detail: report.problems.append(Problem("dataset", check, detail))  # noqa: E731
@@ -217,6 +236,7 @@ def _looks_like_id(name: str) -> bool:
 
 
 # --- lineage ------------------------------------------------------------------
+
 
 def _verify_lineage(dataset_dir: str, manifest: dict, report: Report) -> None:
     from beam_pipeline.dataset.lineage import (
@@ -247,12 +267,18 @@ def _verify_lineage(dataset_dir: str, manifest: dict, report: Report) -> None:
             placement = spill_placement(dataset_dir, manifest, len(marker["parts"]), scratch)
         except Exception:  # noqa: BLE001 - unreadable indexes are reported per shard already
             return
-        for index, part in enumerate(lineage_parts(dataset_dir, ["doc_id", "is_repeat", "shard", "token_start",
-                                                                 "token_count"])):
-            actual = {r["doc_id"]: (r["shard"], r["token_start"], r["token_count"])
-                      for r in (read_parts(placement[index], None).to_pylist() if index in placement else [])}
-            recorded = {r["doc_id"]: (r["shard"], r["token_start"], r["token_count"])
-                        for r in part.to_pylist() if not r["is_repeat"] and r["shard"] is not None}
+        for index, part in enumerate(
+            lineage_parts(dataset_dir, ["doc_id", "is_repeat", "shard", "token_start", "token_count"])
+        ):
+            actual = {
+                r["doc_id"]: (r["shard"], r["token_start"], r["token_count"])
+                for r in (read_parts(placement[index], None).to_pylist() if index in placement else [])
+            }
+            recorded = {
+                r["doc_id"]: (r["shard"], r["token_start"], r["token_count"])
+                for r in part.to_pylist()
+                if not r["is_repeat"] and r["shard"] is not None
+            }
             for doc in sorted(set(actual) ^ set(recorded)):
                 where = "in a shard but not placed in lineage" if doc in actual else "placed in lineage but in no shard"
                 problem("placement", f"{doc} is {where}")
@@ -268,9 +294,12 @@ def _read(path: str) -> bytes:
 
 # --- CLI ----------------------------------------------------------------------
 
+
 def format_report(report: Report) -> str:
-    lines = [f"dataset   {report.dataset_id}",
-             f"checked   {report.shards} shards, {report.documents} documents, {report.tokens} tokens"]
+    lines = [
+        f"dataset   {report.dataset_id}",
+        f"checked   {report.shards} shards, {report.documents} documents, {report.tokens} tokens",
+    ]
     lines += [f"note      {n}" for n in report.notes]
     if report.ok:
         lines.append("OK        every digest, leaf, the Merkle root and the packing verify")
@@ -288,9 +317,20 @@ def cli_verify(args) -> int:
         print(f"error: cannot read the manifest of {args.dataset}: {err}", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps({"dataset_id": report.dataset_id, "ok": report.ok, "shards": report.shards,
-                          "documents": report.documents, "tokens": report.tokens, "notes": report.notes,
-                          "problems": [dataclasses.asdict(p) for p in report.problems]}, indent=1))
+        print(
+            json.dumps(
+                {
+                    "dataset_id": report.dataset_id,
+                    "ok": report.ok,
+                    "shards": report.shards,
+                    "documents": report.documents,
+                    "tokens": report.tokens,
+                    "notes": report.notes,
+                    "problems": [dataclasses.asdict(p) for p in report.problems],
+                },
+                indent=1,
+            )
+        )
     else:
         print(format_report(report))
     return 0 if report.ok else 1

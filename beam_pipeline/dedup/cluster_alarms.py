@@ -25,6 +25,7 @@ The size distribution of all clusters is counted by the stage as
 ``cluster_size_<low>_<high>`` (powers of two: 2, 3-4, 5-8, ...), so the run
 report's stage counts show it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -56,17 +57,24 @@ def largest_clusters(large_cluster_paths: list[str], limit: int = LEDGER_CLUSTER
     for path in large_cluster_paths:
         rows.extend(read_partition_rows(path))
     rows.sort(key=lambda r: (-r["size"], r["cluster_id"]))
-    return [{"cluster_id": r["cluster_id"], "representative": r["doc_id"], "size": r["size"],
-             "sampled_members": list(r["sampled_members"])} for r in rows[:limit]]
+    return [
+        {
+            "cluster_id": r["cluster_id"],
+            "representative": r["doc_id"],
+            "size": r["size"],
+            "sampled_members": list(r["sampled_members"]),
+        }
+        for r in rows[:limit]
+    ]
 
 
 @dataclasses.dataclass(frozen=True)
 class ClusterAlarm:
-    kind: str              # "size" or "share"
-    clusters: list[dict]   # the clusters above the limit, largest first (as in the ledger)
-    count: int             # how many clusters are above it (the ledger keeps the largest only)
-    limit: str             # the limit, as the config names it
-    documents: int         # documents that entered the stage
+    kind: str  # "size" or "share"
+    clusters: list[dict]  # the clusters above the limit, largest first (as in the ledger)
+    count: int  # how many clusters are above it (the ledger keeps the largest only)
+    limit: str  # the limit, as the config names it
+    documents: int  # documents that entered the stage
     examples: int
 
     @property
@@ -74,10 +82,13 @@ class ClusterAlarm:
         shown = "; ".join(
             f"{c['size']:,} documents ({c['size'] / max(self.documents, 1):.1%}), representative "
             f"{c['representative']}, e.g. {', '.join(c['sampled_members'][:3])}"
-            for c in self.clusters[:self.examples])
+            for c in self.clusters[: self.examples]
+        )
         count = f"{self.count}+" if self.count == LEDGER_CLUSTERS else str(self.count)  # the ledger keeps 20
-        return (f"near-dup cluster alarm: {count} cluster(s) above {self.limit}: {shown} "
-                f"(large_clusters output of the near_dedup layer; docs/near_dedup.md, \"Large clusters\")")
+        return (
+            f"near-dup cluster alarm: {count} cluster(s) above {self.limit}: {shown} "
+            f"(large_clusters output of the near_dedup layer; docs/near_dedup.md, \"Large clusters\")"
+        )
 
 
 def cluster_alarms(alarms, ledger: dict) -> list[ClusterAlarm]:
@@ -88,14 +99,29 @@ def cluster_alarms(alarms, ledger: dict) -> list[ClusterAlarm]:
     if alarms.max_size is not None:
         above = [c for c in clusters if c["size"] > alarms.max_size]
         if above:
-            found.append(ClusterAlarm("size", above, len(above), f"near_dedup.alarms.max_size={alarms.max_size}",
-                                      documents, alarms.examples))
+            found.append(
+                ClusterAlarm(
+                    "size",
+                    above,
+                    len(above),
+                    f"near_dedup.alarms.max_size={alarms.max_size}",
+                    documents,
+                    alarms.examples,
+                )
+            )
     if alarms.max_share is not None and documents:
         above = [c for c in clusters if c["size"] / documents > alarms.max_share]
         if above:
-            found.append(ClusterAlarm("share", above, len(above),
-                                      f"near_dedup.alarms.max_share={alarms.max_share:g} of {documents:,} documents",
-                                      documents, alarms.examples))
+            found.append(
+                ClusterAlarm(
+                    "share",
+                    above,
+                    len(above),
+                    f"near_dedup.alarms.max_share={alarms.max_share:g} of {documents:,} documents",
+                    documents,
+                    alarms.examples,
+                )
+            )
     return found
 
 
@@ -107,9 +133,11 @@ def large_cluster_line(ledger: dict) -> str | None:
         return None
     clusters = ledger.get("largest_clusters") or []
     largest = f" (largest {clusters[0]['size']:,} documents)" if clusters else ""
-    return (f"{large:,} near-dup clusters above near_dedup.max_cluster_size{largest}, not collapsed: each member "
-            f"checked against the representative; {other.get(REJECTED, 0):,} chain members were not similar to "
-            f"it and were kept")
+    return (
+        f"{large:,} near-dup clusters above near_dedup.max_cluster_size{largest}, not collapsed: each member "
+        f"checked against the representative; {other.get(REJECTED, 0):,} chain members were not similar to "
+        f"it and were kept"
+    )
 
 
 def _near_dedup(config):
@@ -141,4 +169,5 @@ def check_before_publishing(config, ledgers: dict[str, dict]) -> None:
     if alarms:
         raise ClusterAlarmStop(
             f"{alarms[0]}; near_dedup.alarms.action is fail, so no dataset is published "
-            f"(the layers are committed: raise the limits or set action: warn and rerun to publish)")
+            f"(the layers are committed: raise the limits or set action: warn and rerun to publish)"
+        )

@@ -24,6 +24,7 @@ test. ``tests/test_components.py`` checks these functions against a
 union-find on random graphs; the Beam transform lives in
 :mod:`beam_pipeline.transforms.near_dedup`.
 """
+
 from __future__ import annotations
 
 from typing import Iterable, Iterator

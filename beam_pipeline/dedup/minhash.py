@@ -39,6 +39,7 @@ Datasets*, ch. 3.4, and ChenghaoMou/text-dedup. A band key is xxh3-64 of the
 band's values, seeded per band index, as a non-negative 63-bit int (a
 deterministic ``VarIntCoder`` key).
 """
+
 from __future__ import annotations
 
 import functools
@@ -72,8 +73,8 @@ def signature(shingles: np.ndarray, num_perm: int, seed: int) -> np.ndarray:
     best = np.full(num_perm, np.iinfo(np.uint64).max, dtype=np.uint64)
     low = np.empty(num_perm, dtype=np.uint64)
     for start in range(0, keys.size, _CHUNK):  # a loop over blocks of 4096 shingles
-        block = keys[start:start + _CHUNK]
-        values = buffer[:, :block.size]
+        block = keys[start : start + _CHUNK]
+        values = buffer[:, : block.size]
         np.multiply(a, block[None, :], out=values)  # wraps modulo 2^64: exact
         np.add(values, b, out=values)
         np.min(values, axis=1, out=low)
@@ -122,13 +123,16 @@ def _band_seeds(bands: int, seed: int) -> tuple[int, ...]:
 
 def band_keys(sig: np.ndarray, bands: int, rows: int, seed: int) -> list[int]:
     """One non-negative 63-bit key per band (a loop over bands, not shingles)."""
-    data = to_bytes(sig[:bands * rows])
+    data = to_bytes(sig[: bands * rows])
     width = rows * 4
-    return [xxhash.xxh3_64_intdigest(data[j * width:(j + 1) * width], s) & MASK63
-            for j, s in enumerate(_band_seeds(bands, seed))]
+    return [
+        xxhash.xxh3_64_intdigest(data[j * width : (j + 1) * width], s) & MASK63
+        for j, s in enumerate(_band_seeds(bands, seed))
+    ]
 
 
 # --- choosing bands and rows --------------------------------------------------
+
 
 def collision_probability(s, bands: int, rows: int):
     """P(candidate | similarity s) = 1 - (1 - s^rows)^bands; s may be an array."""
@@ -150,8 +154,7 @@ def error_areas(threshold: float, bands: int, rows: int) -> tuple[float, float]:
 
 
 @functools.lru_cache(maxsize=256)
-def optimal_bands(threshold: float, num_perm: int, fp_weight: float = 0.5,
-                  fn_weight: float = 0.5) -> tuple[int, int]:
+def optimal_bands(threshold: float, num_perm: int, fp_weight: float = 0.5, fn_weight: float = 0.5) -> tuple[int, int]:
     """(bands, rows) with bands * rows <= num_perm minimising the weighted FP + FN areas.
 
     Ties go to more bands, then fewer rows (deterministic).
@@ -168,8 +171,9 @@ def optimal_bands(threshold: float, num_perm: int, fp_weight: float = 0.5,
     return best
 
 
-def s_curve_table(bands: int, rows: int, similarities=(0.3, 0.4, 0.5, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85,
-                                                       0.9, 0.95)) -> list[tuple[float, float]]:
+def s_curve_table(
+    bands: int, rows: int, similarities=(0.3, 0.4, 0.5, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
+) -> list[tuple[float, float]]:
     """[(s, P(candidate))] for documentation and reports."""
     return [(float(s), float(collision_probability(s, bands, rows))) for s in similarities]
 

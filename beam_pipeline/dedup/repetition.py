@@ -19,6 +19,7 @@ scoring happens in the near-dedup stage, :mod:`beam_pipeline.transforms.line_ded
 
 Both are exact up to 64-bit hash collisions.
 """
+
 from __future__ import annotations
 
 import functools
@@ -146,11 +147,10 @@ def word_windows(text: str, size: int, seed: int = 0) -> tuple[np.ndarray, np.nd
         word_hashes = fmix64((prefix[ends] - prefix[starts]) * inverse[starts])
     hashes = combine_windows(word_hashes, size, seed) & np.uint64(MASK63)
     count = hashes.size
-    return hashes, starts[:count].astype(np.int64), ends[size - 1:size - 1 + count].astype(np.int64)
+    return hashes, starts[:count].astype(np.int64), ends[size - 1 : size - 1 + count].astype(np.int64)
 
 
-def stripped_document(document: dict, near: dict | None, *, strip_lines: bool = True,
-                      strip_spans: bool = True) -> dict:
+def stripped_document(document: dict, near: dict | None, *, strip_lines: bool = True, strip_spans: bool = True) -> dict:
     """``document`` with its boilerplate lines and repeated spans removed, as ``select`` writes it.
 
     ``near`` is the document's near-dedup annotation (or None). The result

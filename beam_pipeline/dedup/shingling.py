@@ -29,6 +29,7 @@ finalizer, seeded. Documents with fewer than n words (n characters for
 character shingles) have **no** shingles: :func:`shingle_hashes` returns None,
 and such documents get no signature, so short texts never share an empty one.
 """
+
 from __future__ import annotations
 
 import functools
@@ -138,6 +139,6 @@ def combine_windows(units: np.ndarray, size: int, seed: int = 0) -> np.ndarray:
     with np.errstate(over="ignore"):
         for offset in range(1, size):  # a loop over the window width, not over shingles
             h *= multiplier
-            h += units[offset:offset + count]
+            h += units[offset : offset + count]
     h ^= final_xor
     return fmix64(h)

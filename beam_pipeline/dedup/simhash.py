@@ -15,6 +15,7 @@ every candidate pair is then checked exactly by its Hamming distance. More
 blocks make keys longer (fewer random collisions per bucket) at the price of
 C(blocks, k) keys per document.
 """
+
 from __future__ import annotations
 
 import functools
@@ -61,8 +62,10 @@ def key_masks(max_hamming: int, blocks: int) -> tuple[int, ...]:
     if blocks <= max_hamming:
         raise ValueError(f"blocks ({blocks}) must exceed max_hamming ({max_hamming}) for the pigeonhole")
     masks = block_masks(blocks)
-    return tuple(functools.reduce(lambda x, y: x | y, (masks[i] for i in chosen))
-                 for chosen in itertools.combinations(range(blocks), blocks - max_hamming))
+    return tuple(
+        functools.reduce(lambda x, y: x | y, (masks[i] for i in chosen))
+        for chosen in itertools.combinations(range(blocks), blocks - max_hamming)
+    )
 
 
 @functools.lru_cache(maxsize=32)
@@ -73,8 +76,10 @@ def _key_seeds(count: int, seed: int) -> tuple[int, ...]:
 def block_keys(value: int, max_hamming: int, blocks: int, seed: int) -> list[int]:
     """Candidate keys of a fingerprint: two fingerprints within ``max_hamming`` share one."""
     masks = key_masks(max_hamming, blocks)
-    return [xxhash.xxh3_64_intdigest((value & mask).to_bytes(8, "little"), s) & MASK63
-            for mask, s in zip(masks, _key_seeds(len(masks), seed))]
+    return [
+        xxhash.xxh3_64_intdigest((value & mask).to_bytes(8, "little"), s) & MASK63
+        for mask, s in zip(masks, _key_seeds(len(masks), seed))
+    ]
 
 
 def close_pairs(fingerprints: list[int], max_hamming: int, chunk: int = 2048) -> list[tuple[int, int]]:
@@ -82,7 +87,7 @@ def close_pairs(fingerprints: list[int], max_hamming: int, chunk: int = 2048) ->
     values = np.array(fingerprints, dtype=np.uint64)
     pairs: list[tuple[int, int]] = []
     for start in range(0, values.size, chunk):
-        block = values[start:start + chunk]
+        block = values[start : start + chunk]
         distance = np.bitwise_count(block[:, None] ^ values[None, :])
         rows, cols = np.nonzero(distance <= max_hamming)
         rows += start

@@ -28,6 +28,7 @@ of Jaccard >= 0.4 only when one text is >= 80% inside the other; texts with
 fewer than 50 shingles (a few sentences) need Jaccard >= 0.9 (short texts are
 handled apart: a short text inside a long one is a quote, not a copy).
 """
+
 from __future__ import annotations
 
 import collections
@@ -65,9 +66,17 @@ def containment(a: np.ndarray, b: np.ndarray) -> float:
     return _overlap(a, b) / smaller if smaller else 0.0
 
 
-def accept(j: float, contained: float, smaller: int, *, high: float = HIGH_JACCARD, low: float = LOW_JACCARD,
-           min_containment: float = MIN_CONTAINMENT, min_shingles: int = MIN_SHINGLES,
-           short_jaccard: float = SHORT_JACCARD) -> bool:
+def accept(
+    j: float,
+    contained: float,
+    smaller: int,
+    *,
+    high: float = HIGH_JACCARD,
+    low: float = LOW_JACCARD,
+    min_containment: float = MIN_CONTAINMENT,
+    min_shingles: int = MIN_SHINGLES,
+    short_jaccard: float = SHORT_JACCARD,
+) -> bool:
     """The two-tier rule on a pair's Jaccard ``j``, containment ``contained`` and smaller set size ``smaller``.
 
     Texts with fewer than ``min_shingles`` shingles need ``j >= short_jaccard``;
@@ -78,15 +87,30 @@ def accept(j: float, contained: float, smaller: int, *, high: float = HIGH_JACCA
     return j >= high or (j >= low and contained >= min_containment)
 
 
-def two_tier(a: np.ndarray, b: np.ndarray, *, high: float = HIGH_JACCARD, low: float = LOW_JACCARD,
-             min_containment: float = MIN_CONTAINMENT, min_shingles: int = MIN_SHINGLES,
-             short_jaccard: float = SHORT_JACCARD) -> bool:
+def two_tier(
+    a: np.ndarray,
+    b: np.ndarray,
+    *,
+    high: float = HIGH_JACCARD,
+    low: float = LOW_JACCARD,
+    min_containment: float = MIN_CONTAINMENT,
+    min_shingles: int = MIN_SHINGLES,
+    short_jaccard: float = SHORT_JACCARD,
+) -> bool:
     """Whether a candidate pair is a near duplicate, from its exact shingle sets (module docstring)."""
     both = _overlap(a, b)
     union = len(a) + len(b) - both
     smaller = min(len(a), len(b))
-    return accept(both / union if union else 0.0, both / smaller if smaller else 0.0, smaller, high=high,
-                  low=low, min_containment=min_containment, min_shingles=min_shingles, short_jaccard=short_jaccard)
+    return accept(
+        both / union if union else 0.0,
+        both / smaller if smaller else 0.0,
+        smaller,
+        high=high,
+        low=low,
+        min_containment=min_containment,
+        min_shingles=min_shingles,
+        short_jaccard=short_jaccard,
+    )
 
 
 def estimated_containment(j: float, size_a: int, size_b: int) -> float:

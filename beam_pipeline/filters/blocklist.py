@@ -15,6 +15,7 @@ A document without a URL is never blocked (``blocked`` is ``None``: there is
 nothing to check). Lookups walk the host's suffixes (one set probe per
 label), and substrings are found with one compiled alternation.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,8 +26,8 @@ from urllib.parse import urlsplit
 
 @dataclasses.dataclass(frozen=True)
 class Blocklist:
-    domains: frozenset[str]          # host and subdomains
-    exact_hosts: frozenset[str]      # host only
+    domains: frozenset[str]  # host and subdomains
+    exact_hosts: frozenset[str]  # host only
     substrings: tuple[str, ...]
 
     @classmethod

@@ -20,6 +20,7 @@ Eval sets are files: ``.jsonl`` (one object per line, the text in a field,
 default ``text``; an ``id`` field names items in reports) or ``.txt`` (one
 item per line).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -42,7 +43,6 @@ def words(text: str) -> list[str]:
     return _WORD.findall(text.lower())
 
 
-
 def ngram_hashes(text: str, n: int, cache: dict[str, int] | None = None) -> np.ndarray:
     """uint64 hashes of every word n-gram of ``text`` (in order; repeats kept)."""
     tokens = words(text)
@@ -58,7 +58,7 @@ def ngram_hashes(text: str, n: int, cache: dict[str, int] | None = None) -> np.n
     with np.errstate(over="ignore"):
         rolling = base[: len(base) - n + 1].copy()
         for i in range(1, n):
-            rolling = rolling * _MULTIPLIER + base[i: len(base) - n + 1 + i]
+            rolling = rolling * _MULTIPLIER + base[i : len(base) - n + 1 + i]
         return splitmix64(rolling)
 
 
@@ -117,8 +117,9 @@ def build_evalset(name: str, items: Iterable[tuple[str, str]], n: int) -> EvalSe
     return EvalSet(name=name, hashes=merged, items=count, short_items=short)
 
 
-def score(evalsets: list[EvalSet], text: str, n: int, min_overlap: int = 1,
-          cache: dict[str, int] | None = None) -> dict:
+def score(
+    evalsets: list[EvalSet], text: str, n: int, min_overlap: int = 1, cache: dict[str, int] | None = None
+) -> dict:
     """The ``decontamination`` layer row (minus ids) for one document."""
     hashes = ngram_hashes(text, n, cache)
     hits = {}
@@ -126,8 +127,7 @@ def score(evalsets: list[EvalSet], text: str, n: int, min_overlap: int = 1,
         found = evalset.overlap(hashes)
         if found >= min_overlap:
             hits[evalset.name] = found
-    return {"contaminated": bool(hits), "evalsets": ",".join(sorted(hits)) or None,
-            "ngrams": sum(hits.values())}
+    return {"contaminated": bool(hits), "evalsets": ",".join(sorted(hits)) or None, "ngrams": sum(hits.values())}
 
 
 def index_rows(documents: Iterable[tuple[str, str]], n: int) -> tuple[np.ndarray, list[str]]:

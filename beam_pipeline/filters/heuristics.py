@@ -34,6 +34,7 @@ Sources:
   Finest Text Data at Scale", arXiv:2406.17557 (2024), section 3.3 (custom
   filters); reference implementation datatrove ``fineweb_quality_filter.py``.
 """
+
 from __future__ import annotations
 
 import re
@@ -68,8 +69,7 @@ TERMINAL_PUNCTUATION = (".", "!", "?", '"', "'", "”", "’", "。", "！", "�
 FINEWEB_STOP_CHARS = (".", "'", '"', "!", "?", "。", "！", "？", "؟", "۔", "।", "॥", "。", "”", "’")
 
 #: C4 drops lines containing these (tfds ``c4_utils._POLICY_SUBSTRINGS``-style list).
-POLICY_SUBSTRINGS = ("terms of use", "privacy policy", "cookie policy", "uses cookies",
-                     "use of cookies", "use cookies")
+POLICY_SUBSTRINGS = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
 
 TOP_NGRAM_SIZES = (2, 3, 4)
 DUP_NGRAM_SIZES = (5, 6, 7, 8, 9, 10)
@@ -79,6 +79,7 @@ _MASK64 = 0xFFFFFFFFFFFFFFFF
 
 
 # --- text units ------------------------------------------------------------
+
 
 def split_lines(text: str) -> list[str]:
     """Non-empty lines, stripped."""
@@ -100,9 +101,15 @@ def _fraction(part: float, whole: float) -> float | None:
 
 # --- Gopher quality --------------------------------------------------------
 
-def gopher_quality(text: str, language: str | None = None,
-                   stop_words: dict[str, Iterable[str]] | None = None, *,
-                   lines: list[str] | None = None, words: list[str] | None = None) -> dict:
+
+def gopher_quality(
+    text: str,
+    language: str | None = None,
+    stop_words: dict[str, Iterable[str]] | None = None,
+    *,
+    lines: list[str] | None = None,
+    words: list[str] | None = None,
+) -> dict:
     """Gopher's quality-filter signals (Rae et al. 2021, A.1.1).
 
     The paper keeps a document when: 50 <= words <= 100,000; mean word length
@@ -125,8 +132,12 @@ def gopher_quality(text: str, language: str | None = None,
     out = {
         "gopher_bullet_lines": _fraction(sum(line.startswith(BULLETS) for line in lines), len(lines)),
         "gopher_ellipsis_lines": _fraction(sum(line.endswith(ELLIPSES) for line in lines), len(lines)),
-        "gopher_words": None, "gopher_mean_word_length": None, "gopher_hash_ratio": None,
-        "gopher_ellipsis_ratio": None, "gopher_alpha_words": None, "gopher_stop_words": None,
+        "gopher_words": None,
+        "gopher_mean_word_length": None,
+        "gopher_hash_ratio": None,
+        "gopher_ellipsis_ratio": None,
+        "gopher_alpha_words": None,
+        "gopher_stop_words": None,
     }
     if not uses_spaces(language):
         return out
@@ -148,8 +159,10 @@ def gopher_quality(text: str, language: str | None = None,
 
 # --- Gopher repetition -----------------------------------------------------
 
-def gopher_repetition(text: str, language: str | None = None, *,
-                      lines: list[str] | None = None, words: list[str] | None = None) -> dict:
+
+def gopher_repetition(
+    text: str, language: str | None = None, *, lines: list[str] | None = None, words: list[str] | None = None
+) -> dict:
     """Gopher's repetition signals (Rae et al. 2021, A.1.1 and Table A1).
 
     Published thresholds (remove above): duplicate line fraction 0.30,
@@ -200,13 +213,12 @@ def _repeats(parts: list[str]) -> tuple[int, int]:
     return dups, dup_chars
 
 
-
 def ngram_repetition(words: list[str]) -> dict:
     """The n-gram part of :func:`gopher_repetition` for a list of words."""
     names = [f"rep_top_{n}gram" for n in TOP_NGRAM_SIZES] + [f"rep_dup_{n}gram" for n in DUP_NGRAM_SIZES]
     if not words:
         return dict.fromkeys(names)
-    distinct = dict.fromkeys(words)                      # ids in order of first occurrence
+    distinct = dict.fromkeys(words)  # ids in order of first occurrence
     vocabulary = dict(zip(distinct, range(len(distinct))))
     ids = np.fromiter(map(vocabulary.__getitem__, words), dtype=np.uint64, count=len(words))
     lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
@@ -224,7 +236,7 @@ def ngram_repetition(words: list[str]) -> dict:
                 if n in DUP_NGRAM_SIZES:
                     out[f"rep_dup_{n}gram"] = 0.0
                 continue
-            rolling = rolling[:-1] * multiplier + base[n - 1:]
+            rolling = rolling[:-1] * multiplier + base[n - 1 :]
             _, inverse, counts = np.unique(rolling, return_inverse=True, return_counts=True)
             occurrences = counts[inverse]
             starts = np.arange(len(rolling))
@@ -251,8 +263,8 @@ def ngram_repetition(words: list[str]) -> dict:
 
 # --- C4 ------------------------------------------------------------------------
 
-def c4(text: str, language: str | None = None, min_words_per_line: int = 3, *,
-       lines: list[str] | None = None) -> dict:
+
+def c4(text: str, language: str | None = None, min_words_per_line: int = 3, *, lines: list[str] | None = None) -> dict:
     """C4's cleaning signals (Raffel et al. 2020, 2.2; tfds ``c4_utils``).
 
     C4 keeps only lines that end in terminal punctuation and have at least 3
@@ -299,8 +311,15 @@ def c4(text: str, language: str | None = None, min_words_per_line: int = 3, *,
 
 # --- FineWeb -----------------------------------------------------------------
 
-def fineweb(text: str, language: str | None = None, short_line_chars: int = 30, *,
-            lines: list[str] | None = None, words: list[str] | None = None) -> dict:
+
+def fineweb(
+    text: str,
+    language: str | None = None,
+    short_line_chars: int = 30,
+    *,
+    lines: list[str] | None = None,
+    words: list[str] | None = None,
+) -> dict:
     """FineWeb's custom filters (Penedo et al. 2024, 3.3).
 
     FineWeb removes a document when at most 12% of its lines end with
@@ -335,13 +354,32 @@ def fineweb(text: str, language: str | None = None, short_line_chars: int = 30, 
 #: The project's columns, family by family (the ``ref_*`` columns are the reference definitions:
 #: :mod:`beam_pipeline.filters.heuristics_reference`).
 PROJECT_COLUMNS = (
-    "gopher_words", "gopher_mean_word_length", "gopher_hash_ratio", "gopher_ellipsis_ratio", "gopher_bullet_lines",
-    "gopher_ellipsis_lines", "gopher_alpha_words", "gopher_stop_words",
-    "rep_dup_line_frac", "rep_dup_line_char_frac", "rep_dup_para_frac", "rep_dup_para_char_frac",
-    *(f"rep_top_{n}gram" for n in TOP_NGRAM_SIZES), *(f"rep_dup_{n}gram" for n in DUP_NGRAM_SIZES),
-    "c4_terminal_punct_lines", "c4_short_lines", "c4_javascript_lines", "c4_policy_lines", "c4_lorem_ipsum",
-    "c4_curly_bracket", "c4_kept_lines",
-    "fw_line_punct_ratio", "fw_short_line_ratio", "fw_dup_line_char_frac", "fw_newline_ratio")
+    "gopher_words",
+    "gopher_mean_word_length",
+    "gopher_hash_ratio",
+    "gopher_ellipsis_ratio",
+    "gopher_bullet_lines",
+    "gopher_ellipsis_lines",
+    "gopher_alpha_words",
+    "gopher_stop_words",
+    "rep_dup_line_frac",
+    "rep_dup_line_char_frac",
+    "rep_dup_para_frac",
+    "rep_dup_para_char_frac",
+    *(f"rep_top_{n}gram" for n in TOP_NGRAM_SIZES),
+    *(f"rep_dup_{n}gram" for n in DUP_NGRAM_SIZES),
+    "c4_terminal_punct_lines",
+    "c4_short_lines",
+    "c4_javascript_lines",
+    "c4_policy_lines",
+    "c4_lorem_ipsum",
+    "c4_curly_bracket",
+    "c4_kept_lines",
+    "fw_line_punct_ratio",
+    "fw_short_line_ratio",
+    "fw_dup_line_char_frac",
+    "fw_newline_ratio",
+)
 DEFINITIONS = ("project", "reference")
 
 
@@ -354,9 +392,16 @@ def definition_of(column: str) -> str | None:
     return "project" if column in PROJECT_COLUMNS else None
 
 
-def score(text: str, language: str | None = None, *, stop_words: dict[str, Iterable[str]] | None = None,
-          min_words_per_line: int = 3, short_line_chars: int = 30, default_language: str | None = None,
-          definitions: Iterable[str] = DEFINITIONS) -> dict:
+def score(
+    text: str,
+    language: str | None = None,
+    *,
+    stop_words: dict[str, Iterable[str]] | None = None,
+    min_words_per_line: int = 3,
+    short_line_chars: int = 30,
+    default_language: str | None = None,
+    definitions: Iterable[str] = DEFINITIONS,
+) -> dict:
     """Every heuristic column for one document (the ``heuristics`` layer row, minus ids).
 
     ``language`` is the document's language (the ``language`` layer's

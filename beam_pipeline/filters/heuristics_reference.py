@@ -27,6 +27,7 @@ per language, ``heuristics.stop_words``); everything else is computed for
 every document, whatever its language, as datatrove does with its default
 ``language=english``.
 """
+
 from __future__ import annotations
 
 import re
@@ -43,14 +44,30 @@ TOP_NGRAM_SIZES = (2, 3, 4)
 DUP_NGRAM_SIZES = (5, 6, 7, 8, 9, 10)
 
 GOPHER_QUALITY_COLUMNS = (
-    "ref_gopher_words", "ref_gopher_mean_word_length", "ref_gopher_hash_ratio", "ref_gopher_ellipsis_ratio",
-    "ref_gopher_bullet_lines", "ref_gopher_ellipsis_lines", "ref_gopher_alpha_words", "ref_gopher_stop_words")
+    "ref_gopher_words",
+    "ref_gopher_mean_word_length",
+    "ref_gopher_hash_ratio",
+    "ref_gopher_ellipsis_ratio",
+    "ref_gopher_bullet_lines",
+    "ref_gopher_ellipsis_lines",
+    "ref_gopher_alpha_words",
+    "ref_gopher_stop_words",
+)
 GOPHER_REPETITION_COLUMNS = (
-    "ref_rep_dup_line_frac", "ref_rep_dup_line_char_frac", "ref_rep_dup_para_frac", "ref_rep_dup_para_char_frac",
-    *(f"ref_rep_top_{n}gram" for n in TOP_NGRAM_SIZES), *(f"ref_rep_dup_{n}gram" for n in DUP_NGRAM_SIZES))
+    "ref_rep_dup_line_frac",
+    "ref_rep_dup_line_char_frac",
+    "ref_rep_dup_para_frac",
+    "ref_rep_dup_para_char_frac",
+    *(f"ref_rep_top_{n}gram" for n in TOP_NGRAM_SIZES),
+    *(f"ref_rep_dup_{n}gram" for n in DUP_NGRAM_SIZES),
+)
 C4_COLUMNS = ("ref_c4_sentences", "ref_c4_kept_lines", "ref_c4_lorem_ipsum", "ref_c4_curly_bracket")
-FINEWEB_COLUMNS = ("ref_fw_line_punct_ratio", "ref_fw_short_line_ratio", "ref_fw_dup_line_char_frac",
-                   "ref_fw_newline_ratio")
+FINEWEB_COLUMNS = (
+    "ref_fw_line_punct_ratio",
+    "ref_fw_short_line_ratio",
+    "ref_fw_dup_line_char_frac",
+    "ref_fw_newline_ratio",
+)
 COLUMNS = GOPHER_QUALITY_COLUMNS + GOPHER_REPETITION_COLUMNS + C4_COLUMNS + FINEWEB_COLUMNS
 
 _PUNCTUATION = frozenset(_rules.PUNCTUATION) | frozenset(_rules.TERMINAL_PUNCTUATION)
@@ -65,6 +82,7 @@ def _fraction(part: float, whole: float) -> float | None:
 
 
 # --- per-token properties, kept next to the tokenizer's vocabulary -----------------------
+
 
 class _TokenProperties:
     """Length, "symbolic" (only datatrove punctuation) and "alphabetic" of every interned token, as arrays
@@ -83,20 +101,22 @@ class _TokenProperties:
             self.alpha = np.zeros(1024, bool)
         strings = vocabulary.strings
         if len(strings) > self.size:
-            new = strings[self.size:]
+            new = strings[self.size :]
             end = len(strings)
             if end > len(self.lengths):
                 capacity = max(end, 2 * len(self.lengths))
                 for name in ("lengths", "symbolic", "alpha"):
                     old = getattr(self, name)
                     grown = np.zeros(capacity, old.dtype)
-                    grown[:self.size] = old[:self.size]
+                    grown[: self.size] = old[: self.size]
                     setattr(self, name, grown)
-            self.lengths[self.size:end] = np.fromiter(map(len, new), np.int64, len(new))
-            self.symbolic[self.size:end] = np.fromiter(
-                (_PUNCTUATION.issuperset(token) for token in new), bool, len(new))
-            self.alpha[self.size:end] = np.fromiter(
-                (any(c.isalpha() for c in token) for token in new), bool, len(new))
+            self.lengths[self.size : end] = np.fromiter(map(len, new), np.int64, len(new))
+            self.symbolic[self.size : end] = np.fromiter(
+                (_PUNCTUATION.issuperset(token) for token in new), bool, len(new)
+            )
+            self.alpha[self.size : end] = np.fromiter(
+                (any(c.isalpha() for c in token) for token in new), bool, len(new)
+            )
             self.size = end
         return self.lengths, self.symbolic, self.alpha
 
@@ -125,8 +145,14 @@ class _Tokens:
 
 # --- Gopher quality ------------------------------------------------------------------
 
-def gopher_quality(text: str, tokens: _Tokens, language: str | None,
-                   stop_words: dict[str, Iterable[str]] | None = None, lines: list[str] | None = None) -> dict:
+
+def gopher_quality(
+    text: str,
+    tokens: _Tokens,
+    language: str | None,
+    stop_words: dict[str, Iterable[str]] | None = None,
+    lines: list[str] | None = None,
+) -> dict:
     """datatrove ``GopherQualityFilter.filter`` (Rae et al. 2021, A.1.1), as scores.
 
     ``ref_gopher_words``             tokens with a non-punctuation character (datatrove: < 50, > 100,000)
@@ -148,10 +174,8 @@ def gopher_quality(text: str, tokens: _Tokens, language: str | None,
         "ref_gopher_mean_word_length": int(tokens.lengths[words_mask].sum()) / n_words if n_words else None,
         "ref_gopher_hash_ratio": _fraction(text.count("#"), n_tokens),
         "ref_gopher_ellipsis_ratio": _fraction(text.count("...") + text.count("…"), n_tokens),
-        "ref_gopher_bullet_lines": _fraction(sum(line.lstrip().startswith(("•", "-")) for line in lines),
-                                             len(lines)),
-        "ref_gopher_ellipsis_lines": _fraction(sum(line.rstrip().endswith(("...", "…")) for line in lines),
-                                               len(lines)),
+        "ref_gopher_bullet_lines": _fraction(sum(line.lstrip().startswith(("•", "-")) for line in lines), len(lines)),
+        "ref_gopher_ellipsis_lines": _fraction(sum(line.rstrip().endswith(("...", "…")) for line in lines), len(lines)),
         "ref_gopher_alpha_words": _fraction(int(np.count_nonzero(tokens.alpha)), n_tokens),
         "ref_gopher_stop_words": None,
     }
@@ -163,6 +187,7 @@ def gopher_quality(text: str, tokens: _Tokens, language: str | None,
 
 
 # --- Gopher repetition ---------------------------------------------------------------
+
 
 def _repeats(parts: list[str]) -> tuple[int, int]:
     """datatrove ``find_duplicates``: (elements equal to an earlier one, their characters).
@@ -238,7 +263,7 @@ def _ngram_scores(tokens: _Tokens, text_length: int) -> dict:
     cumulative = np.concatenate(([0], np.cumsum(tokens.lengths)))
     base = splitmix64(ids.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15))
     token_counts = np.bincount(ids) if n_tokens else np.zeros(0, np.int64)
-    repeats = token_counts[ids] > 1                 # position i starts a repeated 1-gram
+    repeats = token_counts[ids] > 1  # position i starts a repeated 1-gram
     rolling = base
     with np.errstate(over="ignore"):
         for n in range(2, max(DUP_NGRAM_SIZES) + 1):
@@ -246,7 +271,7 @@ def _ngram_scores(tokens: _Tokens, text_length: int) -> dict:
             if n_tokens < n:
                 out[name] = 0.0
                 continue
-            rolling = rolling[:-1] * _MULTIPLIER + base[n - 1:]
+            rolling = rolling[:-1] * _MULTIPLIER + base[n - 1 :]
             candidates = np.flatnonzero(repeats[:-1] & repeats[1:])
             repeats = np.zeros(len(rolling), dtype=bool)
             if candidates.size:
@@ -260,7 +285,7 @@ def _ngram_scores(tokens: _Tokens, text_length: int) -> dict:
                     occurrences = counts[inverse]
                     top = int(occurrences.max())
                     at = int(candidates[occurrences == top][0])
-                else:                                   # every n-gram once: the first one is the top
+                else:  # every n-gram once: the first one is the top
                     top, at = 1, 0
                 chars = int(cumulative[at + n] - cumulative[at]) + n - 1
                 out[name] = chars * top / text_length
@@ -300,6 +325,7 @@ def _skipping_duplicates(hashes: np.ndarray, repeated: np.ndarray, cumulative: n
 
 
 # --- C4 ------------------------------------------------------------------------------
+
 
 def _c4_lines(lines: list[str]):
     """(line, outcome) for datatrove ``C4QualityFilter`` with its defaults over ``text.splitlines()``;
@@ -359,8 +385,12 @@ def c4(text: str, lines: list[str] | None = None) -> dict:
             lorem = True
         else:
             curly = True
-    return {"ref_c4_sentences": sentences, "ref_c4_kept_lines": kept, "ref_c4_lorem_ipsum": lorem,
-            "ref_c4_curly_bracket": curly}
+    return {
+        "ref_c4_sentences": sentences,
+        "ref_c4_kept_lines": kept,
+        "ref_c4_lorem_ipsum": lorem,
+        "ref_c4_curly_bracket": curly,
+    }
 
 
 def c4_kept_text(text: str) -> str:
@@ -369,6 +399,7 @@ def c4_kept_text(text: str) -> str:
 
 
 # --- FineWeb -------------------------------------------------------------------------
+
 
 def fineweb(text: str, tokens: _Tokens, pieces: list[str] | None = None) -> dict:
     """datatrove ``FineWebQualityFilter`` (Penedo et al. 2024, 3.3), as scores.
@@ -396,8 +427,8 @@ def fineweb(text: str, tokens: _Tokens, pieces: list[str] | None = None) -> dict
 
 # --- all of them -------------------------------------------------------------------------
 
-def score(text: str, language: str | None = None, *,
-          stop_words: dict[str, Iterable[str]] | None = None) -> dict:
+
+def score(text: str, language: str | None = None, *, stop_words: dict[str, Iterable[str]] | None = None) -> dict:
     """Every reference column for one document."""
     tokens = _Tokens(reference_tokenizer.word_ids(text))
     lines = text.splitlines()

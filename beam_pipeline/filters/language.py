@@ -18,6 +18,7 @@ in paragraphs whose own top language is the document's, and the number of
 distinct paragraph languages (paragraphs shorter than a minimum are too short
 to classify and are skipped).
 """
+
 from __future__ import annotations
 
 from beam_pipeline.filters.paragraphs import split_paragraphs
@@ -63,27 +64,23 @@ def identify(model, text: str, max_chars: int = 0) -> tuple[str | None, float | 
     if not labels:
         return None, None
     # softmax in float32 can exceed 1 by a few ulps
-    return labels[0][len(LABEL_PREFIX):], round(min(1.0, max(0.0, float(probabilities[0]))), DECIMALS)
+    return labels[0][len(LABEL_PREFIX) :], round(min(1.0, max(0.0, float(probabilities[0]))), DECIMALS)
 
 
-def identify_paragraphs(model, text: str, language: str | None,
-                        min_chars: int = 40) -> tuple[float | None, int | None]:
+def identify_paragraphs(model, text: str, language: str | None, min_chars: int = 40) -> tuple[float | None, int | None]:
     """(share of characters in paragraphs of ``language``, distinct paragraph languages)."""
     paragraphs = [p for p in split_paragraphs(text) if len(p) >= min_chars]
     if not paragraphs or language is None:
         return None, None
     labels, _ = model.predict([one_line(p) for p in paragraphs], k=1)
-    codes = [found[0][len(LABEL_PREFIX):] if found else "" for found in labels]
+    codes = [found[0][len(LABEL_PREFIX) :] if found else "" for found in labels]
     total = sum(len(p) for p in paragraphs)
     same = sum(len(p) for p, code in zip(paragraphs, codes) if code == language)
     return round(same / total, DECIMALS), len(set(codes))
 
 
-def score(model, text: str, *, paragraphs: bool = False, min_paragraph_chars: int = 40,
-          max_chars: int = 0) -> dict:
+def score(model, text: str, *, paragraphs: bool = False, min_paragraph_chars: int = 40, max_chars: int = 0) -> dict:
     """The ``language`` layer row (minus ids) for one document."""
     language, confidence = identify(model, text, max_chars)
-    share, distinct = (identify_paragraphs(model, text, language, min_paragraph_chars)
-                       if paragraphs else (None, None))
-    return {"lang": language, "confidence": confidence,
-            "paragraph_share": share, "paragraph_languages": distinct}
+    share, distinct = identify_paragraphs(model, text, language, min_paragraph_chars) if paragraphs else (None, None)
+    return {"lang": language, "confidence": confidence, "paragraph_share": share, "paragraph_languages": distinct}

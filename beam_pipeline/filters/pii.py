@@ -38,6 +38,7 @@ configurable). Overlapping detections are resolved by a fixed priority
 (secrets first, IPs last), then by position, so the result does not depend
 on detector order.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -47,8 +48,15 @@ from typing import Callable, Iterable, Iterator, Mapping
 KINDS = ("email", "phone", "ip", "credit_card", "ssn", "iban", "secret")
 #: Which detection wins when two overlap (earlier wins).
 PRIORITY = ("secret", "email", "iban", "credit_card", "ssn", "phone", "ip")
-DEFAULT_TOKENS = {"email": "<EMAIL>", "phone": "<PHONE>", "ip": "<IP_ADDRESS>", "credit_card": "<CREDIT_CARD>",
-                  "ssn": "<SSN>", "iban": "<IBAN>", "secret": "<SECRET>"}
+DEFAULT_TOKENS = {
+    "email": "<EMAIL>",
+    "phone": "<PHONE>",
+    "ip": "<IP_ADDRESS>",
+    "credit_card": "<CREDIT_CARD>",
+    "ssn": "<SSN>",
+    "iban": "<IBAN>",
+    "secret": "<SECRET>",
+}
 
 Span = tuple[int, int, str]  # (start, end, kind)
 
@@ -56,7 +64,8 @@ Span = tuple[int, int, str]  # (start, end, kind)
 
 _EMAIL = re.compile(
     r"(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+"
-    r"[A-Za-z]{2,24}(?![\w-])")
+    r"[A-Za-z]{2,24}(?![\w-])"
+)
 
 
 def find_emails(text: str) -> Iterator[tuple[int, int]]:
@@ -72,9 +81,9 @@ def find_emails(text: str) -> Iterator[tuple[int, int]]:
 _NOT_AFTER = r"(?<![\w#+\-./:])"
 _NOT_BEFORE = r"(?![\w\-]|\.\d|/\d)"
 _NANP = re.compile(
-    _NOT_AFTER + r"(?:\+?1[ .-]?)?(?:\([2-9]\d{2}\)[ .-]?|[2-9]\d{2}[ .-])[2-9]\d{2}[ .-]\d{4}" + _NOT_BEFORE)
-_INTERNATIONAL = re.compile(
-    r"(?<![\w#+\-./])\+[1-9]\d{0,2}(?:[ .-]?\(\d{1,4}\))?(?:[ .-]?\d{1,5}){2,6}" + _NOT_BEFORE)
+    _NOT_AFTER + r"(?:\+?1[ .-]?)?(?:\([2-9]\d{2}\)[ .-]?|[2-9]\d{2}[ .-])[2-9]\d{2}[ .-]\d{4}" + _NOT_BEFORE
+)
+_INTERNATIONAL = re.compile(r"(?<![\w#+\-./])\+[1-9]\d{0,2}(?:[ .-]?\(\d{1,4}\))?(?:[ .-]?\d{1,5}){2,6}" + _NOT_BEFORE)
 
 
 # Every number detector (phone, IPv4, card, SSN) matches inside a run of digits and
@@ -95,7 +104,7 @@ def number_windows(text: str) -> list[tuple[int, int]]:
 
 
 def _in_windows(pattern: re.Pattern, text: str, windows) -> Iterator[re.Match]:
-    for start, end in (number_windows(text) if windows is None else windows):
+    for start, end in number_windows(text) if windows is None else windows:
         yield from pattern.finditer(text, start, end)
 
 
@@ -116,8 +125,9 @@ def find_phones(text: str, windows=None) -> Iterator[tuple[int, int]]:
 
 _OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
 _IPV4 = re.compile(rf"(?<![\w.]){_OCTET}(?:\.{_OCTET}){{3}}(?![\w]|\.\d)")
-_IPV6_CANDIDATE = re.compile(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|:|" +
-                             _OCTET + r"(?:\." + _OCTET + r"){3})(?![\w:])")
+_IPV6_CANDIDATE = re.compile(
+    r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|:|" + _OCTET + r"(?:\." + _OCTET + r"){3})(?![\w:])"
+)
 
 
 _IPV6_HINT = re.compile(r"\d[0-9A-Fa-f]{0,3}:[0-9A-Fa-f]{0,4}:|::[0-9A-Fa-f]{0,3}\d|:\d[0-9A-Fa-f]{0,3}:")
@@ -177,14 +187,83 @@ def find_ssns(text: str, windows=None) -> Iterator[tuple[int, int]]:
 
 #: ISO 13616 IBAN length per country (SWIFT IBAN registry).
 IBAN_LENGTHS = {
-    "AD": 24, "AE": 23, "AL": 28, "AT": 20, "AZ": 28, "BA": 20, "BE": 16, "BG": 22, "BH": 22, "BR": 29,
-    "BY": 28, "CH": 21, "CR": 22, "CY": 28, "CZ": 24, "DE": 22, "DK": 18, "DO": 28, "EE": 20, "EG": 29,
-    "ES": 24, "FI": 18, "FO": 18, "FR": 27, "GB": 22, "GE": 22, "GI": 23, "GL": 18, "GR": 27, "GT": 28,
-    "HR": 21, "HU": 28, "IE": 22, "IL": 23, "IQ": 23, "IS": 26, "IT": 27, "JO": 30, "KW": 30, "KZ": 20,
-    "LB": 28, "LC": 32, "LI": 21, "LT": 20, "LU": 20, "LV": 21, "MC": 27, "MD": 24, "ME": 22, "MK": 19,
-    "MR": 27, "MT": 31, "MU": 30, "NL": 18, "NO": 15, "PK": 24, "PL": 28, "PS": 29, "PT": 25, "QA": 29,
-    "RO": 24, "RS": 22, "SA": 24, "SC": 31, "SE": 24, "SI": 19, "SK": 24, "SM": 27, "ST": 25, "SV": 28,
-    "TL": 23, "TN": 24, "TR": 26, "UA": 29, "VA": 22, "VG": 24, "XK": 20,
+    "AD": 24,
+    "AE": 23,
+    "AL": 28,
+    "AT": 20,
+    "AZ": 28,
+    "BA": 20,
+    "BE": 16,
+    "BG": 22,
+    "BH": 22,
+    "BR": 29,
+    "BY": 28,
+    "CH": 21,
+    "CR": 22,
+    "CY": 28,
+    "CZ": 24,
+    "DE": 22,
+    "DK": 18,
+    "DO": 28,
+    "EE": 20,
+    "EG": 29,
+    "ES": 24,
+    "FI": 18,
+    "FO": 18,
+    "FR": 27,
+    "GB": 22,
+    "GE": 22,
+    "GI": 23,
+    "GL": 18,
+    "GR": 27,
+    "GT": 28,
+    "HR": 21,
+    "HU": 28,
+    "IE": 22,
+    "IL": 23,
+    "IQ": 23,
+    "IS": 26,
+    "IT": 27,
+    "JO": 30,
+    "KW": 30,
+    "KZ": 20,
+    "LB": 28,
+    "LC": 32,
+    "LI": 21,
+    "LT": 20,
+    "LU": 20,
+    "LV": 21,
+    "MC": 27,
+    "MD": 24,
+    "ME": 22,
+    "MK": 19,
+    "MR": 27,
+    "MT": 31,
+    "MU": 30,
+    "NL": 18,
+    "NO": 15,
+    "PK": 24,
+    "PL": 28,
+    "PS": 29,
+    "PT": 25,
+    "QA": 29,
+    "RO": 24,
+    "RS": 22,
+    "SA": 24,
+    "SC": 31,
+    "SE": 24,
+    "SI": 19,
+    "SK": 24,
+    "SM": 27,
+    "ST": 25,
+    "SV": 28,
+    "TL": 23,
+    "TN": 24,
+    "TR": 26,
+    "UA": 29,
+    "VA": 22,
+    "VG": 24,
+    "XK": 20,
 }
 _IBAN = re.compile(r"(?<![\w])([A-Z]{2})(\d{2})((?: ?[A-Z0-9]){11,30})(?![\w])")
 _IBAN_PREFILTER = re.compile(r"[A-Z]{2}\d{2}")
@@ -217,7 +296,7 @@ def find_ibans(text: str) -> Iterator[tuple[int, int]]:
                 break
         else:
             continue
-        if iban_valid(text[m.start():end]) and not (end < len(text) and text[end].isalnum()):
+        if iban_valid(text[m.start() : end]) and not (end < len(text) and text[end].isalnum()):
             yield m.start(), end
 
 
@@ -231,9 +310,13 @@ _SECRETS = [
     ("AIza", re.compile(r"(?<![\w-])AIza[0-9A-Za-z_-]{35}(?![\w-])")),
     ("_live_", re.compile(r"(?<!\w)(?:sk|rk|pk)_live_[0-9A-Za-z]{24,99}(?!\w)")),
     ("eyJ", re.compile(r"(?<![\w-])eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}(?![\w-])")),
-    ("PRIVATE KEY", re.compile(
-        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----.*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----",
-        re.DOTALL)),
+    (
+        "PRIVATE KEY",
+        re.compile(
+            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----.*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----",
+            re.DOTALL,
+        ),
+    ),
 ]
 
 
@@ -254,8 +337,13 @@ def find_secrets(text: str) -> Iterator[tuple[int, int]]:
 _DIGIT = re.compile(r"\d")
 
 DETECTORS: dict[str, Callable[[str], Iterable[tuple[int, int]]]] = {
-    "email": find_emails, "phone": find_phones, "ip": find_ips, "credit_card": find_cards,
-    "ssn": find_ssns, "iban": find_ibans, "secret": find_secrets,
+    "email": find_emails,
+    "phone": find_phones,
+    "ip": find_ips,
+    "credit_card": find_cards,
+    "ssn": find_ssns,
+    "iban": find_ibans,
+    "secret": find_secrets,
 }
 
 
@@ -307,8 +395,9 @@ def redact(text: str, kinds: Iterable[str] = KINDS, tokens: Mapping[str, str] | 
     return redacted, len(kinds_replaced)
 
 
-def redact_spans(text: str, kinds: Iterable[str] = KINDS,
-                 tokens: Mapping[str, str] | None = None) -> tuple[str, list[str]]:
+def redact_spans(
+    text: str, kinds: Iterable[str] = KINDS, tokens: Mapping[str, str] | None = None
+) -> tuple[str, list[str]]:
     """(text with every detection replaced by its kind's token, the kind of each replacement in order)."""
     spans = detect(text, kinds)
     if not spans:

@@ -28,6 +28,7 @@ Definitions (``docs/filters.md`` lists every difference):
 Rules are listed in the reference implementation's order, so the first rule
 that fires names the same check datatrove reports.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -36,7 +37,7 @@ PRESET_NAMES = ("gopher_quality", "gopher_repetition", "c4", "fineweb")
 DEFINITIONS = ("reference", "project")
 DEFAULT_DEFINITION = "reference"
 
-_GOPHER_REPETITION_TABLE = (      # (reason, reference column, project column, threshold); drop when >
+_GOPHER_REPETITION_TABLE = (  # (reason, reference column, project column, threshold); drop when >
     ("gopher_dup_para_frac", "ref_rep_dup_para_frac", "rep_dup_para_frac", "0.3"),
     ("gopher_dup_para_char_frac", "ref_rep_dup_para_char_frac", "rep_dup_para_char_frac", "0.2"),
     ("gopher_dup_line_frac", "ref_rep_dup_line_frac", "rep_dup_line_frac", "0.3"),
@@ -81,20 +82,20 @@ PRESETS: dict[str, dict[str, list[tuple[str, str]]]] = {
             ("c4_curly_bracket", "heuristics.ref_c4_curly_bracket"),
             ("c4_too_few_sentences", "heuristics.ref_c4_sentences < 5"),
         ],
-        "project": [            # no sentence splitter: the lines that survive C4's line rules stand in
+        "project": [  # no sentence splitter: the lines that survive C4's line rules stand in
             ("c4_lorem_ipsum", "heuristics.c4_lorem_ipsum"),
             ("c4_curly_bracket", "heuristics.c4_curly_bracket"),
             ("c4_too_few_sentences", "heuristics.c4_kept_lines < 5"),
         ],
     },
     "fineweb": {
-        "reference": [          # datatrove's FineWebQualityFilter defaults (char_duplicates_ratio 0.01)
+        "reference": [  # datatrove's FineWebQualityFilter defaults (char_duplicates_ratio 0.01)
             ("fineweb_line_punct", "heuristics.ref_fw_line_punct_ratio < 0.12"),
             ("fineweb_short_lines", "heuristics.ref_fw_short_line_ratio > 0.67"),
             ("fineweb_dup_line_chars", "heuristics.ref_fw_dup_line_char_frac > 0.01"),
             ("fineweb_newlines", "heuristics.ref_fw_newline_ratio > 0.3"),
         ],
-        "project": [            # the paper's wording (section 3.3)
+        "project": [  # the paper's wording (section 3.3)
             ("fineweb_line_punct", "heuristics.fw_line_punct_ratio <= 0.12"),
             ("fineweb_short_lines", "heuristics.fw_short_line_ratio >= 0.67"),
             ("fineweb_dup_line_chars", "heuristics.fw_dup_line_char_frac >= 0.1"),
@@ -117,8 +118,10 @@ def _items(presets: Any, default_definition: Any) -> list[tuple[str, str, list[s
     if default_definition not in DEFINITIONS:
         raise ValueError(f"policy.preset_definition: {default_definition!r} is not one of {', '.join(DEFINITIONS)}")
     if not isinstance(presets, list):
-        raise ValueError(f"policy.presets: a list of preset names or {{name, definition, disable}} mappings, "
-                         f"got {type(presets).__name__}")
+        raise ValueError(
+            f"policy.presets: a list of preset names or {{name, definition, disable}} mappings, "
+            f"got {type(presets).__name__}"
+        )
     items = []
     for i, item in enumerate(presets):
         where = f"policy.presets[{i}]"
@@ -140,8 +143,10 @@ def _items(presets: Any, default_definition: Any) -> list[tuple[str, str, list[s
         reasons = [reason for reason, _ in PRESETS[name][definition]]
         missing = sorted(set(disable) - set(reasons))
         if missing:
-            raise ValueError(f"{where} ({name}).disable: no rule named {', '.join(missing)} in this preset; "
-                             f"its rules: {', '.join(reasons)}")
+            raise ValueError(
+                f"{where} ({name}).disable: no rule named {', '.join(missing)} in this preset; "
+                f"its rules: {', '.join(reasons)}"
+            )
         items.append((name, definition, disable))
     names = [name for name, _, _ in items]
     repeated = sorted({n for n in names if names.count(n) > 1})
@@ -165,7 +170,7 @@ def expand_presets(policy: Any) -> Any:
     default_definition = policy.pop("preset_definition", DEFAULT_DEFINITION)
     own = policy.get("rules") or []
     if not isinstance(own, list):
-        return {**policy, "rules": own}       # the validation reports the shape
+        return {**policy, "rules": own}  # the validation reports the shape
     own_by_reason = {rule.get("reason"): rule for rule in own if isinstance(rule, dict)}
     expanded, used = [], set()
     for name, definition, disable in _items(presets, default_definition):

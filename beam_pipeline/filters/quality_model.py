@@ -17,6 +17,7 @@ lower-cased, words and punctuation split apart, newlines removed, cut to the
 first ``MAX_TOKENS`` tokens (classification cost is then bounded per
 document; the beginning of a document is what the classifier sees).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -61,6 +62,7 @@ def positive_probability(model, text: str) -> float | None:
 
 # --- training -------------------------------------------------------------------
 
+
 @dataclasses.dataclass(frozen=True)
 class TrainParams:
     dim: int = 16
@@ -72,7 +74,7 @@ class TrainParams:
     holdout: float = 0.2
     seed: int = 0
     quantize: bool = True
-    cutoff: int = 0          # quantize: keep only this many words and n-grams (0: all)
+    cutoff: int = 0  # quantize: keep only this many words and n-grams (0: all)
 
 
 def read_examples(path: str, field: str = "text") -> list[str]:
@@ -93,8 +95,13 @@ def read_examples(path: str, field: str = "text") -> list[str]:
 
 def split_examples(texts: Iterable[str], holdout: float, seed: int) -> tuple[list[str], list[str]]:
     """(train, held-out) by a seeded hash of the prepared text; each sorted by that hash."""
-    keyed = sorted({(xxhash.xxh3_64_intdigest(line.encode("utf-8"), seed=seed), line)
-                    for line in (prepare(t) for t in texts) if line})
+    keyed = sorted(
+        {
+            (xxhash.xxh3_64_intdigest(line.encode("utf-8"), seed=seed), line)
+            for line in (prepare(t) for t in texts)
+            if line
+        }
+    )
     cut = int(round(holdout * 1000))
     train = [line for h, line in keyed if h % 1000 >= cut]
     held = [line for h, line in keyed if h % 1000 < cut]
@@ -106,10 +113,14 @@ def train(positive: list[str], negative: list[str], out: str, params: TrainParam
     pos_train, pos_held = split_examples(positive, params.holdout, params.seed)
     neg_train, neg_held = split_examples(negative, params.holdout, params.seed)
     if not pos_train or not neg_train:
-        raise ValueError(f"need training examples of both classes (got {len(pos_train)} positive, "
-                         f"{len(neg_train)} negative after the hold-out split)")
-    lines = sorted([f"{POSITIVE} {t}" for t in pos_train] + [f"{NEGATIVE} {t}" for t in neg_train],
-                   key=lambda s: xxhash.xxh3_64_intdigest(s.encode("utf-8"), seed=params.seed))
+        raise ValueError(
+            f"need training examples of both classes (got {len(pos_train)} positive, "
+            f"{len(neg_train)} negative after the hold-out split)"
+        )
+    lines = sorted(
+        [f"{POSITIVE} {t}" for t in pos_train] + [f"{NEGATIVE} {t}" for t in neg_train],
+        key=lambda s: xxhash.xxh3_64_intdigest(s.encode("utf-8"), seed=params.seed),
+    )
     directory = os.path.dirname(os.path.abspath(out))
     os.makedirs(directory, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -122,10 +133,20 @@ def train(positive: list[str], negative: list[str], out: str, params: TrainParam
         # training runs in a fresh, interpreter: the same inputs give the same bytes.
         package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
-        done = subprocess.run([sys.executable, "-c", "import sys; from beam_pipeline.filters.quality_model "
-                               "import _fit; _fit(sys.argv[1], sys.argv[2], sys.argv[3])",
-                               train_file, tmp_out, json.dumps(dataclasses.asdict(params))],
-                              env=env, capture_output=True, text=True)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from beam_pipeline.filters.quality_model "
+                "import _fit; _fit(sys.argv[1], sys.argv[2], sys.argv[3])",
+                train_file,
+                tmp_out,
+                json.dumps(dataclasses.asdict(params)),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         if done.returncode != 0:
             raise RuntimeError(f"fastText training failed: {done.stderr.strip()[-2000:]}")
         os.replace(tmp_out, out)
@@ -136,8 +157,12 @@ def train(positive: list[str], negative: list[str], out: str, params: TrainParam
         "model_bytes": os.path.getsize(out),
         "labels": {"positive": POSITIVE, "negative": NEGATIVE},
         "params": dataclasses.asdict(params),
-        "examples": {"train_positive": len(pos_train), "train_negative": len(neg_train),
-                     "heldout_positive": len(pos_held), "heldout_negative": len(neg_held)},
+        "examples": {
+            "train_positive": len(pos_train),
+            "train_negative": len(neg_train),
+            "heldout_positive": len(pos_held),
+            "heldout_negative": len(neg_held),
+        },
         "heldout": evaluate(model, pos_held, neg_held),
     }
     with open(metrics_path(out), "w", encoding="utf-8") as f:
@@ -153,12 +178,22 @@ def _fit(train_file: str, out: str, params_json: str) -> None:
     params = json.loads(params_json)
     fasttext.FastText.eprint = lambda *args, **kwargs: None
     model = fasttext.train_supervised(
-        input=train_file, dim=params["dim"], epoch=params["epoch"], lr=params["lr"],
-        wordNgrams=params["word_ngrams"], minCount=params["min_count"], bucket=params["bucket"],
-        loss="softmax", thread=1, seed=params["seed"], verbose=0)
+        input=train_file,
+        dim=params["dim"],
+        epoch=params["epoch"],
+        lr=params["lr"],
+        wordNgrams=params["word_ngrams"],
+        minCount=params["min_count"],
+        bucket=params["bucket"],
+        loss="softmax",
+        thread=1,
+        seed=params["seed"],
+        verbose=0,
+    )
     if params["quantize"]:
-        model.quantize(input=train_file, qnorm=True, retrain=params["cutoff"] > 0, cutoff=params["cutoff"],
-                       thread=1, verbose=0)
+        model.quantize(
+            input=train_file, qnorm=True, retrain=params["cutoff"] > 0, cutoff=params["cutoff"], thread=1, verbose=0
+        )
     model.save_model(out)
 
 
@@ -198,7 +233,7 @@ def roc_auc(scores: np.ndarray, truth: np.ndarray) -> float:
         j = i
         while j + 1 < len(scores) and sorted_scores[j + 1] == sorted_scores[i]:
             j += 1
-        ranks[order[i:j + 1]] = (i + j) / 2 + 1
+        ranks[order[i : j + 1]] = (i + j) / 2 + 1
         i = j + 1
     n_pos, n_neg = int(truth.sum()), int((1 - truth).sum())
     return float((ranks[truth == 1].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
@@ -210,4 +245,3 @@ def _p_pos(model, line: str) -> float:
         if label == POSITIVE:
             return float(p)
     return 0.0
-

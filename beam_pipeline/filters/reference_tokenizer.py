@@ -28,6 +28,7 @@ inside each chunk only. Only special cases that begin or end with an affix
 character are concerned, and a cross-chunk match needs their tokens on both
 sides of a space.
 """
+
 from __future__ import annotations
 
 import re
@@ -49,7 +50,7 @@ def _first_characters(items) -> list[tuple[int, int]] | None:
     with, or None when that is not simply a set of literals and ranges."""
     import re._constants as c
 
-    items = [item for item in items if item[0] not in (c.ASSERT, c.ASSERT_NOT)]   # zero width
+    items = [item for item in items if item[0] not in (c.ASSERT, c.ASSERT_NOT)]  # zero width
     if not items:
         return None
     op, av = items[0]
@@ -87,8 +88,11 @@ def _starts() -> tuple[re.Pattern | None, frozenset[str] | None]:
     import re._parser as parser
 
     infix = _first_characters(parser.parse(_rules.INFIX).data)
-    infix_class = None if infix is None else re.compile(
-        "[" + "".join(f"{re.escape(chr(lo))}-{re.escape(chr(hi))}" for lo, hi in infix) + "]")
+    infix_class = (
+        None
+        if infix is None
+        else re.compile("[" + "".join(f"{re.escape(chr(lo))}-{re.escape(chr(hi))}" for lo, hi in infix) + "]")
+    )
     prefix_items = parser.parse(_rules.PREFIX).data
     prefix = None
     if prefix_items and prefix_items[0] == (constants.AT, constants.AT_BEGINNING):
@@ -133,7 +137,7 @@ CACHE_SIZE = 500_000
 def _prefix_length(string: str) -> int:
     if _PREFIX_START is not None and string[:1] not in _PREFIX_START:
         return 0
-    match = _prefix_match(string)          # every prefix alternative starts with ^
+    match = _prefix_match(string)  # every prefix alternative starts with ^
     return match.end() if match is not None else 0
 
 
@@ -165,7 +169,7 @@ def _suffix_geometry() -> tuple[int, int] | None:
                 widest = max(widest, lookbehind(av[2].data))
         return widest
 
-    (op, (_, branches)), = parser.parse(_rules.SUFFIX).data
+    ((op, (_, branches)),) = parser.parse(_rules.SUFFIX).data
     if op is not constants.BRANCH:
         return None
     widest = 0
@@ -189,7 +193,7 @@ def _suffix_length(string: str) -> int:
         match = _suffix_search(string)
         return match.end() - match.start() if match is not None else 0
     window, behind = _SUFFIX_GEOMETRY
-    tail = string[-(window + behind):]
+    tail = string[-(window + behind) :]
     length = _suffix_memo.get(tail)
     if length is None:
         match = _suffix_search(tail, max(0, len(tail) - window))
@@ -242,7 +246,7 @@ def _split_chunk(string: str, specials: bool) -> list[str]:
         if specials and string in _SPECIALS:
             tokens.extend(_SPECIALS[string])
         elif string.isalnum() or ("." in string and _url_match(string)):
-            tokens.append(string)   # infixes consume no letter or digit (tested over Unicode); a URL has a dot
+            tokens.append(string)  # infixes consume no letter or digit (tested over Unicode); a URL has a dot
         else:
             start = 0
             for infix_start, infix_end in _infix_spans(string):
@@ -278,8 +282,7 @@ def _matcher_patterns() -> dict[str, list[tuple[tuple[str, ...], str]]]:
     """First token -> [(pattern tokens, special case)] for the special cases spaCy re-joins after splitting."""
     patterns: dict[str, list[tuple[tuple[str, ...], str]]] = {}
     for string in _SPECIALS:
-        if not (_prefix_length(string) or _infix_spans(string) or _suffix_length(string)
-                or " " in string):
+        if not (_prefix_length(string) or _infix_spans(string) or _suffix_length(string) or " " in string):
             continue
         tokens = tuple(_tokenize_without_specials(string))
         if len(tokens) > 1 and "".join(tokens) == string:
@@ -370,16 +373,16 @@ def _word_in_punctuation(chunk: str) -> list[str] | None:
     if not core.isalpha() or not (lead or trail):
         return None
     end = len(chunk)
-    for i in range(len(lead) + 1):          # every string the affix loop can look up
+    for i in range(len(lead) + 1):  # every string the affix loop can look up
         for j in range(len(trail) + 1):
-            if chunk[i:end - j] in _SPECIALS:
+            if chunk[i : end - j] in _SPECIALS:
                 return None
     return [*lead, core, *trail]
 
 
 def _tokenize_chunk(chunk: str) -> tuple[str, ...]:
     if (chunk.isalpha() or (chunk.isascii() and chunk.isdigit())) and chunk not in _SPECIALS:
-        return (chunk,)         # no affix or infix rule matches letters only (tested over Unicode)
+        return (chunk,)  # no affix or infix rule matches letters only (tested over Unicode)
     split = _word_in_punctuation(chunk)
     if split is None:
         split = _split_chunk(chunk, specials=True)
@@ -471,7 +474,7 @@ def sentence_count(text: str) -> int:
     if _FINAL_CHARACTER.search(text, 0, len(text) - 1) is None:
         return 1
     chunks = text.split()
-    if " ".join(chunks) == text:     # single spaces only: no whitespace tokens
+    if " ".join(chunks) == text:  # single spaces only: no whitespace tokens
         classes = "".join(_chunk_classes(chunks))
     else:
         classes = "".join(map(_token_class, tokens(text)))

@@ -23,6 +23,7 @@ language has no list or is unknown: no list, no score. ``toxicity`` is the
 positive-class probability of an optional fastText classifier (trained with
 ``train-quality``), ``None`` when none is configured.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -36,10 +37,30 @@ _WORD = re.compile(r"\w+")
 
 #: lid.176 code -> file name in glin-profanity's dictionaries folder.
 BUILTIN_LANGUAGES = {
-    "ar": "arabic", "zh": "chinese", "cs": "czech", "da": "danish", "nl": "dutch", "en": "english",
-    "eo": "esperanto", "fi": "finnish", "fr": "french", "de": "german", "hi": "hindi", "hu": "hungarian",
-    "it": "italian", "ja": "japanese", "ko": "korean", "no": "norwegian", "fa": "persian", "pl": "polish",
-    "pt": "portuguese", "ru": "russian", "es": "spanish", "sv": "swedish", "th": "thai", "tr": "turkish",
+    "ar": "arabic",
+    "zh": "chinese",
+    "cs": "czech",
+    "da": "danish",
+    "nl": "dutch",
+    "en": "english",
+    "eo": "esperanto",
+    "fi": "finnish",
+    "fr": "french",
+    "de": "german",
+    "hi": "hindi",
+    "hu": "hungarian",
+    "it": "italian",
+    "ja": "japanese",
+    "ko": "korean",
+    "no": "norwegian",
+    "fa": "persian",
+    "pl": "polish",
+    "pt": "portuguese",
+    "ru": "russian",
+    "es": "spanish",
+    "sv": "swedish",
+    "th": "thai",
+    "tr": "turkish",
 }
 SUBSTRING_LANGUAGES = frozenset({"zh", "ja", "th"})
 ALLOWLIST = {"ja": {"sm", "グロ", "女の子"}, "zh": {"性"}}
@@ -48,8 +69,10 @@ ALLOWLIST = {"ja": {"sm", "グロ", "女の子"}, "zh": {"性"}}
 def builtin_dictionary_dir() -> str:
     spec = importlib.util.find_spec("glin_profanity")
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("the LDNOOBW word lists come from the glin-profanity wheel, which is not "
-                                "installed: pip install --require-hashes -r requirements/runtime.txt")
+        raise FileNotFoundError(
+            "the LDNOOBW word lists come from the glin-profanity wheel, which is not "
+            "installed: pip install --require-hashes -r requirements/runtime.txt"
+        )
     return os.path.join(spec.submodule_search_locations[0], "data", "dictionaries")
 
 
@@ -86,8 +109,10 @@ class BadWords:
         self._substring: dict[str, re.Pattern] = {}
         self._words: dict[str, tuple[frozenset, dict, re.Pattern | None]] = {}
         for language, words in lists.items():
-            entries = sorted({w.strip().lower() for w in words if w.strip()} - ALLOWLIST.get(language, set()),
-                             key=lambda w: (-len(w), w))
+            entries = sorted(
+                {w.strip().lower() for w in words if w.strip()} - ALLOWLIST.get(language, set()),
+                key=lambda w: (-len(w), w),
+            )
             if not entries:
                 continue
             if language in SUBSTRING_LANGUAGES:
@@ -131,7 +156,7 @@ class BadWords:
             if firsts:
                 for i, token in enumerate(tokens):
                     for phrase in phrases.get(token, ()) if token in firsts else ():
-                        if tuple(tokens[i:i + len(phrase)]) == phrase:
+                        if tuple(tokens[i : i + len(phrase)]) == phrase:
                             count += 1
                             chars += sum(map(len, phrase)) + len(phrase) - 1
             if pattern is not None:
@@ -139,5 +164,8 @@ class BadWords:
                     count += 1
                     chars += len(match.group(0))
         visible = len(lowered) - sum(map(lowered.count, " \n\t\r\f\v"))
-        return {"badword_count": count, "badword_ratio": (chars / visible) if visible else None,
-                "badword_lang": language}
+        return {
+            "badword_count": count,
+            "badword_ratio": (chars / visible) if visible else None,
+            "badword_lang": language,
+        }

@@ -7,6 +7,7 @@ process that submits and waits for the job reads (``--max_stage_attempts``,
 ``--progress_interval``): plain command-line flags, never pipeline options, so
 no worker receives an option it does not know.
 """
+
 from __future__ import annotations
 
 import logging
@@ -29,32 +30,46 @@ class CorpusOptions(PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser):
         parser.add_argument(
-            "--config", default=None,
+            "--config",
+            default=None,
             help="Path or URI of the corpus YAML file (sources, stage parameters, policy, tokenizer, "
-                 "shard layout, seed, output root). See docs/config.md. A template launch needs an "
-                 "absolute URI (gs://, s3://) or a path inside the image.")
+            "shard layout, seed, output root). See docs/config.md. A template launch needs an "
+            "absolute URI (gs://, s3://) or a path inside the image.",
+        )
         parser.add_argument(
-            "--output_root", default=None, type=Matching(PATH_OR_URI, str, "absolute path or URI", relative=True),
+            "--output_root",
+            default=None,
+            type=Matching(PATH_OR_URI, str, "absolute path or URI", relative=True),
             help="Where snapshots, layers, datasets and runs are written (local path, s3://, gs://, "
-                 "hdfs://). Overrides output_root in the config.")
+            "hdfs://). Overrides output_root in the config.",
+        )
         parser.add_argument(
-            "--snapshot_id", default=None, type=Matching(r"^[0-9a-f]{24}$", str, "snapshot id"),
+            "--snapshot_id",
+            default=None,
+            type=Matching(r"^[0-9a-f]{24}$", str, "snapshot id"),
             help="Build from this existing snapshot (as printed by the snapshot command). An input "
-                 "that changed since then stops the run. Without it, a snapshot is taken first.")
+            "that changed since then stops the run. Without it, a snapshot is taken first.",
+        )
 
 
 def add_driver_arguments(parser) -> None:
     """The flags of the process that submits the build's job and waits for it (``run``, ``select``)."""
     parser.add_argument(
-        "--max_stage_attempts", default=3, type=Matching(r"^[1-9][0-9]?$", int, "number of attempts (1-99)"),
+        "--max_stage_attempts",
+        default=3,
+        type=Matching(r"^[1-9][0-9]?$", int, "number of attempts (1-99)"),
         help="Runs of the build's job before the build fails when a stage's records do not balance (the "
-             "runner lost or repeated records; a layer is committed only once they balance, and a rerun "
-             "reuses every layer committed before). 1 fails at the first imbalance.")
+        "runner lost or repeated records; a layer is committed only once they balance, and a rerun "
+        "reuses every layer committed before). 1 fails at the first imbalance.",
+    )
     parser.add_argument(
-        "--progress_interval", default=30.0, type=Matching(r"^[0-9]+(\.[0-9]+)?$", float, "number of seconds"),
+        "--progress_interval",
+        default=30.0,
+        type=Matching(r"^[0-9]+(\.[0-9]+)?$", float, "number of seconds"),
         help="Seconds between progress lines while the job runs ('[stage] N of T records so far (P%%), rate, "
-             "elapsed, ETA'; on a terminal a bar redrawn every second instead); 0 turns them off. Progress "
-             "never changes what a build writes (docs/operations.md, 'The console').")
+        "elapsed, ETA'; on a terminal a bar redrawn every second instead); 0 turns them off. Progress "
+        "never changes what a build writes (docs/operations.md, 'The console').",
+    )
 
 
 #: Where ``scripts/flink_cluster.sh jar`` (``make flink``) assembles the Flink job server: Beam's Flink
@@ -118,7 +133,10 @@ class LocalRunnerDefaults:
             logging.getLogger(__name__).warning(
                 "%.1f GB of text is above the local runner's ceiling (%.1f GB, docs/operations.md): building on "
                 "embedded Flink (--runner=FlinkRunner --flink_master=[local]); pass --runner=DirectRunner to "
-                "insist", input_bytes / 1e9, LOCAL_RUNNER_CEILING_BYTES / 1e9)
+                "insist",
+                input_bytes / 1e9,
+                LOCAL_RUNNER_CEILING_BYTES / 1e9,
+            )
             beam_args, runner = ["--runner=FlinkRunner", "--flink_master=[local]", *beam_args], "FlinkRunner"
         if runner is None:
             extra = ["--runner=DirectRunner"]
@@ -129,7 +147,8 @@ class LocalRunnerDefaults:
             if "--direct_running_mode=multi_threading" in beam_args:
                 logging.getLogger(__name__).warning(
                     "--direct_running_mode=multi_threading lost records in GroupByKey in our tests "
-                    "(docs/decisions.md); prefer multi_processing or in_memory")
+                    "(docs/decisions.md); prefer multi_processing or in_memory"
+                )
             return extra + beam_args
         if runner.rsplit(".", 1)[-1] == "FlinkRunner":
             return beam_args + flink_defaults(beam_args)
@@ -144,12 +163,17 @@ def flink_defaults(beam_args: list[str]) -> list[str]:
     if _flag(beam_args, "job_endpoint") is None and _flag(beam_args, "flink_job_server_jar") is None:
         jar = flink_job_server_jar()
         if not os.path.exists(jar):
-            raise RunnerError(f"the Flink job server is not assembled ({jar} is missing): run `make flink` once "
-                              f"(Maven resolves it from Maven Central), or pass --flink_job_server_jar or "
-                              f"--job_endpoint (docs/flink.md)")
+            raise RunnerError(
+                f"the Flink job server is not assembled ({jar} is missing): run `make flink` once "
+                f"(Maven resolves it from Maven Central), or pass --flink_job_server_jar or "
+                f"--job_endpoint (docs/flink.md)"
+            )
         extra.append(f"--flink_job_server_jar={jar}")
-    if _flag(beam_args, "job_endpoint") is None and _flag(beam_args, "job_server_jvm_properties") is None \
-            and _flag(beam_args, "job_server_jvm_property") is None:    # the job server this process starts
+    if (
+        _flag(beam_args, "job_endpoint") is None
+        and _flag(beam_args, "job_server_jvm_properties") is None
+        and _flag(beam_args, "job_server_jvm_property") is None
+    ):  # the job server this process starts
         extra.append(f"--job_server_jvm_properties={JOB_SERVER_THREAD_STACK}")
     master = _flag(beam_args, "flink_master")
     if master in (None, "[local]", "[auto]"):
@@ -173,14 +197,18 @@ def local_paths_for_remote_workers(config, beam_args: list[str]) -> tuple[list[s
     runner = (_flag(beam_args, "runner") or "DirectRunner").rsplit(".", 1)[-1]
     master = _flag(beam_args, "flink_master")
     if runner in ("DirectRunner", "SwitchingDirectRunner", "PrismRunner") or (
-            runner == "FlinkRunner" and master in (None, "[local]", "[auto]")):
+        runner == "FlinkRunner" and master in (None, "[local]", "[auto]")
+    ):
         return [], False
     from beam_pipeline.filters.language import BUILTIN_LID
 
     paths = [("output_root", config.output_root), ("tokenize.tokenizer", config.tokenize.tokenizer)]
     paths += [(f"sources.{s.name}.uri", s.uri) for s in config.sources]
-    paths += [("language.model", config.language.model), ("quality.model", config.quality.model),
-              ("safety.toxicity_model", config.safety.toxicity_model)]
+    paths += [
+        ("language.model", config.language.model),
+        ("quality.model", config.quality.model),
+        ("safety.toxicity_model", config.safety.toxicity_model),
+    ]
     paths += [("blocklist", p) for p in config.blocklist.domain_files + config.blocklist.url_substring_files]
     paths += [("safety.badword_files", p) for p in config.safety.badword_files.values()]
     paths += [(f"decontamination.evalsets.{e.name}", e.path) for e in config.decontamination.evalsets]

@@ -18,6 +18,7 @@ An option contributes to the metadata through:
   these; argparse ``required=True`` cannot be used because Beam parses every
   ``PipelineOptions`` subclass for every pipeline) -> ``isOptional: false``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,8 +57,8 @@ def template_metadata() -> dict:
     return {
         "name": "beam_pipeline corpus build",
         "description": "Build an LLM pretraining corpus (every stage, token shards, lineage, run report) "
-                       "with beam_pipeline as one Dataflow job, resuming from the layers an earlier launch "
-                       "committed. See docs/dataflow.md.",
+        "with beam_pipeline as one Dataflow job, resuming from the layers an earlier launch "
+        "committed. See docs/dataflow.md.",
         "streaming": False,
         "parameters": template_parameters(),
     }

@@ -1,4 +1,5 @@
 """Validation shared by the option classes: values that must match a regex."""
+
 from __future__ import annotations
 
 import argparse
@@ -22,8 +23,9 @@ class Matching:
 
     def __call__(self, text: str):
         text = str(text)
-        if not (re.fullmatch(self.regex, text) or (self.relative and text and not text[0].isspace()
-                                                   and "://" not in text)):
+        if not (
+            re.fullmatch(self.regex, text) or (self.relative and text and not text[0].isspace() and "://" not in text)
+        ):
             raise argparse.ArgumentTypeError(f"{text!r} is not a valid {self.what} (must match {self.regex})")
         return self.convert(text)
 

@@ -10,6 +10,7 @@ Modules, in the order the data flows:
 
 ``docs/report.md`` describes every section and where its numbers come from.
 """
+
 from __future__ import annotations
 
 from beam_pipeline.layers import join, write_bytes_atomic
@@ -41,16 +42,33 @@ def write_compare(a: str, b: str, *, output: str | None = None) -> tuple[str, st
     labels = (f"A · {cmp['a']['label']}", f"B · {cmp['b']['label']}")
     figures = {
         "counts": plots.compare_bars(
-            "counts", "Documents passed per stage", [r["stage"] for r in cmp["counts"] if r["field"] == "passed"],
+            "counts",
+            "Documents passed per stage",
+            [r["stage"] for r in cmp["counts"] if r["field"] == "passed"],
             [r["a"] or 0 for r in cmp["counts"] if r["field"] == "passed"],
-            [r["b"] or 0 for r in cmp["counts"] if r["field"] == "passed"], labels, "documents passed"),
+            [r["b"] or 0 for r in cmp["counts"] if r["field"] == "passed"],
+            labels,
+            "documents passed",
+        ),
         "drops": plots.compare_bars(
-            "drops", "Records dropped by reason", [r["reason"] for r in cmp["drops"]],
-            [r["a"] for r in cmp["drops"]], [r["b"] for r in cmp["drops"]], labels, "records dropped"),
+            "drops",
+            "Records dropped by reason",
+            [r["reason"] for r in cmp["drops"]],
+            [r["a"] for r in cmp["drops"]],
+            [r["b"] for r in cmp["drops"]],
+            labels,
+            "records dropped",
+        ),
         "mixture": plots.compare_bars(
-            "mixture", "Share of tokens per domain bucket", [r["bucket"] for r in cmp["mixture"]],
-            [r["a_share"] for r in cmp["mixture"]], [r["b_share"] for r in cmp["mixture"]], labels,
-            "share of the dataset's tokens", percent=True),
+            "mixture",
+            "Share of tokens per domain bucket",
+            [r["bucket"] for r in cmp["mixture"]],
+            [r["a_share"] for r in cmp["mixture"]],
+            [r["b_share"] for r in cmp["mixture"]],
+            labels,
+            "share of the dataset's tokens",
+            percent=True,
+        ),
     }
     path = output or join(b_ref.run_dir, f"compare-{a_ref.run_id}.html")
     write_bytes_atomic(path, html.render_compare(cmp, figures).encode("utf-8"))

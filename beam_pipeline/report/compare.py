@@ -6,6 +6,7 @@ keys and config fields that differ, and the counts they moved. Only the runs'
 metrics and manifests are read (no layers), so any two versions compare in
 seconds.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,11 +27,17 @@ def compare(a_ref: RunRef, b_ref: RunRef) -> dict:
 
 def compare_data(a: dict, b: dict, a_config: dict, b_config: dict) -> dict:
     """The comparison of two gathered runs (``gather(..., detail=False)``)."""
-    versions = [{"what": what, "a": a["run"][key], "b": b["run"][key]}
-                for what, key in (("dataset id", "dataset_id"), ("snapshot id", "snapshot_id"),
-                                  ("config digest", "config_digest"))]
-    versions.append({"what": "tokenizer sha256", "a": a["run"]["tokenizer"].get("sha256"),
-                     "b": b["run"]["tokenizer"].get("sha256")})
+    versions = [
+        {"what": what, "a": a["run"][key], "b": b["run"][key]}
+        for what, key in (
+            ("dataset id", "dataset_id"),
+            ("snapshot id", "snapshot_id"),
+            ("config digest", "config_digest"),
+        )
+    ]
+    versions.append(
+        {"what": "tokenizer sha256", "a": a["run"]["tokenizer"].get("sha256"), "b": b["run"]["tokenizer"].get("sha256")}
+    )
     a_stages = {s["name"]: s for s in a["stages"]}
     b_stages = {s["name"]: s for s in b["stages"]}
     names = _merge_order([s["name"] for s in a["stages"]], [s["name"] for s in b["stages"]])
@@ -43,38 +50,66 @@ def compare_data(a: dict, b: dict, a_config: dict, b_config: dict) -> dict:
     for name in names:
         sa, sb = a_stages.get(name), b_stages.get(name)
         for field in ("in", "passed", "dropped", "dead_letter"):
-            counts.append({"stage": name, "field": field, "what": f"{name} · {field}",
-                           "a": _count(sa, field), "b": _count(sb, field)})
+            counts.append(
+                {
+                    "stage": name,
+                    "field": field,
+                    "what": f"{name} · {field}",
+                    "a": _count(sa, field),
+                    "b": _count(sb, field),
+                }
+            )
 
     a_drops, b_drops = _drop_totals(a["stages"]), _drop_totals(b["stages"])
-    drops = [{"reason": r, "a": a_drops.get(r, 0), "b": b_drops.get(r, 0)}
-             for r in _union(drop_reasons(a["stages"]), drop_reasons(b["stages"]))]
+    drops = [
+        {"reason": r, "a": a_drops.get(r, 0), "b": b_drops.get(r, 0)}
+        for r in _union(drop_reasons(a["stages"]), drop_reasons(b["stages"]))
+    ]
 
     a_mix, b_mix = a["mixture"]["buckets"], b["mixture"]["buckets"]
-    mixture = [{"bucket": k, "a_tokens": a_mix.get(k, {}).get("tokens", 0), "b_tokens": b_mix.get(k, {}).get("tokens", 0),
-                "a_share": a_mix.get(k, {}).get("share", 0.0), "b_share": b_mix.get(k, {}).get("share", 0.0)}
-               for k in _union(list(a_mix), list(b_mix))]
+    mixture = [
+        {
+            "bucket": k,
+            "a_tokens": a_mix.get(k, {}).get("tokens", 0),
+            "b_tokens": b_mix.get(k, {}).get("tokens", 0),
+            "a_share": a_mix.get(k, {}).get("share", 0.0),
+            "b_share": b_mix.get(k, {}).get("share", 0.0),
+        }
+        for k in _union(list(a_mix), list(b_mix))
+    ]
 
     flat_a, flat_b = _flatten_config(a_config), _flatten_config(b_config)
-    config_changes = [{"field": k, "a": _shown(flat_a, k), "b": _shown(flat_b, k)}
-                      for k in sorted(set(flat_a) | set(flat_b)) if _shown(flat_a, k) != _shown(flat_b, k)]
-    headline = [("documents", f"{a['run']['documents']:,} → {b['run']['documents']:,}"),
-                ("tokens", f"{a['run']['tokens']:,} → {b['run']['tokens']:,}"),
-                ("shards", f"{a['run']['shards']:,} → {b['run']['shards']:,}")]
+    config_changes = [
+        {"field": k, "a": _shown(flat_a, k), "b": _shown(flat_b, k)}
+        for k in sorted(set(flat_a) | set(flat_b))
+        if _shown(flat_a, k) != _shown(flat_b, k)
+    ]
+    headline = [
+        ("documents", f"{a['run']['documents']:,} → {b['run']['documents']:,}"),
+        ("tokens", f"{a['run']['tokens']:,} → {b['run']['tokens']:,}"),
+        ("shards", f"{a['run']['shards']:,} → {b['run']['shards']:,}"),
+    ]
     return {
         "a": {"label": f"{a['name']} {a['run']['run_id'][:8]}", **_ids(a)},
         "b": {"label": f"{b['name']} {b['run']['run_id'][:8]}", **_ids(b)},
         "same_data": a["run"]["dataset_id"] == b["run"]["dataset_id"],
-        "versions": versions, "config_changes": config_changes, "counts": counts, "drops": drops,
-        "mixture": mixture, "headline": headline,
+        "versions": versions,
+        "config_changes": config_changes,
+        "counts": counts,
+        "drops": drops,
+        "mixture": mixture,
+        "headline": headline,
     }
 
 
 def summary_text(cmp: dict) -> str:
     """The comparison as plain text for the terminal."""
-    lines = [f"A  {cmp['a']['label']}  dataset {cmp['a']['dataset_id']}",
-             f"B  {cmp['b']['label']}  dataset {cmp['b']['dataset_id']}",
-             "same data (dataset ids equal)" if cmp["same_data"] else "different data", ""]
+    lines = [
+        f"A  {cmp['a']['label']}  dataset {cmp['a']['dataset_id']}",
+        f"B  {cmp['b']['label']}  dataset {cmp['b']['dataset_id']}",
+        "same data (dataset ids equal)" if cmp["same_data"] else "different data",
+        "",
+    ]
     changed = [v for v in cmp["versions"] if v["a"] != v["b"] and v["what"] != "dataset id"]
     for v in changed:
         lines.append(f"changed  {v['what']:<28} {v['a']} -> {v['b']}")
@@ -87,7 +122,9 @@ def summary_text(cmp: dict) -> str:
         lines.append(f"{r['what']:<30} {_fmt(a):>12} {_fmt(b):>12} {delta:>10}")
     lines += ["", f"{'bucket':<16} {'A tokens':>12} {'B tokens':>12} {'A share':>8} {'B share':>8}"]
     for m in cmp["mixture"]:
-        lines.append(f"{m['bucket']:<16} {m['a_tokens']:>12,} {m['b_tokens']:>12,} {m['a_share']:>8.1%} {m['b_share']:>8.1%}")
+        lines.append(
+            f"{m['bucket']:<16} {m['a_tokens']:>12,} {m['b_tokens']:>12,} {m['a_share']:>8.1%} {m['b_share']:>8.1%}"
+        )
     return "\n".join(lines)
 
 

@@ -21,6 +21,7 @@ samples. A new stage with new annotations shows up without a change here.
 The result is a plain JSON-able dict (see :func:`gather`), rendered by
 :mod:`beam_pipeline.report.html` and compared by :mod:`beam_pipeline.report.compare`.
 """
+
 from __future__ import annotations
 
 import functools
@@ -44,8 +45,9 @@ from beam_pipeline.report.locate import RunRef
 from beam_pipeline.report.null_scores import report_warnings
 
 #: Columns that describe where a record came from, not a property worth a histogram.
-PROVENANCE_COLUMNS = frozenset({"source_rank", "position", "byte_offset", "token_start", "token_count",
-                                "record_id", "file"})
+PROVENANCE_COLUMNS = frozenset(
+    {"source_rank", "position", "byte_offset", "token_start", "token_count", "record_id", "file"}
+)
 #: Outputs that hold one row per dropped record but no ``reason`` column: output -> reason.
 DROP_RECORD_OUTPUTS = {"repeats": "repeated_record"}
 #: Outputs whose columns describe documents, one row per document: ``documents`` and every ``*annotations``.
@@ -66,9 +68,11 @@ TOP_CLUSTERS = 5
 CLUSTER_MEMBERS_SHOWN = 6
 HISTOGRAM_BINS = 40
 LANGUAGES_SHOWN = 15
-MUENNIGHOFF = ("Muennighoff et al. 2023, \"Scaling Data-Constrained Language Models\" (NeurIPS 2023, "
-               "arXiv:2305.16264): up to about 4 epochs of repeated data are almost as good as unique "
-               "data; beyond that the value of added compute decays quickly.")
+MUENNIGHOFF = (
+    "Muennighoff et al. 2023, \"Scaling Data-Constrained Language Models\" (NeurIPS 2023, "
+    "arXiv:2305.16264): up to about 4 epochs of repeated data are almost as good as unique "
+    "data; beyond that the value of added compute decays quickly."
+)
 
 
 def gather(ref: RunRef, *, report_config: dict | None = None, detail: bool = True) -> dict:
@@ -80,8 +84,14 @@ def gather(ref: RunRef, *, report_config: dict | None = None, detail: bool = Tru
     """
     manifest = ref.manifest
     config = manifest.get("config", {})
-    settings = {"target_tokens": None, "mixture": {}, "max_epochs": 4.0, "samples_per_reason": 20,
-                **(config.get("report") or {}), **(report_config or {})}
+    settings = {
+        "target_tokens": None,
+        "mixture": {},
+        "max_epochs": 4.0,
+        "samples_per_reason": 20,
+        **(config.get("report") or {}),
+        **(report_config or {}),
+    }
     stages = _stages(ref)
     flow_warnings = stage_flow(stages)
     data: dict[str, Any] = {
@@ -94,34 +104,47 @@ def gather(ref: RunRef, *, report_config: dict | None = None, detail: bool = Tru
     }
     data["drops_by_source"] = drops_by_source(stages)
     data["sources"] = sorted({s for stage in stages for s in stage["by_source"]})
-    data["read_by_source"] = {s: stages[0]["by_source"].get(s, {}).get("in", 0) for s in data["sources"]} \
-        if stages else {}
+    data["read_by_source"] = (
+        {s: stages[0]["by_source"].get(s, {}).get("in", 0) for s in data["sources"]} if stages else {}
+    )
     run = data["run"]
     if stages and run["records_in"] - run["records_dropped"] != run["documents"]:
         data["warnings"].append(
             f"the counts do not add up: {run['records_in']:,} records read - {run['records_dropped']:,} dropped "
-            f"= {run['records_in'] - run['records_dropped']:,}, but the dataset holds {run['documents']:,} documents")
+            f"= {run['records_in'] - run['records_dropped']:,}, but the dataset holds {run['documents']:,} documents"
+        )
     data["mixture"] = mixture(manifest, settings)
     data["budget"] = token_budget(data["mixture"], settings)
-    data["shards"] = [{"name": s["name"], "domain": s["domain"], "tokens": s["tokens"], "documents": s["documents"],
-                       "sequences": s["sequences"], "bytes": s["tokens_bytes"] + s["index_bytes"]}
-                      for s in manifest["shards"]]
+    data["shards"] = [
+        {
+            "name": s["name"],
+            "domain": s["domain"],
+            "tokens": s["tokens"],
+            "documents": s["documents"],
+            "sequences": s["sequences"],
+            "bytes": s["tokens_bytes"] + s["index_bytes"],
+        }
+        for s in manifest["shards"]
+    ]
     data["shard_tokens_target"] = config.get("tokenize", {}).get("shard_tokens")
     data["policy"] = {}
     for warning in data["budget"]["warnings"]:
         data["warnings"].append(warning)
     if ref.metrics is None:
-        data["notes"].append("no run metrics found (runs/<run_id>/metrics.json): stage counts are the "
-                             "manifest's, timings are unknown")
+        data["notes"].append(
+            "no run metrics found (runs/<run_id>/metrics.json): stage counts are the manifest's, timings are unknown"
+        )
     if not detail:
         return data
 
     ledgers = _ledgers(ref, stages)
     for stage in stages:
         if stage["name"] not in ledgers:
-            data["warnings"].append(f"layer {stage['name']}/{stage['layer_key']} is missing (deleted?): "
-                                    f"its histograms and samples are not shown")
-    data["warnings"].extend(report_warnings(config, ledgers))   # rules whose scores are null for a source
+            data["warnings"].append(
+                f"layer {stage['name']}/{stage['layer_key']} is missing (deleted?): "
+                f"its histograms and samples are not shown"
+            )
+    data["warnings"].extend(report_warnings(config, ledgers))  # rules whose scores are null for a source
     cluster_lines, cluster_alarms = cluster_messages(config, ledgers)  # near-dup clusters above max_cluster_size
     data["warnings"].extend(cluster_alarms + cluster_lines)
     data["policy"] = _policy(ledgers)
@@ -143,6 +166,7 @@ def gather(ref: RunRef, *, report_config: dict | None = None, detail: bool = Tru
 
 # --- metrics ----------------------------------------------------------------
 
+
 def _stages(ref: RunRef) -> list[dict]:
     """Stage entries in run order: name, version, layer key, counts, reused, seconds."""
     by_name = {s["name"]: s for s in ref.manifest.get("stages", [])}
@@ -151,26 +175,45 @@ def _stages(ref: RunRef) -> list[dict]:
     stages = []
     for entry in entries:
         counts = entry["counts"]
-        stages.append({
-            "name": entry["name"], "version": entry.get("version"), "layer_key": entry["layer_key"],
-            "config_digest": by_name.get(entry["name"], {}).get("config_digest"),
-            "reused": entry.get("reused"), "seconds": timing.get(entry["name"]),
-            "in": counts["in"], "passed": counts["passed"], "filtered": dict(counts.get("filtered", {})),
-            "dead_letter": counts.get("dead_letter", 0),
-            "by_source": {s: {"in": c["in"], "passed": c["passed"], "filtered": dict(c.get("filtered", {})),
-                              "dead_letter": c.get("dead_letter", 0)}
-                          for s, c in counts.get("by_source", {}).items()},
-        })
+        stages.append(
+            {
+                "name": entry["name"],
+                "version": entry.get("version"),
+                "layer_key": entry["layer_key"],
+                "config_digest": by_name.get(entry["name"], {}).get("config_digest"),
+                "reused": entry.get("reused"),
+                "seconds": timing.get(entry["name"]),
+                "in": counts["in"],
+                "passed": counts["passed"],
+                "filtered": dict(counts.get("filtered", {})),
+                "dead_letter": counts.get("dead_letter", 0),
+                "by_source": {
+                    s: {
+                        "in": c["in"],
+                        "passed": c["passed"],
+                        "filtered": dict(c.get("filtered", {})),
+                        "dead_letter": c.get("dead_letter", 0),
+                    }
+                    for s, c in counts.get("by_source", {}).items()
+                },
+            }
+        )
     return stages
 
 
 def _run_info(ref: RunRef, stages: list[dict]) -> dict:
     manifest = ref.manifest
     return {
-        "run_id": ref.run_id, "root": ref.root, "run_dir": ref.run_dir, "report_path": ref.report_path,
-        "dataset_id": manifest["dataset_id"], "snapshot_id": manifest["snapshot_id"],
-        "config_digest": manifest["config_digest"], "seed": manifest.get("seed"),
-        "seq_len": manifest.get("seq_len"), "tokenizer": manifest.get("tokenizer", {}),
+        "run_id": ref.run_id,
+        "root": ref.root,
+        "run_dir": ref.run_dir,
+        "report_path": ref.report_path,
+        "dataset_id": manifest["dataset_id"],
+        "snapshot_id": manifest["snapshot_id"],
+        "config_digest": manifest["config_digest"],
+        "seed": manifest.get("seed"),
+        "seq_len": manifest.get("seq_len"),
+        "tokenizer": manifest.get("tokenizer", {}),
         "timing_seconds": (ref.metrics or {}).get("timing_seconds"),
         "manifest_path": ref.manifest_path,
         "snapshot": _snapshot_summary(ref),
@@ -188,10 +231,13 @@ def _snapshot_summary(ref: RunRef) -> dict | None:
     if not FileSystems.exists(path):
         return None
     snapshot = json.loads(read_bytes(path))
-    return {"total_bytes": snapshot.get("total_bytes"),
-            "sources": {name: {"files": len(s.get("files", [])),
-                               "bytes": sum(f.get("size", 0) for f in s.get("files", []))}
-                        for name, s in sorted(snapshot.get("sources", {}).items())}}
+    return {
+        "total_bytes": snapshot.get("total_bytes"),
+        "sources": {
+            name: {"files": len(s.get("files", [])), "bytes": sum(f.get("size", 0) for f in s.get("files", []))}
+            for name, s in sorted(snapshot.get("sources", {}).items())
+        },
+    }
 
 
 def stage_flow(stages: list[dict]) -> list[str]:
@@ -220,8 +266,10 @@ def stage_flow(stages: list[dict]) -> list[str]:
         next_in = following["in"] if following else stage["passed"]
         filtered = sum(stage["filtered"].values())
         if stage["in"] != stage["passed"] + filtered + stage["dead_letter"]:
-            warnings.append(f"stage {stage['name']}: {stage['in']:,} in != {stage['passed']:,} passed + {filtered:,} "
-                            f"filtered + {stage['dead_letter']:,} dead letters")
+            warnings.append(
+                f"stage {stage['name']}: {stage['in']:,} in != {stage['passed']:,} passed + {filtered:,} "
+                f"filtered + {stage['dead_letter']:,} dead letters"
+            )
         removed = stage["in"] - next_in
         if removed == filtered + stage["dead_letter"]:
             kind = "drops"
@@ -229,18 +277,26 @@ def stage_flow(stages: list[dict]) -> list[str]:
             kind = "scores"
         else:
             kind = "drops"
-            warnings.append(f"stage {stage['name']}: {stage['in']:,} in, {stage['passed']:,} passed, {filtered:,} "
-                            f"filtered, {stage['dead_letter']:,} dead letters, but the next stage reads {next_in:,}")
+            warnings.append(
+                f"stage {stage['name']}: {stage['in']:,} in, {stage['passed']:,} passed, {filtered:,} "
+                f"filtered, {stage['dead_letter']:,} dead letters, but the next stage reads {next_in:,}"
+            )
         stage["kind"] = kind
         for where, counts, after in [(stage["name"], stage, next_in)] + [
-                (f"{stage['name']} ({source})", c,
-                 (following["by_source"].get(source, {}).get("in", 0) if following else c["passed"]))
-                for source, c in stage["by_source"].items()]:
+            (
+                f"{stage['name']} ({source})",
+                c,
+                (following["by_source"].get(source, {}).get("in", 0) if following else c["passed"]),
+            )
+            for source, c in stage["by_source"].items()
+        ]:
             counts.update(_removed(counts, kind))
             counts["after"] = after
             if counts is not stage and counts["in"] - counts["dropped_total"] != after:
-                warnings.append(f"stage {where}: {counts['in']:,} in - {counts['dropped_total']:,} dropped "
-                                f"!= {after:,} read by the next stage")
+                warnings.append(
+                    f"stage {where}: {counts['in']:,} in - {counts['dropped_total']:,} dropped "
+                    f"!= {after:,} read by the next stage"
+                )
     return warnings
 
 
@@ -275,6 +331,7 @@ def drop_reasons(stages: list[dict]) -> list[str]:
 
 # --- manifest: mixture, budget ---------------------------------------------
 
+
 def mixture(manifest: dict, settings: dict) -> dict:
     """Tokens per domain bucket (manifest shards) next to the target mixture (config ``report.mixture``)."""
     buckets: dict[str, dict] = {}
@@ -303,9 +360,14 @@ def token_budget(mix: dict, settings: dict) -> dict:
     """
     target = settings.get("target_tokens")
     max_epochs = float(settings.get("max_epochs") or 4.0)
-    out = {"target_tokens": target, "max_epochs": max_epochs, "rows": [], "warnings": [],
-           "mixture_from": "report.mixture" if mix["has_target"] else "natural (token share of the dataset)",
-           "reference": MUENNIGHOFF}
+    out = {
+        "target_tokens": target,
+        "max_epochs": max_epochs,
+        "rows": [],
+        "warnings": [],
+        "mixture_from": "report.mixture" if mix["has_target"] else "natural (token share of the dataset)",
+        "reference": MUENNIGHOFF,
+    }
     for name, b in mix["buckets"].items():
         share = b["target_share"] if mix["has_target"] else b["share"]
         row = {"bucket": name, "unique_tokens": b["tokens"], "share": share, "wanted_tokens": None, "epochs": None}
@@ -317,7 +379,8 @@ def token_budget(mix: dict, settings: dict) -> dict:
                     out["warnings"].append(
                         f"token budget: bucket {name} must be repeated {row['epochs']:.1f} times to give "
                         f"{row['wanted_tokens']:,.0f} of report.target_tokens={target:,}; more than "
-                        f"{max_epochs:g} epochs of repeated data add little (Muennighoff et al. 2023)")
+                        f"{max_epochs:g} epochs of repeated data add little (Muennighoff et al. 2023)"
+                    )
                 else:
                     out["warnings"].append(f"token budget: bucket {name} has a mixture weight but no tokens")
         out["rows"].append(row)
@@ -327,6 +390,7 @@ def token_budget(mix: dict, settings: dict) -> dict:
 
 
 # --- layers -----------------------------------------------------------------
+
 
 def _ledgers(ref: RunRef, stages: list[dict]) -> dict[str, dict]:
     ledgers = {}
@@ -350,7 +414,8 @@ def _policy(ledgers: dict[str, dict]) -> dict[str, Any]:
             for reason, expression in _rules(config):
                 for layer, column, op, value in _COMPARISON.findall(expression):
                     flat.setdefault(f"rule:{reason}", []).append(
-                        {"layer": layer, "column": column, "op": op, "value": float(value)})
+                        {"layer": layer, "column": column, "op": op, "value": float(value)}
+                    )
             return flat
     return {}
 
@@ -451,6 +516,7 @@ def final_tokens_by_source(ref: RunRef) -> dict[str, dict]:
 
 # --- funnel -----------------------------------------------------------------
 
+
 def _dropped_chars(layout: _Layout) -> dict[tuple[str, str, str], dict]:
     """{(stage, reason, source): {"documents", "chars"}} for every per-record drop the layers hold."""
     docs = layout.documents()
@@ -534,11 +600,18 @@ def funnel(stages: list[dict], layout: _Layout, tokens_by_source: dict, manifest
 
     steps = []
     if stages:
-        steps.append({"label": "records read", "stage": stages[0]["name"], "documents": stages[0]["in"],
-                      "scored": None})
+        steps.append(
+            {"label": "records read", "stage": stages[0]["name"], "documents": stages[0]["in"], "scored": None}
+        )
     for stage in stages:
-        steps.append({"label": f"after {stage['name']}", "stage": stage["name"], "documents": stage["after"],
-                      "scored": stage["scored"]})
+        steps.append(
+            {
+                "label": f"after {stage['name']}",
+                "stage": stage["name"],
+                "documents": stage["after"],
+                "scored": stage["scored"],
+            }
+        )
     # tokens: walk back from the dataset, adding what each stage dropped
     tokens_after = float(total_tokens)
     estimated_after = False
@@ -552,8 +625,11 @@ def funnel(stages: list[dict], layout: _Layout, tokens_by_source: dict, manifest
     if steps:
         steps[0]["tokens"] = tokens_after
         steps[0]["estimated"] = estimated_after
-    return {"steps": steps, "tokens_per_char": ratio,
-            "dropped": [{"stage": k[0], "reason": k[1], "source": k[2], **v} for k, v in sorted(dropped.items())]}
+    return {
+        "steps": steps,
+        "tokens_per_char": ratio,
+        "dropped": [{"stage": k[0], "reason": k[1], "source": k[2], **v} for k, v in sorted(dropped.items())],
+    }
 
 
 def _kept_chars(layout: _Layout) -> dict[str, int]:
@@ -572,6 +648,7 @@ def _kept_chars(layout: _Layout) -> dict[str, int]:
 
 # --- histograms -------------------------------------------------------------
 
+
 def thresholds_for(column: str, policy: dict[str, Any], stage: str | None = None) -> list[dict]:
     """Policy values that bound ``column``: ``min_<x>``, ``max_<x>``, ``<x>_min``, ``<x>_threshold``, ...
 
@@ -588,15 +665,20 @@ def thresholds_for(column: str, policy: dict[str, Any], stage: str | None = None
             layer = LAYER_ALIASES.get(c["layer"], c["layer"])
             if c["column"] == column and (stage is None or layer == stage):
                 value = int(c["value"]) if c["value"] == int(c["value"]) else c["value"]
-                found.append({"name": f"{key[5:]}: {c['layer']}.{c['column']} {c['op']}", "value": value,
-                              "kind": "min" if c["op"] in ("<", "<=") else "max"})
+                found.append(
+                    {
+                        "name": f"{key[5:]}: {c['layer']}.{c['column']} {c['op']}",
+                        "value": value,
+                        "kind": "min" if c["op"] in ("<", "<=") else "max",
+                    }
+                )
     bases = {column}
     for prefix in ("n_", "num_"):
         if column.startswith(prefix):
-            bases.add(column[len(prefix):])
+            bases.add(column[len(prefix) :])
     for suffix in ("_score", "_count", "_ratio", "_fraction", "_prob"):
         if column.endswith(suffix):
-            bases.add(column[:-len(suffix)])
+            bases.add(column[: -len(suffix)])
     for key, value in sorted(policy.items()):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
@@ -610,8 +692,9 @@ def thresholds_for(column: str, policy: dict[str, Any], stage: str | None = None
 
 
 def _numeric(field: pa.Field) -> bool:
-    return (pa.types.is_integer(field.type) or pa.types.is_floating(field.type)) and \
-        field.name not in PROVENANCE_COLUMNS
+    return (
+        pa.types.is_integer(field.type) or pa.types.is_floating(field.type)
+    ) and field.name not in PROVENANCE_COLUMNS
 
 
 def histograms(layout: _Layout, policy: dict[str, Any]) -> list[dict]:
@@ -670,21 +753,42 @@ def histograms(layout: _Layout, policy: dict[str, Any]) -> list[dict]:
                 counts[c] += np.histogram(np.clip(values, e[0], e[-1]), bins=e)[0]
         for c, (e, log, thresholds) in edges.items():
             s = stats[c]
-            out.append({"layer": output.label, "stage": output.stage, "column": c, "edges": e.tolist(),
-                        "counts": counts[c].tolist(), "log": log, "thresholds": thresholds,
-                        "n": s["n"], "nulls": s["nulls"], "zeros": s["zeros"], "min": s["min"], "max": s["max"],
-                        "mean": s["sum"] / s["n"], "rows": output.rows,
-                        "integer": pa.types.is_integer(output.schema.field(c).type)})
+            out.append(
+                {
+                    "layer": output.label,
+                    "stage": output.stage,
+                    "column": c,
+                    "edges": e.tolist(),
+                    "counts": counts[c].tolist(),
+                    "log": log,
+                    "thresholds": thresholds,
+                    "n": s["n"],
+                    "nulls": s["nulls"],
+                    "zeros": s["zeros"],
+                    "min": s["min"],
+                    "max": s["max"],
+                    "mean": s["sum"] / s["n"],
+                    "rows": output.rows,
+                    "integer": pa.types.is_integer(output.schema.field(c).type),
+                }
+            )
     return out
 
 
 # --- language ---------------------------------------------------------------
 
+
 def language_mix(layout: _Layout) -> dict | None:
     """Documents per language from the first annotation output with a language column; None if none has."""
     for output in layout.annotations():
-        column = next((c for c in LANGUAGE_COLUMNS if c in output.schema.names
-                       and pa.types.is_string(output.schema.field(c).type)), None)
+        column = next(
+            (
+                c
+                for c in LANGUAGE_COLUMNS
+                if c in output.schema.names and pa.types.is_string(output.schema.field(c).type)
+            ),
+            None,
+        )
         if column is None:
             continue
         counts: Counter = Counter()
@@ -696,12 +800,18 @@ def language_mix(layout: _Layout) -> dict | None:
         rest = sum(n for _, n in ordered[LANGUAGES_SHOWN:])
         if rest:
             shown[f"other ({len(ordered) - LANGUAGES_SHOWN})"] = rest
-        return {"layer": output.label, "column": column, "documents": shown, "total": sum(counts.values()),
-                "languages": len(counts)}
+        return {
+            "layer": output.label,
+            "column": column,
+            "documents": shown,
+            "total": sum(counts.values()),
+            "languages": len(counts),
+        }
     return None
 
 
 # --- duplicate clusters -----------------------------------------------------
+
 
 def clusters(layout: _Layout) -> list[dict]:
     """Cluster-size distributions: {size: clusters} per annotation output with cluster columns.
@@ -741,11 +851,19 @@ def clusters(layout: _Layout) -> list[dict]:
             sizes.update({k: n // k for k, n in rows_by_size.items() if k > 0})
         sizes = {k: n for k, n in sorted(sizes.items()) if n}
         multi = {k: n for k, n in sizes.items() if k > 1}
-        out.append({"layer": output.label, "stage": output.stage, "size_column": size_column,
-                    "key_column": key_column, "sizes": sizes, "clusters": sum(multi.values()),
-                    "members": sum(k * n for k, n in multi.items()),
-                    "redundant": sum((k - 1) * n for k, n in multi.items()),
-                    "largest": max(sizes) if sizes else 0})
+        out.append(
+            {
+                "layer": output.label,
+                "stage": output.stage,
+                "size_column": size_column,
+                "key_column": key_column,
+                "sizes": sizes,
+                "clusters": sum(multi.values()),
+                "members": sum(k * n for k, n in multi.items()),
+                "redundant": sum((k - 1) * n for k, n in multi.items()),
+                "largest": max(sizes) if sizes else 0,
+            }
+        )
     return out
 
 
@@ -802,7 +920,9 @@ def top_clusters(layout: _Layout, found: list[dict]) -> list[dict]:
             for table in output.tables([key]):
                 for row in table[key].drop_null().value_counts().to_pylist():
                     ids[row["values"]] += row["counts"]
-            chosen = dict(sorted(((k, n) for k, n in ids.items() if n > 1), key=lambda kv: (-kv[1], kv[0]))[:TOP_CLUSTERS])
+            chosen = dict(
+                sorted(((k, n) for k, n in ids.items() if n > 1), key=lambda kv: (-kv[1], kv[0]))[:TOP_CLUSTERS]
+            )
         if not chosen:
             continue
         wanted = pa.array(sorted(chosen), pa.string())
@@ -814,18 +934,31 @@ def top_clusters(layout: _Layout, found: list[dict]) -> list[dict]:
                 members[row[key]].append(row)
         doc_ids = set()
         clusters_out = []
-        for k in (list(chosen) if distinct else sorted(chosen, key=lambda k: (-chosen[k], k))):
+        for k in list(chosen) if distinct else sorted(chosen, key=lambda k: (-chosen[k], k)):
             rows = members[k]
             rep = next((r.get("representative") for r in rows if r.get("representative")), None)
             rows.sort(key=lambda r: (r["doc_id"] != rep, r["doc_id"]))
             shown = rows[:CLUSTER_MEMBERS_SHOWN]
             doc_ids.update(r["doc_id"] for r in shown)
-            clusters_out.append({"key": k, "size": chosen[k], "representative": rep, "members": shown,
-                                 "distinct_texts": distinct.get(k)})
+            clusters_out.append(
+                {
+                    "key": k,
+                    "size": chosen[k],
+                    "representative": rep,
+                    "members": shown,
+                    "distinct_texts": distinct.get(k),
+                }
+            )
         texts = lookup_documents(docs, doc_ids, CLUSTER_TEXT_CHARS) if docs else {}
         for c in clusters_out:
-            c["members"] = [{"doc_id": m["doc_id"], "representative": m["doc_id"] == c["representative"],
-                             **texts.get(m["doc_id"], {})} for m in c["members"]]
+            c["members"] = [
+                {
+                    "doc_id": m["doc_id"],
+                    "representative": m["doc_id"] == c["representative"],
+                    **texts.get(m["doc_id"], {}),
+                }
+                for m in c["members"]
+            ]
         out.append({"layer": info["layer"], "stage": info["stage"], "key_column": key, "clusters": clusters_out})
     return out
 
@@ -872,6 +1005,7 @@ class _Desc:
 
 # --- samples ----------------------------------------------------------------
 
+
 def sample_key(seed: int, *parts: str | int) -> int:
     """The deterministic sampling order: the lowest ``stable_hash64(seed, doc_id, ...)`` first."""
     return stable_hash64(seed, *parts)
@@ -896,8 +1030,12 @@ def drop_samples(layout: _Layout, seed: int, k: int) -> tuple[dict, dict]:
                 for row in table.to_pylist():
                     name = f"{output.stage}:{row['reason']}"
                     totals[name] += 1
-                    _offer(heaps[name], k, (sample_key(seed, row["doc_id"]), row["doc_id"]),
-                           {"doc_id": row["doc_id"], "source": row.get("source")})
+                    _offer(
+                        heaps[name],
+                        k,
+                        (sample_key(seed, row["doc_id"]), row["doc_id"]),
+                        {"doc_id": row["doc_id"], "source": row.get("source")},
+                    )
         elif output.name in DROP_RECORD_OUTPUTS and output.has("doc_id"):
             name = f"{output.stage}:{DROP_RECORD_OUTPUTS[output.name]}"
             columns = ["doc_id"] + [c for c in ("source", "file", "position", "url") if output.has(c)]
@@ -905,17 +1043,27 @@ def drop_samples(layout: _Layout, seed: int, k: int) -> tuple[dict, dict]:
                 for row in table.to_pylist():
                     totals[name] += 1
                     where = f"{row.get('file') or ''}:{row.get('position')}"
-                    _offer(heaps[name], k, (sample_key(seed, row["doc_id"], where), row["doc_id"], where),
-                           {"doc_id": row["doc_id"], "source": row.get("source"), "repeat_at": where,
-                            "repeat_url": row.get("url")})
+                    _offer(
+                        heaps[name],
+                        k,
+                        (sample_key(seed, row["doc_id"], where), row["doc_id"], where),
+                        {
+                            "doc_id": row["doc_id"],
+                            "source": row.get("source"),
+                            "repeat_at": where,
+                            "repeat_url": row.get("url"),
+                        },
+                    )
     docs = layout.documents()
     wanted = {item[-1]["doc_id"] for heap in heaps.values() for item in heap}
     texts = lookup_documents(docs, wanted, SAMPLE_TEXT_CHARS) if docs else {}
     samples = {}
     for name in sorted(heaps):
         rows = _ascending(heaps[name])
-        rows = [{**row, **{f: v for f, v in texts.get(row["doc_id"], {}).items() if f != "source" or not row.get("source")}}
-                for row in rows]
+        rows = [
+            {**row, **{f: v for f, v in texts.get(row["doc_id"], {}).items() if f != "source" or not row.get("source")}}
+            for row in rows
+        ]
         samples[name] = {"total": totals[name], "shown": len(rows), "rows": rows}
 
     dead: dict[str, dict] = {}
@@ -926,14 +1074,22 @@ def drop_samples(layout: _Layout, seed: int, k: int) -> tuple[dict, dict]:
             for row in table.to_pylist():
                 total += 1
                 where = f"{row.get('file') or ''}:{row.get('position')}"
-                _offer(heap, k, (sample_key(seed, row.get("doc_id") or "", where, row.get("error") or ""), where),
-                       {"source": row.get("source"), "file": row.get("file"), "position": row.get("position"),
-                        "byte_offset": row.get("byte_offset"), "doc_id": row.get("doc_id"),
+                _offer(
+                    heap,
+                    k,
+                    (sample_key(seed, row.get("doc_id") or "", where, row.get("error") or ""), where),
+                    {
+                        "source": row.get("source"),
+                        "file": row.get("file"),
+                        "position": row.get("position"),
+                        "byte_offset": row.get("byte_offset"),
+                        "doc_id": row.get("doc_id"),
                         "error": (row.get("error") or "")[:500],
-                        "raw_prefix": (row.get("raw_prefix") or b"").decode("utf-8", errors="replace")})
+                        "raw_prefix": (row.get("raw_prefix") or b"").decode("utf-8", errors="replace"),
+                    },
+                )
         if total:
-            dead[output.stage] = {"total": total, "shown": len(heap),
-                                  "rows": _ascending(heap)}
+            dead[output.stage] = {"total": total, "shown": len(heap), "rows": _ascending(heap)}
     return samples, dead
 
 

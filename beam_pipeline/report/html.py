@@ -25,6 +25,7 @@ Chromium at 1400 and 420 px. Every table sits in its own horizontal
 scroller, so a wide table never widens the page. The page holds no timestamp: the same run gives the same
 bytes.
 """
+
 from __future__ import annotations
 
 import math
@@ -201,11 +202,21 @@ class _JoinedLines(jinja2.PackageLoader):
 
 
 def _environment() -> jinja2.Environment:
-    env = jinja2.Environment(loader=_JoinedLines("beam_pipeline.report", "templates"),
-                             autoescape=jinja2.select_autoescape(["html"]), undefined=jinja2.StrictUndefined)
-    env.filters.update(num=num, pct=pct, text=_text, where=_where, reuse=_reuse,
-                       seconds=lambda s: "–" if s is None else f"{s:.1f}", general=lambda v: f"{v:g}",
-                       signed_share=lambda v: f"{v:+.1%}")
+    env = jinja2.Environment(
+        loader=_JoinedLines("beam_pipeline.report", "templates"),
+        autoescape=jinja2.select_autoescape(["html"]),
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters.update(
+        num=num,
+        pct=pct,
+        text=_text,
+        where=_where,
+        reuse=_reuse,
+        seconds=lambda s: "–" if s is None else f"{s:.1f}",
+        general=lambda v: f"{v:g}",
+        signed_share=lambda v: f"{v:+.1%}",
+    )
     env.globals.update(zip=zip, nl="\n", csp=Markup(CSP), script=Markup(SCRIPT), style=Markup(STYLE))
     return env
 
@@ -216,11 +227,12 @@ _ENV = _environment()
 def page(title: str, header: str, nav: list[tuple[str, str]], sections: list[str], footer: str) -> str:
     """The page around ready-made HTML (``header``, ``sections``, ``footer`` are trusted markup)."""
     return _ENV.get_template("page.html").render(
-        title=title, header=Markup(header), nav=nav, sections=[Markup(s) for s in sections if s],
-        footer=Markup(footer))
+        title=title, header=Markup(header), nav=nav, sections=[Markup(s) for s in sections if s], footer=Markup(footer)
+    )
 
 
 # --- the run report ---------------------------------------------------------
+
 
 def render_run(data: dict, plots: dict) -> str:
     run = data["run"]
@@ -236,17 +248,33 @@ def render_run(data: dict, plots: dict) -> str:
     timing = run.get("timing_seconds") or {}
     if timing.get("total") is not None:
         kpis.append(("wall_clock", f"{timing['total']:.1f} s", "build wall clock"))
-    nav = [("cascade", "Cascade"), ("drops", "Drops"), ("annotations", "Annotations"), ("language", "Language"),
-           ("duplicates", "Duplicates"), ("mixture", "Mixture & budget"), ("shards", "Shards"),
-           ("samples", "Dropped samples"), ("versions", "Versions")]
+    nav = [
+        ("cascade", "Cascade"),
+        ("drops", "Drops"),
+        ("annotations", "Annotations"),
+        ("language", "Language"),
+        ("duplicates", "Duplicates"),
+        ("mixture", "Mixture & budget"),
+        ("shards", "Shards"),
+        ("samples", "Dropped samples"),
+        ("versions", "Versions"),
+    ]
     arrivals = gather_arrivals(run["root"], run["snapshot_id"])  # a bronze snapshot's arrivals (beam_pipeline/arrivals)
     if arrivals is not None:
         nav.insert(-1, ("arrivals", "Arrivals"))
     return _ENV.get_template("run.html").render(
-        title=f"Run report · {data['name']} · {run['run_id']}", data=data, plots=plots, kpis=kpis, nav=nav,
-        drops=_drops(data), shards=_shards(data["shards"]), samples=_samples(data),
+        title=f"Run report · {data['name']} · {run['run_id']}",
+        data=data,
+        plots=plots,
+        kpis=kpis,
+        nav=nav,
+        drops=_drops(data),
+        shards=_shards(data["shards"]),
+        samples=_samples(data),
         exact_only=not any(c["stage"].startswith("near") for c in data.get("clusters") or []),
-        arrivals=arrivals, max_windows=MAX_WINDOWS)
+        arrivals=arrivals,
+        max_windows=MAX_WINDOWS,
+    )
 
 
 def arrivals_section(root: str, snapshot_id: str) -> str:
@@ -264,10 +292,14 @@ def _drops(data: dict) -> dict:
     reasons = [f"{s['name']}:{r}" for s in data["stages"] for r in s["dropped"]]
     totals = [sum(drops[s].values()) for s in sources]
     reads = [read[s] for s in sources]
-    return {"sources": sources,
-            "reasons": [(r, [drops[s].get(r, 0) for s in sources] + [sum(drops[s].get(r, 0) for s in sources)])
-                        for r in reasons],
-            "dropped": totals + [sum(totals)], "read": reads + [sum(reads)]}
+    return {
+        "sources": sources,
+        "reasons": [
+            (r, [drops[s].get(r, 0) for s in sources] + [sum(drops[s].get(r, 0) for s in sources)]) for r in reasons
+        ],
+        "dropped": totals + [sum(totals)],
+        "read": reads + [sum(reads)],
+    }
 
 
 def _shards(shards: list[dict]) -> list[dict]:
@@ -275,9 +307,17 @@ def _shards(shards: list[dict]) -> list[dict]:
     by_domain: dict[str, list] = {}
     for s in shards:
         by_domain.setdefault(s["domain"], []).append(s)
-    return [{"domain": d, "shards": len(v), "min": min(s["tokens"] for s in v),
-             "mean": sum(s["tokens"] for s in v) / len(v), "max": max(s["tokens"] for s in v),
-             "bytes": sum(s["bytes"] for s in v)} for d, v in sorted(by_domain.items())]
+    return [
+        {
+            "domain": d,
+            "shards": len(v),
+            "min": min(s["tokens"] for s in v),
+            "mean": sum(s["tokens"] for s in v) / len(v),
+            "max": max(s["tokens"] for s in v),
+            "bytes": sum(s["bytes"] for s in v),
+        }
+        for d, v in sorted(by_domain.items())
+    ]
 
 
 def _samples(data: dict) -> list[tuple[str, dict | None]]:
@@ -289,8 +329,10 @@ def _samples(data: dict) -> list[tuple[str, dict | None]]:
 
 # --- the comparison ---------------------------------------------------------
 
+
 def render_compare(cmp: dict, plots: dict) -> str:
     a, b = cmp["a"], cmp["b"]
     nav = [("versions", "Versions"), ("counts", "Counts"), ("drops", "Drops"), ("mixture", "Mixture")]
     return _ENV.get_template("compare.html").render(
-        title=f"Comparison · {a['label']} → {b['label']}", cmp=cmp, plots=plots, nav=nav)
+        title=f"Comparison · {a['label']} → {b['label']}", cmp=cmp, plots=plots, nav=nav
+    )

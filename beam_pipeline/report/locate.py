@@ -14,6 +14,7 @@ config digest)[:16]`` (``docs/format.md``): the first run, the one that
 built it. A dataset whose run folder is gone
 still gets a report: the stage counts then come from its manifest.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -80,8 +81,10 @@ def locate(target: str) -> RunRef:
     runs = _run_metrics(path)
     if runs:  # an output root: its latest build's run (a rerun is named by its folder)
         return _from_metrics(max(runs, key=lambda m: (_modified(m), m)))
-    raise ReportError(f"{target}: not a run folder (runs/<run_id>), a metrics.json, a dataset folder "
-                      f"(datasets/<dataset_id>), a manifest.json, or an output root with a run")
+    raise ReportError(
+        f"{target}: not a run folder (runs/<run_id>), a metrics.json, a dataset folder "
+        f"(datasets/<dataset_id>), a manifest.json, or an output root with a run"
+    )
 
 
 def _from_metrics(path: str) -> RunRef:
@@ -92,11 +95,18 @@ def _from_metrics(path: str) -> RunRef:
     root = root_of(path, metrics["run_id"])
     manifest_path = join(root, "datasets", metrics["dataset_id"], MANIFEST)
     if not _exists(manifest_path):
-        raise ReportError(f"run {metrics['run_id']} names dataset {metrics['dataset_id']}, "
-                          f"but {manifest_path} does not exist")
+        raise ReportError(
+            f"run {metrics['run_id']} names dataset {metrics['dataset_id']}, but {manifest_path} does not exist"
+        )
     manifest = json.loads(read_bytes(manifest_path))
-    return RunRef(root=root, run_id=metrics["run_id"], metrics=metrics, manifest=manifest,
-                  manifest_path=manifest_path, folder=run_dir)
+    return RunRef(
+        root=root,
+        run_id=metrics["run_id"],
+        metrics=metrics,
+        manifest=manifest,
+        manifest_path=manifest_path,
+        folder=run_dir,
+    )
 
 
 def _from_manifest(path: str) -> RunRef:

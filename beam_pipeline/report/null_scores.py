@@ -3,6 +3,7 @@
 Separate from :mod:`beam_pipeline.report.gather` so that the one call there
 stays a line: ``data["warnings"].extend(report_warnings(config, ledgers))``.
 """
+
 from __future__ import annotations
 
 from beam_pipeline.scoring.null_scores import warnings_from_ledgers

@@ -7,6 +7,7 @@ category across every plot of a page: one color per source, one per domain
 bucket, one per drop reason (:class:`Palette`). PNGs carry no timestamp or
 version metadata, so the same numbers give the same bytes.
 """
+
 from __future__ import annotations
 
 import base64
@@ -24,8 +25,23 @@ from matplotlib.text import Text  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter  # noqa: E402
 
 #: Okabe & Ito's colour-blind-safe palette, then a few more distinct hues.
-COLORS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#332288",
-          "#44AA99", "#882255", "#999933", "#AA4499", "#117733", "#6699CC", "#888888"]
+COLORS = [
+    "#0072B2",
+    "#E69F00",
+    "#009E73",
+    "#CC79A7",
+    "#56B4E9",
+    "#D55E00",
+    "#F0E442",
+    "#332288",
+    "#44AA99",
+    "#882255",
+    "#999933",
+    "#AA4499",
+    "#117733",
+    "#6699CC",
+    "#888888",
+]
 KEPT_COLOR = "#4C72B0"
 SCORED_COLOR = "#E69F00"
 OTHER_COLOR = "#BBBBBB"  # the folded rest when a plot has more categories than COLORS
@@ -33,15 +49,32 @@ CLUSTER_COLORS = ["#D55E00", "#0072B2", "#009E73", "#CC79A7", "#332288"]
 ESTIMATE_COLOR = "#9DB7D5"
 THRESHOLD_COLORS = {"min": "#C0392B", "max": "#8E44AD"}
 #: Threshold lines of one histogram: a color and a dash pattern each, named in the legend below the plot.
-THRESHOLD_STYLES = [("#C0392B", (0, (5, 2))), ("#8E44AD", (0, (5, 2))), ("#117733", (0, (2, 1.5))),
-                    ("#D55E00", (0, (8, 2, 2, 2))), ("#332288", (0, (2, 1.5))), ("#882255", (0, (8, 2, 2, 2)))]
+THRESHOLD_STYLES = [
+    ("#C0392B", (0, (5, 2))),
+    ("#8E44AD", (0, (5, 2))),
+    ("#117733", (0, (2, 1.5))),
+    ("#D55E00", (0, (8, 2, 2, 2))),
+    ("#332288", (0, (2, 1.5))),
+    ("#882255", (0, (8, 2, 2, 2))),
+]
 DPI = 100
 
 _STYLE = {
-    "font.family": "DejaVu Sans", "font.size": 10, "axes.titlesize": 12, "axes.titleweight": "bold",
-    "axes.labelsize": 10, "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
-    "grid.color": "#E5E5E5", "grid.linewidth": 0.8, "axes.axisbelow": True, "legend.fontsize": 9,
-    "legend.frameon": False, "figure.facecolor": "white", "axes.facecolor": "white",
+    "font.family": "DejaVu Sans",
+    "font.size": 10,
+    "axes.titlesize": 12,
+    "axes.titleweight": "bold",
+    "axes.labelsize": 10,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.color": "#E5E5E5",
+    "grid.linewidth": 0.8,
+    "axes.axisbelow": True,
+    "legend.fontsize": 9,
+    "legend.frameon": False,
+    "figure.facecolor": "white",
+    "axes.facecolor": "white",
 }
 
 
@@ -62,8 +95,10 @@ class Palette:
     """Stable colors: the i-th name of a sorted category gets the i-th color."""
 
     def __init__(self, **categories: list[str]):
-        self._maps = {kind: {name: COLORS[i % len(COLORS)] for i, name in enumerate(sorted(set(names)))}
-                      for kind, names in categories.items()}
+        self._maps = {
+            kind: {name: COLORS[i % len(COLORS)] for i, name in enumerate(sorted(set(names)))}
+            for kind, names in categories.items()
+        }
 
     def __call__(self, kind: str, name: str) -> str:
         mapping = self._maps.setdefault(kind, {})
@@ -78,8 +113,9 @@ def palette_for(data: dict) -> Palette:
         drops = data.get("drops_by_source", {})
         ordered = sorted(reasons)
         reasons = set(fold_categories(ordered, {r: sum(p.get(r, 0) for p in drops.values()) for r in ordered})[0])
-    return Palette(source=data.get("sources", []), bucket=list(data.get("mixture", {}).get("buckets", {})),
-                   reason=sorted(reasons))
+    return Palette(
+        source=data.get("sources", []), bucket=list(data.get("mixture", {}).get("buckets", {})), reason=sorted(reasons)
+    )
 
 
 def human(n: float) -> str:
@@ -118,11 +154,14 @@ def overlapping_texts(fig) -> list[tuple[str, str]]:
         if box.width <= 0 or box.height <= 0 or not box.overlaps(frame):
             continue
         axes = text.axes
-        if axes is not None and text in axes.get_xticklabels() + axes.get_yticklabels() and \
-                not box.overlaps(axes.bbox.expanded(1.5, 1.5)):
+        if (
+            axes is not None
+            and text in axes.get_xticklabels() + axes.get_yticklabels()
+            and not box.overlaps(axes.bbox.expanded(1.5, 1.5))
+        ):
             continue
         boxes.append((text.get_text(), box.shrunk(0.98, 0.9)))
-    return [(a, b) for i, (a, box_a) in enumerate(boxes) for b, box_b in boxes[i + 1:] if box_a.overlaps(box_b)]
+    return [(a, b) for i, (a, box_a) in enumerate(boxes) for b, box_b in boxes[i + 1 :] if box_a.overlaps(box_b)]
 
 
 def _log_axis(axis) -> None:
@@ -133,6 +172,7 @@ def _log_axis(axis) -> None:
 
 
 # --- the run report ---------------------------------------------------------
+
 
 def funnel(data: dict, colors: Palette) -> Plot | None:
     steps = data.get("funnel", {}).get("steps") or []
@@ -161,8 +201,14 @@ def funnel(data: dict, colors: Palette) -> Plot | None:
         tokens = [s.get("tokens") or 0 for s in steps]
         estimated = [s.get("estimated", False) for s in steps]
         for yi, t, est in zip(y, tokens, estimated):
-            ax_tokens.barh(yi, t, color=ESTIMATE_COLOR if est else KEPT_COLOR, height=0.62,
-                           hatch="///" if est else None, edgecolor="white" if est else None)
+            ax_tokens.barh(
+                yi,
+                t,
+                color=ESTIMATE_COLOR if est else KEPT_COLOR,
+                height=0.62,
+                hatch="///" if est else None,
+                edgecolor="white" if est else None,
+            )
             ax_tokens.text(t, yi, f" {'≈' if est else ''}{human(t)}", va="center", fontsize=9)
         ax_tokens.set_xlabel("tokens (≈ estimated before tokenize)")
         ax_tokens.set_title("Tokens in the flow")
@@ -179,8 +225,7 @@ def funnel(data: dict, colors: Palette) -> Plot | None:
         fig.legend(handles=handles, loc="lower center", ncol=len(handles), bbox_to_anchor=(0.5, 0.0))
         fig.suptitle("Cascade funnel: what each stage passed on", fontweight="bold", fontsize=13)
         fig.tight_layout(rect=(0, 0.06, 1, 1), w_pad=2.5)
-    return _finish(fig, "funnel", "Cascade funnel",
-                   "Documents and tokens remaining after each stage of the cascade")
+    return _finish(fig, "funnel", "Cascade funnel", "Documents and tokens remaining after each stage of the cascade")
 
 
 def drops_by_source(data: dict, colors: Palette) -> Plot | None:
@@ -197,8 +242,10 @@ def drops_by_source(data: dict, colors: Palette) -> Plot | None:
         y = list(range(len(sources)))[::-1]
         left = [0] * len(sources)
         for reason in shown + (["other"] if folded else []):
-            values = [sum(drops[s].get(r, 0) for r in folded) if reason == "other" else drops[s].get(reason, 0)
-                      for s in sources]
+            values = [
+                sum(drops[s].get(r, 0) for r in folded) if reason == "other" else drops[s].get(reason, 0)
+                for s in sources
+            ]
             color = OTHER_COLOR if reason == "other" else colors("reason", reason)
             label = f"other ({len(folded)} reasons)" if reason == "other" else reason
             ax.barh(y, values, left=left, color=color, label=label, height=0.62)
@@ -216,8 +263,12 @@ def drops_by_source(data: dict, colors: Palette) -> Plot | None:
         ax.grid(axis="y", visible=False)
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), title="stage:reason")
         fig.tight_layout()
-    return _finish(fig, "drops", "Drops by reason per source",
-                   "Stacked bars: records dropped per source, colored by stage and reason")
+    return _finish(
+        fig,
+        "drops",
+        "Drops by reason per source",
+        "Stacked bars: records dropped per source, colored by stage and reason",
+    )
 
 
 def drop_bar_labels(data: dict) -> dict[str, str]:
@@ -244,7 +295,7 @@ def fold_categories(names: list[str], sizes: dict[str, float], limit: int | None
 
 def histogram(h: dict, index: int) -> Plot:
     edges, counts = h["edges"], h["counts"]
-    thresholds = sorted(h["thresholds"], key=lambda t: (t["kind"] != "min", t["value"]))[:len(THRESHOLD_STYLES)]
+    thresholds = sorted(h["thresholds"], key=lambda t: (t["kind"] != "min", t["value"]))[: len(THRESHOLD_STYLES)]
     legend_height = 0.24 * len(thresholds) + (0.1 if thresholds else 0)
     with plt.rc_context(_STYLE):
         fig, ax = plt.subplots(figsize=(6.8, 3.4 + legend_height))
@@ -259,8 +310,16 @@ def histogram(h: dict, index: int) -> Plot:
             ax.axvline(t["value"], color=color, linestyle=dashes, linewidth=1.8)
             value = f"{t['value']:,}" if isinstance(t["value"], int) else f"{t['value']:g}"
             named = f"{t['name']} {value}" if t["name"][-1:] in "<>=" else f"{t['name']} = {value}"  # a rule: x >= v
-            handles.append(Line2D([], [], color=color, linestyle=dashes, linewidth=1.8,
-                                  label=f"{named} ({'drops below' if t['kind'] == 'min' else 'drops above'})"))
+            handles.append(
+                Line2D(
+                    [],
+                    [],
+                    color=color,
+                    linestyle=dashes,
+                    linewidth=1.8,
+                    label=f"{named} ({'drops below' if t['kind'] == 'min' else 'drops above'})",
+                )
+            )
             lo, hi = min(lo, t["value"]), max(hi, t["value"])
         if h["log"]:
             ax.set_xlim(max(lo, edges[0] / 10 if lo <= 0 else lo) / 1.3, hi * 1.3)
@@ -278,10 +337,15 @@ def histogram(h: dict, index: int) -> Plot:
         height = 3.4 + legend_height
         if handles:  # below the axes, one line each: labels never cross the bars or each other
             fig.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.02, 0.0), fontsize=8.5)
-        fig.subplots_adjust(left=0.1, right=0.98, top=1 - 0.34 / height,
-                            bottom=(0.51 + legend_height) / height)  # fixed: many histograms, no layout solve
-    return _finish(fig, f"hist-{index}", f"{h['layer']} {h['column']}",
-                   f"Histogram of {h['column']} in {h['layer']} with policy thresholds")
+        fig.subplots_adjust(
+            left=0.1, right=0.98, top=1 - 0.34 / height, bottom=(0.51 + legend_height) / height
+        )  # fixed: many histograms, no layout solve
+    return _finish(
+        fig,
+        f"hist-{index}",
+        f"{h['layer']} {h['column']}",
+        f"Histogram of {h['column']} in {h['layer']} with policy thresholds",
+    )
 
 
 def language(data: dict, colors: Palette) -> Plot | None:
@@ -316,10 +380,17 @@ def cluster_sizes(data: dict, colors: Palette) -> Plot | None:
         for i, c in enumerate(found):
             sizes = sorted(int(k) for k in c["sizes"])
             counts = [c["sizes"][k] if k in c["sizes"] else c["sizes"][str(k)] for k in sizes]
-            ax.plot(sizes, counts, marker=markers[i % len(markers)], linestyle=("-", "--", ":")[i % 3], linewidth=1.4,
-                    markersize=8 - 2 * (i % 3), color=CLUSTER_COLORS[i % len(CLUSTER_COLORS)],
-                    label=f"{c['layer']} ({c['size_column'] or 'cluster_id'}): {c['clusters']:,} clusters "
-                          f"of 2+, largest {c['largest']:,}")
+            ax.plot(
+                sizes,
+                counts,
+                marker=markers[i % len(markers)],
+                linestyle=("-", "--", ":")[i % 3],
+                linewidth=1.4,
+                markersize=8 - 2 * (i % 3),
+                color=CLUSTER_COLORS[i % len(CLUSTER_COLORS)],
+                label=f"{c['layer']} ({c['size_column'] or 'cluster_id'}): {c['clusters']:,} clusters "
+                f"of 2+, largest {c['largest']:,}",
+            )
         ax.set_xscale("log")
         ax.set_yscale("log")
         _log_axis(ax.xaxis)
@@ -330,7 +401,9 @@ def cluster_sizes(data: dict, colors: Palette) -> Plot | None:
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2))
         xs = [int(k) for c in found for k in c["sizes"]]
         ax.set_xlim(0.7, max(xs) * 1.6 if max(xs) > 1 else 3)
-        ticks = [m * 10 ** e for e in range(int(math.log10(max(xs))) + 2) for m in (1, 2, 5) if m * 10 ** e <= max(xs) * 1.6]
+        ticks = [
+            m * 10**e for e in range(int(math.log10(max(xs))) + 2) for m in (1, 2, 5) if m * 10**e <= max(xs) * 1.6
+        ]
         ax.set_xticks(ticks, [human(t) for t in ticks])
         ys = [n for c in found for n in c["sizes"].values()]
         ax.set_ylim(0.7, max(ys) * 3)
@@ -355,34 +428,66 @@ def mixture(data: dict, colors: Palette) -> Plot | None:
         width = 0.38 if mix.get("has_target") else 0.6
         shares = [buckets[n]["share"] for n in names]
         offset = -width / 2 if mix.get("has_target") else 0
-        bars = ax.bar([i + offset for i in x], shares, width=width, color=[colors("bucket", n) for n in names],
-                      label="actual (unique tokens)")
+        bars = ax.bar(
+            [i + offset for i in x],
+            shares,
+            width=width,
+            color=[colors("bucket", n) for n in names],
+            label="actual (unique tokens)",
+        )
         for bar, n in zip(bars, names):
-            ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), human(buckets[n]["tokens"]),
-                    ha="center", va="bottom", fontsize=9)
+            ax.text(
+                bar.get_x() + bar.get_width() / 2,
+                bar.get_height(),
+                human(buckets[n]["tokens"]),
+                ha="center",
+                va="bottom",
+                fontsize=9,
+            )
         if mix.get("has_target"):
             targets = [buckets[n]["target_share"] or 0 for n in names]
-            ax.bar([i + width / 2 for i in x], targets, width=width, facecolor="white",
-                   edgecolor=[colors("bucket", n) for n in names], hatch="//", linewidth=1.5,
-                   label="target (report.mixture)")
+            ax.bar(
+                [i + width / 2 for i in x],
+                targets,
+                width=width,
+                facecolor="white",
+                edgecolor=[colors("bucket", n) for n in names],
+                hatch="//",
+                linewidth=1.5,
+                label="target (report.mixture)",
+            )
             ax.legend(loc="upper right")
         ax.set_xticks(x, names)
         ax.set_ylabel("share of tokens")
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:.0%}"))
         ax.set_ylim(0, max(shares + [b["target_share"] or 0 for b in buckets.values()]) * 1.25 or 1)
-        ax.set_title("Tokens per domain bucket vs target mixture" if mix.get("has_target")
-                     else "Tokens per domain bucket")
+        ax.set_title(
+            "Tokens per domain bucket vs target mixture" if mix.get("has_target") else "Tokens per domain bucket"
+        )
         ax.grid(axis="x", visible=False)
         if with_budget:
             rows = budget["rows"]
             epochs = [r["epochs"] if r["epochs"] is not None and math.isfinite(r["epochs"]) else 0 for r in rows]
             ax_epochs.bar(range(len(rows)), epochs, color=[colors("bucket", r["bucket"]) for r in rows], width=0.6)
-            ax_epochs.axhline(budget["max_epochs"], color=THRESHOLD_COLORS["min"], linestyle="--", linewidth=1.8,
-                              label=f"{budget['max_epochs']:g} epochs (Muennighoff et al. 2023)")
+            ax_epochs.axhline(
+                budget["max_epochs"],
+                color=THRESHOLD_COLORS["min"],
+                linestyle="--",
+                linewidth=1.8,
+                label=f"{budget['max_epochs']:g} epochs (Muennighoff et al. 2023)",
+            )
             for i, (r, e) in enumerate(zip(rows, epochs)):
                 label = "no data" if r["epochs"] is not None and not math.isfinite(r["epochs"]) else f"{e:.2g}×"
-                ax_epochs.annotate(label, (i, e), xytext=(0, 3), textcoords="offset points", ha="center",
-                                   va="bottom", fontsize=9, fontweight="bold")
+                ax_epochs.annotate(
+                    label,
+                    (i, e),
+                    xytext=(0, 3),
+                    textcoords="offset points",
+                    ha="center",
+                    va="bottom",
+                    fontsize=9,
+                    fontweight="bold",
+                )
             ax_epochs.set_xticks(range(len(rows)), [r["bucket"] for r in rows])
             ax_epochs.set_ylabel("epochs over unique tokens")
             ax_epochs.set_ylim(0, max(epochs + [budget["max_epochs"]]) * 1.3)
@@ -390,8 +495,12 @@ def mixture(data: dict, colors: Palette) -> Plot | None:
             ax_epochs.legend(loc="upper left")
             ax_epochs.grid(axis="x", visible=False)
         fig.tight_layout()
-    return _finish(fig, "mixture", "Tokens per domain bucket",
-                   "Share of tokens per domain bucket, target mixture and implied epochs")
+    return _finish(
+        fig,
+        "mixture",
+        "Tokens per domain bucket",
+        "Share of tokens per domain bucket, target mixture and implied epochs",
+    )
 
 
 def shard_sizes(data: dict, colors: Palette) -> Plot | None:
@@ -406,19 +515,36 @@ def shard_sizes(data: dict, colors: Palette) -> Plot | None:
             for i, domain in enumerate(domains):
                 mine = [s for s in shards if s["domain"] == domain]
                 jitter = [((j * 0.618) % 1 - 0.5) * 0.5 for j in range(len(mine))]
-                ax.scatter([s["tokens"] for s in mine], [i + d for d in jitter], s=28, alpha=0.85,
-                           color=colors("bucket", domain), label=f"{domain}: {len(mine)} shard{'s' if len(mine) != 1 else ''}", edgecolor="none")
+                ax.scatter(
+                    [s["tokens"] for s in mine],
+                    [i + d for d in jitter],
+                    s=28,
+                    alpha=0.85,
+                    color=colors("bucket", domain),
+                    label=f"{domain}: {len(mine)} shard{'s' if len(mine) != 1 else ''}",
+                    edgecolor="none",
+                )
             ax.set_yticks(range(len(domains)), domains)
             ax.set_ylim(-0.6, len(domains) - 0.4)
             ax.grid(axis="y", visible=False)
             ax.set_ylabel("domain bucket")
         else:
-            ax.hist([[s["tokens"] for s in shards if s["domain"] == d] for d in domains], bins=40, stacked=True,
-                    color=[colors("bucket", d) for d in domains], label=domains)
+            ax.hist(
+                [[s["tokens"] for s in shards if s["domain"] == d] for d in domains],
+                bins=40,
+                stacked=True,
+                color=[colors("bucket", d) for d in domains],
+                label=domains,
+            )
             ax.set_ylabel("shards")
         if target:
-            ax.axvline(target, color=THRESHOLD_COLORS["max"], linestyle="--", linewidth=1.5,
-                       label=f"tokenize.shard_tokens = {target:,}")
+            ax.axvline(
+                target,
+                color=THRESHOLD_COLORS["max"],
+                linestyle="--",
+                linewidth=1.5,
+                label=f"tokenize.shard_tokens = {target:,}",
+            )
         ax.set_xlim(0, max([s["tokens"] for s in shards] + [target or 0]) * 1.08)
         ax.set_xlabel("tokens per shard (documents + EOS, without padding)")
         ax.xaxis.set_major_formatter(_HUMAN)
@@ -444,8 +570,17 @@ def run_plots(data: dict) -> dict[str, object]:
 
 # --- the comparison ---------------------------------------------------------
 
-def compare_bars(plot_id: str, title: str, categories: list[str], a: list[float], b: list[float],
-                 labels: tuple[str, str], xlabel: str, percent: bool = False) -> Plot | None:
+
+def compare_bars(
+    plot_id: str,
+    title: str,
+    categories: list[str],
+    a: list[float],
+    b: list[float],
+    labels: tuple[str, str],
+    xlabel: str,
+    percent: bool = False,
+) -> Plot | None:
     if not categories:
         return None
     with plt.rc_context(_STYLE):

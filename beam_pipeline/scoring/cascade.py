@@ -29,6 +29,7 @@ judged on invented scores. Tightening a threshold therefore gives exactly
 the dataset a fresh ``run`` would give; loosening one tells you, by that
 reason's count, how many documents need a ``run`` to be scored.
 """
+
 from __future__ import annotations
 
 import functools
@@ -54,8 +55,12 @@ class ReselectError(RuntimeError):
 
 
 def plan_of(config) -> Plan:
-    return Plan(cascade=tuple(config.cascade.stages), rules=list(config.policy.rules),
-                overrides=list(config.policy.overrides), domains={s.name: s.domain for s in config.sources})
+    return Plan(
+        cascade=tuple(config.cascade.stages),
+        rules=list(config.policy.rules),
+        overrides=list(config.policy.overrides),
+        domains={s.name: s.domain for s in config.sources},
+    )
 
 
 def builtin_policy(config) -> dict:
@@ -85,15 +90,17 @@ def pointer_path(config) -> str:
 
 
 def read_pointer(config) -> dict:
-    from apache_beam.io.filesystems import FileSystems
     import json
+
+    from apache_beam.io.filesystems import FileSystems
 
     path = pointer_path(config)
     if not FileSystems.exists(path):
         raise ReselectError(
             f"no scored build of this corpus config under {config.output_root} (looked for {path}); "
             f"re-selection reuses the scores of an earlier `run` with the same config apart from policy, "
-            f"tokenize and report: run `python -m beam_pipeline run --config ...` first")
+            f"tokenize and report: run `python -m beam_pipeline run --config ...` first"
+        )
     return json.loads(read_bytes(path))
 
 
@@ -110,10 +117,14 @@ def add_scorers(graph, config, ingested, exact, near, snapshot_id: str, pinned: 
     if pinned is not None:
         return [_reuse(graph, scorer, pinned) for scorer in scorers]
     plan = plan_of(config)
-    gates = {scorer.stage: Gate(config.policy, plan, index) if config.cascade.gate else None
-             for index, scorer in enumerate(scorers)}
-    makes = [functools.partial(_stage_plan, config, scorer, index, plan, gates[scorer.stage], ingested, exact, near)
-             for index, scorer in enumerate(scorers)]
+    gates = {
+        scorer.stage: Gate(config.policy, plan, index) if config.cascade.gate else None
+        for index, scorer in enumerate(scorers)
+    }
+    makes = [
+        functools.partial(_stage_plan, config, scorer, index, plan, gates[scorer.stage], ingested, exact, near)
+        for index, scorer in enumerate(scorers)
+    ]
 
     def expand(pbegin, pending, reused):
         layers = {}
@@ -123,17 +134,21 @@ def add_scorers(graph, config, ingested, exact, near, snapshot_id: str, pinned: 
             layers["exact"] = (exact.part_paths("annotations"), None)
         for ref in reused:
             layers[ref.stage] = (ref.part_paths(ANNOTATIONS), None)
-        inputs = PartitionInputs.of(ingested.part_paths("documents"), DOCUMENT_COLUMNS, layers,
-                                    required=ANNOTATE_EVERY_DOCUMENT)
+        inputs = PartitionInputs.of(
+            ingested.part_paths("documents"), DOCUMENT_COLUMNS, layers, required=ANNOTATE_EVERY_DOCUMENT
+        )
         by_stage = {scorer.stage: scorer for scorer in scorers}
-        computed = [(by_stage[plan_.stage], gates[plan_.stage], layer.output_path(ANNOTATIONS))
-                    for plan_, layer in pending]
+        computed = [
+            (by_stage[plan_.stage], gates[plan_.stage], layer.output_path(ANNOTATIONS)) for plan_, layer in pending
+        ]
         after = [ref.committed for ref in (ingested, exact, near, *reused) if ref is not None]
         return pbegin | "ScoreCascade" >> ScoreCascade(computed, inputs, after)
 
     refs = graph.stage_group(makes, "Score", expand)
-    write_json_atomic(pointer_path(config), {
-        "snapshot_id": snapshot_id, "cascade": stages, "layers": {ref.stage: ref.key for ref in refs}})
+    write_json_atomic(
+        pointer_path(config),
+        {"snapshot_id": snapshot_id, "cascade": stages, "layers": {ref.stage: ref.key for ref in refs}},
+    )
     return refs
 
 
@@ -151,15 +166,22 @@ def _stage_plan(config, scorer, index: int, plan: Plan, gate, ingested, exact, n
     for name, columns in needed.items():
         if name in by_stage and (gate is not None or columns):
             inputs[name] = by_stage[name]
-    stage_config = {"scorer": scorer.key_config(),
-                    "gate": {"builtins": builtin_policy(config), "rules": plan.gate_spec(index)} if gate else None,
-                    "text": {k: v for k, v in builtin_policy(config).items() if k.startswith("strip_")}
-                    if near is not None else None}
-    return StagePlan(scorer.stage, scorer.version, stage_config, inputs,
-                     outputs={ANNOTATIONS: scorer.schema, DEAD_LETTER: schemas.DEAD_LETTER},
-                     rows_match={ANNOTATIONS: "passed"},
-                     finalize=functools.partial(_scorer_ledger, schema=scorer.schema, index=index,
-                                                gated=gate is not None))
+    stage_config = {
+        "scorer": scorer.key_config(),
+        "gate": {"builtins": builtin_policy(config), "rules": plan.gate_spec(index)} if gate else None,
+        "text": {k: v for k, v in builtin_policy(config).items() if k.startswith("strip_")}
+        if near is not None
+        else None,
+    }
+    return StagePlan(
+        scorer.stage,
+        scorer.version,
+        stage_config,
+        inputs,
+        outputs={ANNOTATIONS: scorer.schema, DEAD_LETTER: schemas.DEAD_LETTER},
+        rows_match={ANNOTATIONS: "passed"},
+        finalize=functools.partial(_scorer_ledger, schema=scorer.schema, index=index, gated=gate is not None),
+    )
 
 
 def _scorer_ledger(layer: Layer, partitions: int, *, schema, index: int, gated: bool) -> dict:
@@ -172,15 +194,18 @@ def _reuse(graph, scorer, pinned: dict):
     """A scorer layer recorded by an earlier run, for re-selection (never runs anything)."""
     key = pinned.get(scorer.stage)
     if key is None:
-        raise ReselectError(f"the scored build has no {scorer.stage} layer (its cascade was "
-                            f"{', '.join(pinned)}); use `run`")
+        raise ReselectError(
+            f"the scored build has no {scorer.stage} layer (its cascade was {', '.join(pinned)}); use `run`"
+        )
     layer = Layer(graph.root, scorer.stage, key)
     if not layer.is_complete():
         raise ReselectError(f"the {scorer.stage} layer {key} of the scored build is missing or incomplete; use `run`")
     ledger = layer.ledger()
     if ledger["config"].get("scorer") != scorer.key_config():
-        raise ReselectError(f"the {scorer.stage} settings (model, lists or parameters) changed since the scored "
-                            f"build; re-selection only changes the policy: use `run`")
+        raise ReselectError(
+            f"the {scorer.stage} settings (model, lists or parameters) changed since the scored "
+            f"build; re-selection only changes the policy: use `run`"
+        )
     plan = StagePlan(scorer.stage, ledger["version"], ledger["config"], {}, outputs={})
     ref = graph.reused(plan, layer)
     graph.log(f"[{scorer.stage}] layer {key} from the scored build: reused")
@@ -190,8 +215,7 @@ def _reuse(graph, scorer, pinned: dict):
 def score_inputs(refs: list, config) -> dict[str, tuple[list[str], list[str]]]:
     """Every scorer layer select joins: its partitions, and doc_id + the columns the policy reads."""
     needed = plan_of(config).layers_read()
-    return {ref.stage: (ref.part_paths(ANNOTATIONS), ["doc_id", *sorted(needed.get(ref.stage, ()))])
-            for ref in refs}
+    return {ref.stage: (ref.part_paths(ANNOTATIONS), ["doc_id", *sorted(needed.get(ref.stage, ()))]) for ref in refs}
 
 
 def add_index(graph, config, selected):
@@ -204,11 +228,21 @@ def add_index(graph, config, selected):
         return None
 
     def expand(p, layer):
-        return p | "IndexGold" >> ngram_index.IndexGold(selected.part_paths("gold"), decontamination.ngram,
-                                                          layer.output_path(ngram_index.INDEX),
-                                                          after=[selected.committed])
+        return p | "IndexGold" >> ngram_index.IndexGold(
+            selected.part_paths("gold"),
+            decontamination.ngram,
+            layer.output_path(ngram_index.INDEX),
+            after=[selected.committed],
+        )
 
-    return graph.stage(StagePlan(
-        ngram_index.STAGE, ngram_index.VERSION, {"ngram": decontamination.ngram, "hash": INDEX_FORMAT},
-        {"gold": selected}, outputs={},
-        finalize=functools.partial(ngram_index.collect_index, n=decontamination.ngram)), expand)
+    return graph.stage(
+        StagePlan(
+            ngram_index.STAGE,
+            ngram_index.VERSION,
+            {"ngram": decontamination.ngram, "hash": INDEX_FORMAT},
+            {"gold": selected},
+            outputs={},
+            finalize=functools.partial(ngram_index.collect_index, n=decontamination.ngram),
+        ),
+        expand,
+    )

@@ -8,6 +8,7 @@
 * ``contamination-report`` check a new eval set against a finished dataset's
                            retained n-gram index.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,18 +21,22 @@ def add_commands(commands) -> None:
     from beam_pipeline.options import CorpusOptions, add_driver_arguments
 
     select = commands.add_parser(
-        "select", help="re-apply a changed policy to existing scores (no scorer runs)",
+        "select",
+        help="re-apply a changed policy to existing scores (no scorer runs)",
         description="Apply the config's policy to the scorer layers of the last `run` of the same config "
-                    "(same except policy, tokenize, report), then write gold, tokenize and publish. Fails "
-                    "instead of running ingest, dedup or any scorer.")
+        "(same except policy, tokenize, report), then write gold, tokenize and publish. Fails "
+        "instead of running ingest, dedup or any scorer.",
+    )
     CorpusOptions._add_argparse_args(select)
     add_driver_arguments(select)
 
     train = commands.add_parser(
-        "train-quality", help="train a fastText classifier (quality or toxicity) from JSONL examples",
+        "train-quality",
+        help="train a fastText classifier (quality or toxicity) from JSONL examples",
         description="Deterministic (hash split, one thread, fixed seed): the same inputs give the same model "
-                    "bytes. Writes the model and <model>.metrics.json (held-out accuracy, precision, recall, "
-                    "F1, ROC AUC).")
+        "bytes. Writes the model and <model>.metrics.json (held-out accuracy, precision, recall, "
+        "F1, ROC AUC).",
+    )
     train.add_argument("--positive", required=True, help="JSONL of positive examples (a 'text' field per line)")
     train.add_argument("--negative", required=True, help="JSONL of negative examples")
     train.add_argument("--out", required=True, help="model file to write (.bin)")
@@ -45,12 +50,18 @@ def add_commands(commands) -> None:
     train.add_argument("--holdout", type=float, default=0.2, help="share of examples held out for metrics")
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--no-quantize", action="store_true", help="keep the full-precision model")
-    train.add_argument("--cutoff", type=int, default=0,
-                       help="when quantizing, keep only the N most important words and n-grams (0: all)")
+    train.add_argument(
+        "--cutoff",
+        type=int,
+        default=0,
+        help="when quantizing, keep only the N most important words and n-grams (0: all)",
+    )
 
     report = commands.add_parser(
-        "contamination-report", help="check a new eval set against a dataset's retained n-gram index",
-        description="Needs a dataset built with decontamination.index: true.")
+        "contamination-report",
+        help="check a new eval set against a dataset's retained n-gram index",
+        description="Needs a dataset built with decontamination.index: true.",
+    )
     report.add_argument("--dataset", required=True, help="<root>/datasets/<dataset_id> (or its manifest.json)")
     report.add_argument("--evalset", required=True, help=".jsonl (objects with a text field) or .txt file")
     report.add_argument("--field", default="text", help="JSON field holding the item text")
@@ -86,16 +97,23 @@ def _select(args, beam_args, run) -> int:
     try:
         pointer = read_pointer(config)
         if args.snapshot_id and args.snapshot_id != pointer["snapshot_id"]:
-            raise ReselectError(f"--snapshot_id {args.snapshot_id}: the scored build used snapshot "
-                                f"{pointer['snapshot_id']}; re-selection reuses its scores")
+            raise ReselectError(
+                f"--snapshot_id {args.snapshot_id}: the scored build used snapshot "
+                f"{pointer['snapshot_id']}; re-selection reuses its scores"
+            )
         options = PipelineOptions(LocalRunnerDefaults.apply(beam_args))
 
         def prepare(build):
             build.scored_layers = pointer["layers"]
             build.allowed_stages = RESELECT_STAGES
 
-        return run(config, options, pointer["snapshot_id"], prepare=prepare,
-                   driver={"max_attempts": args.max_stage_attempts, "progress_interval": args.progress_interval})
+        return run(
+            config,
+            options,
+            pointer["snapshot_id"],
+            prepare=prepare,
+            driver={"max_attempts": args.max_stage_attempts, "progress_interval": args.progress_interval},
+        )
     except ReselectError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -104,9 +122,18 @@ def _select(args, beam_args, run) -> int:
 def _train(args) -> int:
     from beam_pipeline.filters.quality_model import TrainParams, metrics_path, read_examples, train
 
-    params = TrainParams(dim=args.dim, epoch=args.epoch, lr=args.lr, word_ngrams=args.word_ngrams,
-                         min_count=args.min_count, bucket=args.bucket, holdout=args.holdout, seed=args.seed,
-                         quantize=not args.no_quantize, cutoff=args.cutoff)
+    params = TrainParams(
+        dim=args.dim,
+        epoch=args.epoch,
+        lr=args.lr,
+        word_ngrams=args.word_ngrams,
+        min_count=args.min_count,
+        bucket=args.bucket,
+        holdout=args.holdout,
+        seed=args.seed,
+        quantize=not args.no_quantize,
+        cutoff=args.cutoff,
+    )
     try:
         positive = read_examples(args.positive, args.field)
         negative = read_examples(args.negative, args.field)
@@ -126,8 +153,9 @@ def _contamination(args) -> int:
     from beam_pipeline.dataset import contamination
 
     try:
-        result = contamination.report(args.dataset, args.evalset, field=args.field, name=args.name,
-                                      min_overlap=args.min_overlap)
+        result = contamination.report(
+            args.dataset, args.evalset, field=args.field, name=args.name, min_overlap=args.min_overlap
+        )
     except (contamination.ContaminationError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -136,4 +164,3 @@ def _contamination(args) -> int:
         contamination.write_json(result, args.json)
         print(f"report      {args.json}")
     return 0
-

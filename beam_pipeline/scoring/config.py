@@ -7,6 +7,7 @@ reads a layer the cascade produces, that a stage has what it needs (a model,
 a list, an eval set). ``docs/config.md`` and ``docs/filters.md`` describe
 every field.
 """
+
 from __future__ import annotations
 
 from typing import Any, Literal
@@ -33,10 +34,14 @@ class _Strict(BaseModel):
 class CascadeConfig(_Strict):
     """Which scorers run, in which order, and whether each sees only what passed the gates before it."""
 
-    stages: list[str] = Field(default_factory=list,
-                              description=f"Scorer stages in run order, from: {', '.join(SCORER_STAGES)}.")
-    gate: bool = Field(True, description="Each stage scores only documents that pass the policy rules "
-                                         "applicable before it; false scores every document in every stage.")
+    stages: list[str] = Field(
+        default_factory=list, description=f"Scorer stages in run order, from: {', '.join(SCORER_STAGES)}."
+    )
+    gate: bool = Field(
+        True,
+        description="Each stage scores only documents that pass the policy rules "
+        "applicable before it; false scores every document in every stage.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -55,18 +60,22 @@ def check_order(stages: list[str]) -> None:
     shown = f"[{', '.join(stages)}]"
     unknown = [s for s in stages if s not in SCORER_STAGES + TAIL_STAGES]
     if unknown:
-        raise ValueError(f"unknown stage(s) {', '.join(map(repr, unknown))} in {shown}; "
-                         f"scorers: {', '.join(SCORER_STAGES)}")
+        raise ValueError(
+            f"unknown stage(s) {', '.join(map(repr, unknown))} in {shown}; scorers: {', '.join(SCORER_STAGES)}"
+        )
     repeated = sorted({s for s in stages if stages.count(s) > 1})
     if repeated:
         raise ValueError(f"{', '.join(repeated)} listed more than once in {shown}")
     if "tokenize" in stages and stages[-1] != "tokenize":
-        after = stages[stages.index("tokenize") + 1:]
+        after = stages[stages.index("tokenize") + 1 :]
         text_stages = [s for s in after if s != "select"]
-        why = (f"{', '.join(text_stages)} operate(s) on text, which must be final before tokenization"
-               if text_stages else "select writes the text that tokenize reads")
+        why = (
+            f"{', '.join(text_stages)} operate(s) on text, which must be final before tokenization"
+            if text_stages
+            else "select writes the text that tokenize reads"
+        )
         raise ValueError(f"tokenize must be last in {shown}: {why}")
-    if "select" in stages and any(s in SCORER_STAGES for s in stages[stages.index("select") + 1:]):
+    if "select" in stages and any(s in SCORER_STAGES for s in stages[stages.index("select") + 1 :]):
         raise ValueError(f"select must come after every scorer in {shown}: it applies the policy to their scores")
     for stage, needs in REQUIRES.items():
         if stage not in stages:
@@ -77,8 +86,11 @@ def check_order(stages: list[str]) -> None:
 
 
 class LanguageConfig(_Strict):
-    model: str = Field(BUILTIN_LID, description="fastText language-ID model; builtin:lid.176 is the "
-                                                "lid.176.ftz in the model cache (beam_pipeline/models.py).")
+    model: str = Field(
+        BUILTIN_LID,
+        description="fastText language-ID model; builtin:lid.176 is the "
+        "lid.176.ftz in the model cache (beam_pipeline/models.py).",
+    )
     max_chars: int = Field(10_000, ge=0, description="Classify the first N characters of a document (0: all).")
     paragraphs: bool = Field(False, description="Also classify each paragraph (paragraph_share, paragraph_languages).")
     min_paragraph_chars: int = Field(40, ge=1, description="Shorter paragraphs are not classified.")
@@ -87,18 +99,22 @@ class LanguageConfig(_Strict):
 class HeuristicsConfig(_Strict):
     stop_words: dict[str, list[str]] = Field(
         default_factory=lambda: {"en": ["the", "be", "to", "of", "and", "that", "have", "with"]},
-        description="Stop words per language code (Gopher's English list by default).")
+        description="Stop words per language code (Gopher's English list by default).",
+    )
     min_words_per_line: int = Field(3, ge=1, description="C4: lines with fewer words count in c4_short_lines.")
     short_line_chars: int = Field(30, ge=1, description="FineWeb: lines this short count in fw_short_line_ratio.")
     default_language: str | None = Field(
-        None, description="Language of documents the language layer does not label (or of every document when "
-                          "language is not in the cascade), e.g. en for an English-only corpus: stop words and "
-                          "no-space scripts then apply without language identification.")
+        None,
+        description="Language of documents the language layer does not label (or of every document when "
+        "language is not in the cascade), e.g. en for an English-only corpus: stop words and "
+        "no-space scripts then apply without language identification.",
+    )
     definitions: list[Literal["project", "reference"]] = Field(
         default_factory=lambda: ["project"],
         description="Which definitions to compute: project (the gopher_*, rep_*, c4_*, fw_* columns) and/or "
-                    "reference (the ref_* columns, datatrove 0.10.1's filters); the others are null. When a "
-                    "config file does not say: project, plus reference if a policy rule reads a ref_* column.")
+        "reference (the ref_* columns, datatrove 0.10.1's filters); the others are null. When a "
+        "config file does not say: project, plus reference if a policy rule reads a ref_* column.",
+    )
 
     @field_validator("default_language")
     @classmethod
@@ -120,14 +136,19 @@ class HeuristicsConfig(_Strict):
 
     def score_options(self) -> dict:
         """The keyword arguments of :func:`beam_pipeline.filters.heuristics.score` for this config."""
-        return {"stop_words": self.stop_words, "min_words_per_line": self.min_words_per_line,
-                "short_line_chars": self.short_line_chars, "default_language": self.default_language,
-                "definitions": tuple(self.definitions)}
+        return {
+            "stop_words": self.stop_words,
+            "min_words_per_line": self.min_words_per_line,
+            "short_line_chars": self.short_line_chars,
+            "default_language": self.default_language,
+            "definitions": tuple(self.definitions),
+        }
 
 
 class BlocklistConfig(_Strict):
-    domain_files: list[str] = Field(default_factory=list,
-                                    description="Files of domains (blocks subdomains too; '=host' blocks one host).")
+    domain_files: list[str] = Field(
+        default_factory=list, description="Files of domains (blocks subdomains too; '=host' blocks one host)."
+    )
     url_substring_files: list[str] = Field(default_factory=list, description="Files of URL substrings.")
 
 
@@ -137,15 +158,17 @@ class QualityConfig(_Strict):
 
 class SafetyConfig(_Strict):
     builtin_badwords: bool = Field(True, description="Use the LDNOOBW lists shipped in the glin-profanity wheel.")
-    badword_files: dict[str, str] = Field(default_factory=dict,
-                                          description="Language code -> word list file (replaces the builtin list).")
+    badword_files: dict[str, str] = Field(
+        default_factory=dict, description="Language code -> word list file (replaces the builtin list)."
+    )
     toxicity_model: str | None = Field(None, description="Optional fastText classifier; toxicity = P(positive).")
 
 
 class PiiConfig(_Strict):
     kinds: list[Literal["email", "phone", "ip", "credit_card", "ssn", "iban", "secret"]] = Field(
         default_factory=lambda: ["email", "phone", "ip", "credit_card", "ssn", "iban", "secret"],
-        description="PII kinds counted.")
+        description="PII kinds counted.",
+    )
 
 
 class EvalSetConfig(_Strict):
@@ -167,8 +190,11 @@ class DecontaminationConfig(_Strict):
     ngram: int = Field(13, ge=3, le=64, description="Words per n-gram.")
     min_overlap: int = Field(1, ge=1, description="Shared n-grams that make a document contaminated.")
     evalsets: list[EvalSetConfig] = Field(default_factory=list)
-    index: bool = Field(False, description="Keep an n-gram index of the gold text (layer ngram_index) for "
-                                           "`contamination-report` against future eval sets.")
+    index: bool = Field(
+        False,
+        description="Keep an n-gram index of the gold text (layer ngram_index) for "
+        "`contamination-report` against future eval sets.",
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> "DecontaminationConfig":
@@ -189,13 +215,15 @@ def check_scoring(config) -> None:
     sources = {s.name for s in config.sources}
     domains = {s.domain for s in config.sources}
     problems = []
-    all_rules = [(f"policy.rules[{i}]", r) for i, r in enumerate(policy.rules)] + \
-        [(f"policy.overrides[{i}].rules[{j}]", r) for i, o in enumerate(policy.overrides) for j, r in enumerate(o.rules)]
+    all_rules = [(f"policy.rules[{i}]", r) for i, r in enumerate(policy.rules)] + [
+        (f"policy.overrides[{i}].rules[{j}]", r) for i, o in enumerate(policy.overrides) for j, r in enumerate(o.rules)
+    ]
     for where, rule in all_rules:
         missing = sorted(layer for layer in rule.layers() if layer not in BASE_LAYERS and layer not in stages)
         if missing:
-            problems.append(f"{where} ({rule.reason}) reads {', '.join(missing)}, which is not in cascade "
-                            f"[{', '.join(stages)}]")
+            problems.append(
+                f"{where} ({rule.reason}) reads {', '.join(missing)}, which is not in cascade [{', '.join(stages)}]"
+            )
         if "near" in rule.layers() and not getattr(getattr(config, "near_dedup", None), "enabled", False):
             problems.append(f"{where} ({rule.reason}) reads near, but near_dedup is not enabled")
         if "exact" in rule.layers() and not config.exact_dedup.enabled:
@@ -211,11 +239,15 @@ def check_scoring(config) -> None:
                 problems.append(f"{where} ({rule.reason}).domains: unknown domain {name!r}")
     for i, override in enumerate(policy.overrides):
         if override.source is not None and override.source not in sources:
-            problems.append(f"policy.overrides[{i}].source: unknown source {override.source!r}; "
-                            f"sources: {', '.join(sorted(sources))}")
+            problems.append(
+                f"policy.overrides[{i}].source: unknown source {override.source!r}; "
+                f"sources: {', '.join(sorted(sources))}"
+            )
         if override.domain is not None and override.domain not in domains:
-            problems.append(f"policy.overrides[{i}].domain: unknown domain {override.domain!r}; "
-                            f"domains: {', '.join(sorted(domains))}")
+            problems.append(
+                f"policy.overrides[{i}].domain: unknown domain {override.domain!r}; "
+                f"domains: {', '.join(sorted(domains))}"
+            )
     if "quality" in stages and not config.quality.model:
         problems.append("quality.model: required when quality is in the cascade (train one with train-quality)")
     if "decontamination" in stages and not config.decontamination.evalsets:
@@ -240,8 +272,10 @@ def _definition_problems(rule, config) -> list[str]:
     for layer, column in refs:
         definition = definition_of(column) if layer == "heuristics" else None
         if definition is not None and definition not in computed:
-            problems.append(f"reads heuristics.{column} of the {definition} definition, but heuristics.definitions "
-                            f"is [{', '.join(config.heuristics.definitions)}]")
+            problems.append(
+                f"reads heuristics.{column} of the {definition} definition, but heuristics.definitions "
+                f"is [{', '.join(config.heuristics.definitions)}]"
+            )
     return problems
 
 
@@ -254,13 +288,20 @@ def resolve_paths(config, base_dir: str) -> dict:
 
     return {
         "language": config.language.model_copy(update={"model": path(config.language.model)}),
-        "blocklist": config.blocklist.model_copy(update={
-            "domain_files": [path(p) for p in config.blocklist.domain_files],
-            "url_substring_files": [path(p) for p in config.blocklist.url_substring_files]}),
+        "blocklist": config.blocklist.model_copy(
+            update={
+                "domain_files": [path(p) for p in config.blocklist.domain_files],
+                "url_substring_files": [path(p) for p in config.blocklist.url_substring_files],
+            }
+        ),
         "quality": config.quality.model_copy(update={"model": path(config.quality.model)}),
-        "safety": config.safety.model_copy(update={
-            "badword_files": {k: path(v) for k, v in config.safety.badword_files.items()},
-            "toxicity_model": path(config.safety.toxicity_model)}),
-        "decontamination": config.decontamination.model_copy(update={
-            "evalsets": [e.model_copy(update={"path": path(e.path)}) for e in config.decontamination.evalsets]}),
+        "safety": config.safety.model_copy(
+            update={
+                "badword_files": {k: path(v) for k, v in config.safety.badword_files.items()},
+                "toxicity_model": path(config.safety.toxicity_model),
+            }
+        ),
+        "decontamination": config.decontamination.model_copy(
+            update={"evalsets": [e.model_copy(update={"path": path(e.path)}) for e in config.decontamination.evalsets]}
+        ),
     }

@@ -12,6 +12,7 @@ judge and what would give it a score. The console prints them at the end of a
 build and the run report lists them with its warnings
 (:func:`beam_pipeline.report.null_scores.report_warnings`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,27 +23,34 @@ from beam_pipeline.policy_rules import OverrideConfig, Plan, RuleConfig, parse_r
 
 @dataclasses.dataclass(frozen=True)
 class NullScoreWarning:
-    rule: str           # the rule's reason
-    column: str         # <layer>.<column>
+    rule: str  # the rule's reason
+    column: str  # <layer>.<column>
     source: str
-    documents: int      # documents of the source the layer scored; the column is null for all of them
+    documents: int  # documents of the source the layer scored; the column is null for all of them
     hint: str
 
     @property
     def message(self) -> str:
-        return (f"rule {self.rule!r} could not judge {self.documents:,} documents of source {self.source!r}: "
-                f"{self.column} is null for all of them ({self.hint})")
+        return (
+            f"rule {self.rule!r} could not judge {self.documents:,} documents of source {self.source!r}: "
+            f"{self.column} is null for all of them ({self.hint})"
+        )
 
 
 def _hint(layer: str, column: str, context: dict) -> str:
     if layer == "heuristics" and column.endswith("stop_words"):
         if not context.get("language_known"):
-            return ("the heuristics stage had no document language: put language before heuristics in the "
-                    "cascade, or set heuristics.default_language (e.g. en) for a corpus in one language")
+            return (
+                "the heuristics stage had no document language: put language before heuristics in the "
+                "cascade, or set heuristics.default_language (e.g. en) for a corpus in one language"
+            )
         return "no heuristics.stop_words list for the documents' language"
     if layer == "heuristics":
-        return ("word-based scores are null for languages written without spaces (zh, ja, th, ...)"
-                if not column.startswith("ref_") else "the documents have no text to score")
+        return (
+            "word-based scores are null for languages written without spaces (zh, ja, th, ...)"
+            if not column.startswith("ref_")
+            else "the documents have no text to score"
+        )
     if layer == "safety" and column.startswith("badword"):
         return "no bad-word list for the documents' language (or language is not in the cascade)"
     if layer == "blocklist":
@@ -50,8 +58,7 @@ def _hint(layer: str, column: str, context: dict) -> str:
     return f"the {layer} stage gave no value for them"
 
 
-def null_score_warnings(plan: Plan, histograms: dict[str, dict], context: dict | None = None
-                        ) -> list[NullScoreWarning]:
+def null_score_warnings(plan: Plan, histograms: dict[str, dict], context: dict | None = None) -> list[NullScoreWarning]:
     """One warning per (source, rule, column) where the rule reads a column that is null for every
     document of the source the column's stage scored.
 
@@ -75,8 +82,11 @@ def null_score_warnings(plan: Plan, histograms: dict[str, dict], context: dict |
                     continue
                 summary = ((histograms.get(layer) or {}).get(column) or {}).get("by_source", {}).get(source)
                 if summary and summary["rows"] > 0 and summary["null"] == summary["rows"]:
-                    out.append(NullScoreWarning(rule.reason, f"{layer}.{column}", source, summary["rows"],
-                                                _hint(layer, column, context)))
+                    out.append(
+                        NullScoreWarning(
+                            rule.reason, f"{layer}.{column}", source, summary["rows"], _hint(layer, column, context)
+                        )
+                    )
     return out
 
 
@@ -88,13 +98,16 @@ def plan_from_config(config: Any) -> tuple[Plan, dict]:
     cascade = config.get("cascade") or {}
     stages = tuple(cascade.get("stages", []) if isinstance(cascade, dict) else cascade)
     policy = config.get("policy") or {}
-    plan = Plan(cascade=stages,
-                rules=[RuleConfig.model_validate(r) for r in policy.get("rules", [])],
-                overrides=[OverrideConfig.model_validate(o) for o in policy.get("overrides", [])],
-                domains={s["name"]: s.get("domain", "") for s in config.get("sources", [])})
+    plan = Plan(
+        cascade=stages,
+        rules=[RuleConfig.model_validate(r) for r in policy.get("rules", [])],
+        overrides=[OverrideConfig.model_validate(o) for o in policy.get("overrides", [])],
+        domains={s["name"]: s.get("domain", "") for s in config.get("sources", [])},
+    )
     heuristics = config.get("heuristics") or {}
     language_known = bool(heuristics.get("default_language")) or (
-        "language" in stages and "heuristics" in stages and stages.index("language") < stages.index("heuristics"))
+        "language" in stages and "heuristics" in stages and stages.index("language") < stages.index("heuristics")
+    )
     return plan, {"language_known": language_known}
 
 

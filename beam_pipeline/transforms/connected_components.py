@@ -23,6 +23,7 @@ data: each step counts ``components_changed_rNN`` in its tally
 the job fails with a message naming ``near_dedup.max_rounds``;
 ``components_rounds`` counts the rounds that changed something, plus one.
 """
+
 from __future__ import annotations
 
 from typing import Iterable, Iterator
@@ -66,13 +67,15 @@ class ConnectedComponents(beam.PTransform):
         converged = (
             edges.pipeline
             | "Once" >> beam.Create([None])
-            | "CheckConverged" >> beam.ParDo(_ConvergedFn(self._max_rounds, self._stage),
-                                             *[beam.pvalue.AsList(c) for pair in rounds for c in pair])
+            | "CheckConverged"
+            >> beam.ParDo(
+                _ConvergedFn(self._max_rounds, self._stage), *[beam.pvalue.AsList(c) for pair in rounds for c in pair]
+            )
         )
         labels = (
             current
-            | "LabelCandidates" >> beam.MapTuple(lambda node, other: (node, min(node, other)))
-            .with_output_types(StrKeyed)
+            | "LabelCandidates"
+            >> beam.MapTuple(lambda node, other: (node, min(node, other))).with_output_types(StrKeyed)
             | "SmallestPerNode" >> beam.CombinePerKey(min)
         )
         # a flat tuple, never a Flatten's output: the Flink job server's fuser rejects a Flatten of Flattens
@@ -97,14 +100,18 @@ class _StarRound(beam.PTransform):
         large = (
             edges
             | "GroupNeighbours" >> beam.GroupByKey()
-            | "LargeStar" >> beam.ParDo(_StarFn(large_star, self._index, False, self._stage))
-            .with_output_types(StrKeyed).with_outputs(COUNTS, main="edges")
+            | "LargeStar"
+            >> beam.ParDo(_StarFn(large_star, self._index, False, self._stage))
+            .with_output_types(StrKeyed)
+            .with_outputs(COUNTS, main="edges")
         )
         small = (
             large["edges"]  # (larger, smaller)
             | "GroupSmallerNeighbours" >> beam.GroupByKey()
-            | "SmallStar" >> beam.ParDo(_StarFn(small_star, self._index, True, self._stage))
-            .with_output_types(StrKeyed).with_outputs(COUNTS, main="edges")
+            | "SmallStar"
+            >> beam.ParDo(_StarFn(small_star, self._index, True, self._stage))
+            .with_output_types(StrKeyed)
+            .with_outputs(COUNTS, main="edges")
         )
         return {"edges": small["edges"], COUNTS: (large[COUNTS], small[COUNTS])}
 
@@ -131,8 +138,9 @@ class _StarFn(CountingDoFn):
 
 def changed_edges(counts: Iterable[dict]) -> int:
     """The changed edges in a round's tallies."""
-    return sum(n for tally in counts for (_stage, name, _source), n in tally.items()
-               if name.startswith("components_changed_r"))
+    return sum(
+        n for tally in counts for (_stage, name, _source), n in tally.items() if name.startswith("components_changed_r")
+    )
 
 
 class _ConvergedFn(beam.DoFn):
@@ -148,7 +156,8 @@ class _ConvergedFn(beam.DoFn):
             raise RuntimeError(
                 f"{self._stage}: connected components did not converge within near_dedup.max_rounds="
                 f"{self._max_rounds} rounds ({totals[-1]} edges still changed in the last round); "
-                f"raise near_dedup.max_rounds")
+                f"raise near_dedup.max_rounds"
+            )
         tally = Tally(self._stage)
         tally.inc("components_rounds", n=1 + sum(1 for total in totals[:-1] if total))
         yield tally.take()

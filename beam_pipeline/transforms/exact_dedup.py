@@ -36,6 +36,7 @@ documents (a boilerplate page copied everywhere) is spread over
 :data:`HOT_KEY_FANOUT` intermediate keys first, so no worker merges all its
 copies alone. The join sends each member to the group of its hash once.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -77,15 +78,17 @@ class AnnotateExactDuplicates(beam.PTransform):
         members = (
             pbegin
             | "ReadDocuments" >> ReadLayerRows(self._documents, INPUT_COLUMNS, self._after)
-            | "KeyByContentHash" >> beam.ParDo(_MemberFn()).with_output_types(StrKeyed).with_outputs(
-                COUNTS, main=_MEMBERS)
+            | "KeyByContentHash"
+            >> beam.ParDo(_MemberFn()).with_output_types(StrKeyed).with_outputs(COUNTS, main=_MEMBERS)
         )
         keyed = members[_MEMBERS]  # (content_hash, member)
         if self._previous:
             earlier = (
                 pbegin
-                | "ReadEarlierVersions" >> ReadLayerRows(
-                    [path for layer in self._previous for path in layer.annotation_paths], PREVIOUS_COLUMNS)
+                | "ReadEarlierVersions"
+                >> ReadLayerRows(
+                    [path for layer in self._previous for path in layer.annotation_paths], PREVIOUS_COLUMNS
+                )
                 | "EarlierContent" >> beam.Map(previous_member).with_output_types(StrKeyed)
                 | "OnePerContent" >> beam.Distinct()
             )
@@ -105,8 +108,14 @@ class AnnotateExactDuplicates(beam.PTransform):
 
 def member_of(document: dict) -> tuple:
     """The fields of a document that the representative choice needs, as a tuple."""
-    return (document["source_rank"], document["date"] is None, document["date"] or "",
-            document["doc_id"], document["source"], False)
+    return (
+        document["source_rank"],
+        document["date"] is None,
+        document["date"] or "",
+        document["doc_id"],
+        document["source"],
+        False,
+    )
 
 
 #: Columns of an earlier exact-dedup layer's annotations that a refresh reads.
@@ -178,8 +187,13 @@ def annotate_group(content_hash: str, members: Iterable[tuple]) -> list[dict]:
 def annotation(content_hash: str, member: tuple, representative: tuple, size: int) -> dict:
     """The row of ``member``: a duplicate unless it is the representative (a copy of an earlier version's
     content always is, even under the same doc_id)."""
-    return {"doc_id": member[3], "content_hash": content_hash, "duplicate_count": size,
-            "representative": representative[3], "is_duplicate": representative[5] or member[3] != representative[3]}
+    return {
+        "doc_id": member[3],
+        "content_hash": content_hash,
+        "duplicate_count": size,
+        "representative": representative[3],
+        "is_duplicate": representative[5] or member[3] != representative[3],
+    }
 
 
 class _MemberFn(CountingDoFn):
@@ -201,7 +215,7 @@ class _AnnotateFn(CountingDoFn):
 
     def process(self, joined: tuple[str, dict]) -> Iterator[dict]:
         content_hash, groups = joined
-        (best, size), = groups[_REPRESENTATIVE]
+        ((best, size),) = groups[_REPRESENTATIVE]
         for member in groups[_MEMBERS]:
             if member[5]:
                 continue  # an earlier version's content: no row, not counted

@@ -34,6 +34,7 @@ source, ``filtered:older_capture`` = web captures of a URL but its newest,
 ``dead_letter`` = records the reader could not decode (and the web filters
 of :mod:`beam_pipeline.web.transforms`).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -48,9 +49,9 @@ from beam_pipeline.accounting import COUNTS, Tally
 from beam_pipeline.config import CorpusConfig, SourceConfig
 from beam_pipeline.documents import make_document
 from beam_pipeline.hashing import bucket_of
+from beam_pipeline.layers import join
 from beam_pipeline.normalize import NORMALIZATION_VERSION
 from beam_pipeline.readers import BadRecord, iter_records
-from beam_pipeline.layers import join
 from beam_pipeline.schemas import dead_letter_row
 from beam_pipeline.snapshot import verify_file
 from beam_pipeline.transforms.keys import IntKeyed
@@ -65,9 +66,13 @@ _RECORDS, _WEB_RECORDS = "records", "web_records"
 
 def stage_config(config: CorpusConfig) -> dict:
     """The part of the config that determines the ingest layer's content."""
-    return {"ingest": config.ingest.model_dump(mode="json"),
-            "sources": [s.model_dump(mode="json", exclude={"uri": True, "extract": {"split_bytes"}})  # splits: no effect
-                        for s in config.sources]}
+    return {
+        "ingest": config.ingest.model_dump(mode="json"),
+        "sources": [
+            s.model_dump(mode="json", exclude={"uri": True, "extract": {"split_bytes"}})  # splits: no effect
+            for s in config.sources
+        ],
+    }
 
 
 class IngestSnapshot(beam.PTransform):
@@ -85,12 +90,14 @@ class IngestSnapshot(beam.PTransform):
         self._files = [
             {"source": name, "path": entry["path"], "checksum": entry["checksum"]}
             for name, source in manifest["sources"].items()
-            for entry in source["files"] if self._sources[name].format != "warc"
+            for entry in source["files"]
+            if self._sources[name].format != "warc"
         ]
         self._web_files = [  # format warc: read in byte ranges (beam_pipeline/web, docs/web.md)
             {"source": name, "path": entry["path"], "checksum": entry["checksum"], "size": entry["size"]}
             for name, source in manifest["sources"].items()
-            for entry in source["files"] if self._sources[name].format == "warc"
+            for entry in source["files"]
+            if self._sources[name].format == "warc"
         ]
 
     def expand(self, pbegin):
@@ -99,21 +106,28 @@ class IngestSnapshot(beam.PTransform):
             pbegin
             | "SnapshotFiles" >> beam.Create(self._files)
             | "SpreadFiles" >> beam.Reshuffle()
-            | "ReadAndNormalize" >> beam.ParDo(
-                ReadRecordsFn(self._sources, self._max_record_bytes)).with_outputs(DEAD_LETTER, COUNTS, main=DOCUMENTS)
+            | "ReadAndNormalize"
+            >> beam.ParDo(ReadRecordsFn(self._sources, self._max_record_bytes)).with_outputs(
+                DEAD_LETTER, COUNTS, main=DOCUMENTS
+            )
         )
         records = {_RECORDS: read[DOCUMENTS] | "KeyByPartition" >> KeyByPartition(n)}
         dead_letter, counts = read[DEAD_LETTER], [read[COUNTS]]
         if self._web_files:
             web = pbegin | "ReadWebArchives" >> ReadWebArchives(
-                self._web_files, self._sources, max_record_bytes=self._max_record_bytes, partitions=n, stage=STAGE)
+                self._web_files, self._sources, max_record_bytes=self._max_record_bytes, partitions=n, stage=STAGE
+            )
             records[_WEB_RECORDS] = web[DOCUMENTS] | "KeyWebByPartition" >> KeyByPartition(n)
             records[OLDER_CAPTURES] = web[OLDER_CAPTURES]
             dead_letter = (dead_letter, web[DEAD_LETTER]) | "WithWebDeadLetters" >> beam.Flatten()
             counts.append(web[COUNTS])
         written = records | "CollapseRepeatedRecords" >> CollapseRepeatedRecords(self._layer_path, n)
-        return {DOCUMENTS: written[DOCUMENTS], REPEATS: written[REPEATS], DEAD_LETTER: dead_letter,
-                COUNTS: (*counts, written[COUNTS])}
+        return {
+            DOCUMENTS: written[DOCUMENTS],
+            REPEATS: written[REPEATS],
+            DEAD_LETTER: dead_letter,
+            COUNTS: (*counts, written[COUNTS]),
+        }
 
 
 class KeyByPartition(beam.PTransform):
@@ -126,7 +140,8 @@ class KeyByPartition(beam.PTransform):
     def expand(self, rows):
         n = self._partitions
         return rows | "KeyByPartition" >> beam.Map(lambda row: (bucket_of(row["doc_id"], n), row)).with_output_types(
-            IntKeyed)
+            IntKeyed
+        )
 
 
 class CollapseRepeatedRecords(beam.PTransform):
@@ -144,12 +159,16 @@ class CollapseRepeatedRecords(beam.PTransform):
         written = (
             keyed
             | "GroupByPartition" >> beam.CoGroupByKey()
-            | "KeepFirstOccurrencesAndWrite" >> beam.ParDo(
-                _KeepFirstOccurrencesFn(self._layer_path, self._partitions)).with_outputs(
-                REPEATS, COUNTS, main=DOCUMENTS)
+            | "KeepFirstOccurrencesAndWrite"
+            >> beam.ParDo(_KeepFirstOccurrencesFn(self._layer_path, self._partitions)).with_outputs(
+                REPEATS, COUNTS, main=DOCUMENTS
+            )
         )
-        return {DOCUMENTS: WrittenPartitions(written[DOCUMENTS]), REPEATS: WrittenPartitions(written[REPEATS]),
-                COUNTS: written[COUNTS]}
+        return {
+            DOCUMENTS: WrittenPartitions(written[DOCUMENTS]),
+            REPEATS: WrittenPartitions(written[REPEATS]),
+            COUNTS: written[COUNTS],
+        }
 
 
 class _KeepFirstOccurrencesFn(beam.DoFn):
@@ -174,15 +193,26 @@ class _KeepFirstOccurrencesFn(beam.DoFn):
                 continue
             if documents and documents[-1]["doc_id"] == row["doc_id"]:
                 self._tally.filtered("repeated_record", row["source"])
-                repeats.append({"doc_id": row["doc_id"], "source": row["source"], "file": row["file"],
-                                "position": row["position"], "byte_offset": row["byte_offset"], "url": row["url"]})
+                repeats.append(
+                    {
+                        "doc_id": row["doc_id"],
+                        "source": row["source"],
+                        "file": row["file"],
+                        "position": row["position"],
+                        "byte_offset": row["byte_offset"],
+                        "url": row["url"],
+                    }
+                )
                 continue
             self._tally.passed(row["source"])
             documents.append(row)
-        yield write_layer_partition(join(self._layer_path, DOCUMENTS), index, self._partitions, documents,
-                                    schemas.DOCUMENT)
-        yield beam.pvalue.TaggedOutput(REPEATS, write_layer_partition(
-            join(self._layer_path, REPEATS), index, self._partitions, repeats, schemas.REPEAT))
+        yield write_layer_partition(
+            join(self._layer_path, DOCUMENTS), index, self._partitions, documents, schemas.DOCUMENT
+        )
+        yield beam.pvalue.TaggedOutput(
+            REPEATS,
+            write_layer_partition(join(self._layer_path, REPEATS), index, self._partitions, repeats, schemas.REPEAT),
+        )
         yield from self._tally.tagged()
 
 
@@ -202,17 +232,31 @@ class ReadRecordsFn(beam.DoFn):
         verify_file(path, entry["checksum"])
         records = iter_records(
             lambda: FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED),
-            path, source.format,
-            text_field=source.fields.text, url_field=source.fields.url, date_field=source.fields.date,
-            license_field=source.fields.license, id_field=source.fields.id,
-            max_record_bytes=self._max_record_bytes)
+            path,
+            source.format,
+            text_field=source.fields.text,
+            url_field=source.fields.url,
+            date_field=source.fields.date,
+            license_field=source.fields.license,
+            id_field=source.fields.id,
+            max_record_bytes=self._max_record_bytes,
+        )
         for record in records:
             self._counters.entered(source.name)
             if isinstance(record, BadRecord):
                 self._counters.dead_letter(source.name)
-                yield beam.pvalue.TaggedOutput(DEAD_LETTER, dead_letter_row(
-                    STAGE, source=source.name, file=path, position=record.position,
-                    byte_offset=record.byte_offset, error=record.error, raw_prefix=record.raw_prefix))
+                yield beam.pvalue.TaggedOutput(
+                    DEAD_LETTER,
+                    dead_letter_row(
+                        STAGE,
+                        source=source.name,
+                        file=path,
+                        position=record.position,
+                        byte_offset=record.byte_offset,
+                        error=record.error,
+                        raw_prefix=record.raw_prefix,
+                    ),
+                )
                 continue
             document = make_document(record, source, path)
             if document is None:

@@ -7,6 +7,7 @@ fallback that fails, or silently differs, on types such as numpy scalars
 ``StrUtf8Coder`` or ``VarIntCoder`` keys; ``tests/test_coders.py`` checks every
 grouping in every stage's job.
 """
+
 from apache_beam.typehints import Any, Tuple
 
 StrKeyed = Tuple[str, Any]

@@ -23,6 +23,7 @@ bytes do not depend on the runner, the parallelism or bundle boundaries
   reads a layer of the same job only once it is committed (data first, ledger
   last), exactly as it reads a layer of an earlier run.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -57,9 +58,14 @@ from beam_pipeline.transforms.keys import IntKeyed
 class WriteLayerOutput(beam.PTransform):
     """PCollection[dict] -> PCollection[partition sidecar dict], files written under ``directory``."""
 
-    def __init__(self, directory: str, schema: pa.Schema, num_partitions: int,
-                 sort_key: Callable[[dict], tuple] | None = None,
-                 partition_key: Callable[[dict], str] = lambda row: row["doc_id"]):
+    def __init__(
+        self,
+        directory: str,
+        schema: pa.Schema,
+        num_partitions: int,
+        sort_key: Callable[[dict], tuple] | None = None,
+        partition_key: Callable[[dict], str] = lambda row: row["doc_id"],
+    ):
         super().__init__()
         self._directory = directory
         self._schema = schema
@@ -72,14 +78,14 @@ class WriteLayerOutput(beam.PTransform):
         partition_key = self._partition_key
         return (
             rows
-            | "KeyByPartition" >> beam.Map(lambda row: (bucket_of(partition_key(row), n), row)).with_output_types(IntKeyed)
+            | "KeyByPartition"
+            >> beam.Map(lambda row: (bucket_of(partition_key(row), n), row)).with_output_types(IntKeyed)
             | "GroupPartitions" >> beam.GroupByKey()
             | "WritePartition" >> beam.MapTuple(self._write)
         )
 
     def _write(self, index: int, rows: Iterable[dict]) -> dict:
-        return write_layer_partition(self._directory, index, self._num_partitions, rows, self._schema,
-                                     self._sort_key)
+        return write_layer_partition(self._directory, index, self._num_partitions, rows, self._schema, self._sort_key)
 
 
 def row_order(row: dict) -> tuple:
@@ -87,8 +93,14 @@ def row_order(row: dict) -> tuple:
     return row["doc_id"], row.get("file") or "", row.get("position") or 0
 
 
-def write_layer_partition(directory: str, index: int, count: int, rows: Iterable[dict], schema: pa.Schema,
-                          sort_key: Callable[[dict], tuple] = row_order) -> dict:
+def write_layer_partition(
+    directory: str,
+    index: int,
+    count: int,
+    rows: Iterable[dict],
+    schema: pa.Schema,
+    sort_key: Callable[[dict], tuple] = row_order,
+) -> dict:
     """Sort one partition's rows and write it atomically (:func:`beam_pipeline.layers.write_partition`)."""
     return write_partition(directory, index, count, sorted(rows, key=sort_key), schema)
 
@@ -102,6 +114,7 @@ class WrittenPartitions:
 
 
 # --- waiting for layers ------------------------------------------------------------------
+
 
 def _after(committed: Iterable) -> list:
     """Side inputs that make a step wait until each of these layers is committed."""
@@ -139,12 +152,15 @@ class ReadLayerRows(beam.PTransform):
 
     def expand(self, pbegin):
         paths, columns = self._paths, self._columns
-        return (pbegin
-                | "Partitions" >> PartitionIndexes(len(paths), self._after)
-                | "ReadRows" >> beam.FlatMap(lambda index: read_partition_rows(paths[index], columns)))
+        return (
+            pbegin
+            | "Partitions" >> PartitionIndexes(len(paths), self._after)
+            | "ReadRows" >> beam.FlatMap(lambda index: read_partition_rows(paths[index], columns))
+        )
 
 
 # --- committing ---------------------------------------------------------------------------
+
 
 class Committed(NamedTuple):
     """A committed layer, as the later steps of the job see it (one element per layer)."""
@@ -220,22 +236,34 @@ class CommitLayerFn(beam.DoFn):
 
     def process(self, summed: dict, *sidecar_lists) -> Iterator[Committed]:
         spec = self._spec
-        sidecar_lists = sidecar_lists[:len(self._names)]  # after them: what the stage wrote besides (waited for)
+        sidecar_lists = sidecar_lists[: len(self._names)]  # after them: what the stage wrote besides (waited for)
         stage = spec.layer.stage
         counts = stage_counts(stage, summed)
         check_stage(stage, counts, spec.max_dead_letter_fraction)
         remove_temporaries(spec.layer)  # writes of bundle attempts that failed and were retried
-        parts = {name: complete_partitions(spec.output_directory(name), spec.output_partitions(name),
-                                           spec.outputs[name], sidecars)
-                 for name, sidecars in zip(self._names, sidecar_lists)}
+        parts = {
+            name: complete_partitions(
+                spec.output_directory(name), spec.output_partitions(name), spec.outputs[name], sidecars
+            )
+            for name, sidecars in zip(self._names, sidecar_lists)
+        }
         rows = {name: sum(part["rows"] for part in output) for name, output in parts.items()}
         if sum(rows.values()) and not counts["in"]:
-            raise AccountingError(f"stage {stage}: the job wrote {sum(rows.values())} rows but counted no record "
-                                  f"entering the stage (in=0): a step of the stage does not count")
+            raise AccountingError(
+                f"stage {stage}: the job wrote {sum(rows.values())} rows but counted no record "
+                f"entering the stage (in=0): a step of the stage does not count"
+            )
         check_outputs(stage, counts, rows, {**spec.rows_match, DEAD_LETTER: "dead_letter"})
         extra = spec.finalize(spec.layer, spec.partitions) if spec.finalize else None
-        ledger = commit_layer(spec.layer, version=spec.version, config=spec.config, inputs=spec.inputs,
-                              outputs=parts, counts=counts, extra=extra)
+        ledger = commit_layer(
+            spec.layer,
+            version=spec.version,
+            config=spec.config,
+            inputs=spec.inputs,
+            outputs=parts,
+            counts=counts,
+            extra=extra,
+        )
         yield Committed(stage, spec.layer.key, ledger, False, time.time())
 
 
@@ -259,7 +287,7 @@ def complete_partitions(directory: str, count: int, schema: pa.Schema, sidecars:
 def partition_index_of(path: str) -> tuple[int, int]:
     """(index, count) of a ``part-00003-of-00016.parquet`` path."""
     name = path.rsplit("/", 1)[-1]
-    index, count = name[len("part-"):-len(".parquet")].split("-of-")
+    index, count = name[len("part-") : -len(".parquet")].split("-of-")
     return int(index), int(count)
 
 
@@ -281,14 +309,23 @@ class PartitionInputs:
     required: frozenset[str] = frozenset()
 
     @classmethod
-    def of(cls, documents: list[str], document_columns: list[str] | None = None,
-           layers: dict[str, tuple[list[str], list[str] | None]] | None = None,
-           required: tuple[str, ...] = ()) -> "PartitionInputs":
+    def of(
+        cls,
+        documents: list[str],
+        document_columns: list[str] | None = None,
+        layers: dict[str, tuple[list[str], list[str] | None]] | None = None,
+        required: tuple[str, ...] = (),
+    ) -> "PartitionInputs":
         layers = layers or {}
-        inputs = cls(tuple(documents), None if document_columns is None else tuple(document_columns),
-                     tuple((name, tuple(paths), None if columns is None else tuple(columns))
-                           for name, (paths, columns) in sorted(layers.items())),
-                     frozenset(name for name in required if name in layers))
+        inputs = cls(
+            tuple(documents),
+            None if document_columns is None else tuple(document_columns),
+            tuple(
+                (name, tuple(paths), None if columns is None else tuple(columns))
+                for name, (paths, columns) in sorted(layers.items())
+            ),
+            frozenset(name for name in required if name in layers),
+        )
         inputs.check()
         return inputs
 
@@ -298,11 +335,14 @@ class PartitionInputs:
 
     def check(self) -> None:
         for name, paths in [("documents", self.documents), *((n, p) for n, p, _ in self.layers)]:
-            if len(paths) != self.count or any(partition_index_of(path) != (i, self.count)
-                                               for i, path in enumerate(paths)):
-                raise ValueError(f"cannot join {name} partition by partition: it has {len(paths)} partitions "
-                                 f"({paths[:1]}...), the documents have {self.count}; layers of one build share "
-                                 f"one partition count (layout.target_partition_bytes)")
+            if len(paths) != self.count or any(
+                partition_index_of(path) != (i, self.count) for i, path in enumerate(paths)
+            ):
+                raise ValueError(
+                    f"cannot join {name} partition by partition: it has {len(paths)} partitions "
+                    f"({paths[:1]}...), the documents have {self.count}; layers of one build share "
+                    f"one partition count (layout.target_partition_bytes)"
+                )
 
     def joined(self, index: int, where: str) -> Iterator[tuple[dict, dict]]:
         """(document, {layer name: its row or None}) for every document of partition ``index``."""
@@ -315,8 +355,9 @@ def _list(columns):
     return None if columns is None else list(columns)
 
 
-def merge_join(documents: Iterable[dict], layers: dict[str, Iterable[dict]], where: str,
-               required: Iterable[str] = ()) -> Iterator[tuple[dict, dict]]:
+def merge_join(
+    documents: Iterable[dict], layers: dict[str, Iterable[dict]], where: str, required: Iterable[str] = ()
+) -> Iterator[tuple[dict, dict]]:
     """Join rows sorted by doc_id: (document, {name: row with that doc_id or None}) per document.
 
     Streams: it holds one row per input. A row whose doc_id has no document, or a
@@ -353,14 +394,15 @@ class _Cursor:
         """The row of ``doc_id`` (None: the rows must be exhausted)."""
         head = self._head
         if head is not None and (doc_id is None or head["doc_id"] < doc_id):
-            raise ValueError(f"{self._where}: {self._name} annotations for doc_id {head['doc_id']} "
-                             f"but no document ({LOST_IN_JOIN})")
+            raise ValueError(
+                f"{self._where}: {self._name} annotations for doc_id {head['doc_id']} but no document ({LOST_IN_JOIN})"
+            )
         if head is None or head["doc_id"] != doc_id:
             return None
         self._head = next(self._rows, None)
         if self._head is not None and self._head["doc_id"] <= doc_id:
-            raise ValueError(f"{self._where}: {self._name} rows are not sorted by doc_id, or repeat one "
-                             f"({doc_id} before {self._head['doc_id']})")
+            raise ValueError(
+                f"{self._where}: {self._name} rows are not sorted by doc_id, or repeat one "
+                f"({doc_id} before {self._head['doc_id']})"
+            )
         return head
-
-

@@ -35,6 +35,7 @@ the layers of ``after`` are committed), so no text goes through the runner:
   per word): use it for small, high-risk sources (forums, templated pages,
   code), not for a whole web crawl.
 """
+
 from __future__ import annotations
 
 from typing import Iterable, Iterator
@@ -60,8 +61,14 @@ class RepeatedLines(beam.PTransform):
     (:func:`beam_pipeline.transforms.near_dedup.sign_document`).
     """
 
-    def __init__(self, document_paths: Iterable[str], min_repeats: int, signature_min_repeats: int,
-                 min_chars: int, after: Iterable = ()):
+    def __init__(
+        self,
+        document_paths: Iterable[str],
+        min_repeats: int,
+        signature_min_repeats: int,
+        min_chars: int,
+        after: Iterable = (),
+    ):
         super().__init__()
         self._documents = tuple(document_paths)
         self._min_repeats = min_repeats
@@ -74,9 +81,10 @@ class RepeatedLines(beam.PTransform):
         return (
             pbegin
             | "CountLines" >> _CountLines(self._documents, self._min_chars, self._after)
-            | "MoreThanLowestRepeats" >> beam.FlatMap(
-                lambda counted: [(0, (counted[0], counted[1] > min_repeats))] if counted[1] > lowest else [])
-            .with_output_types(Tuple[int, Tuple[int, bool]])
+            | "MoreThanLowestRepeats"
+            >> beam.FlatMap(
+                lambda counted: [(0, (counted[0], counted[1] > min_repeats))] if counted[1] > lowest else []
+            ).with_output_types(Tuple[int, Tuple[int, bool]])
             | "CollectKeys" >> beam.CombinePerKey(SortedKeyClassesFn())
             | "Keys" >> beam.Values()
         )
@@ -96,8 +104,10 @@ class _CountLines(beam.PTransform):
         return (
             pbegin
             | "Partitions" >> PartitionIndexes(len(documents), self._after)
-            | "CountLinesPerPartition" >> beam.FlatMap(
-                lambda index: _partition_counts(documents[index], min_chars)).with_output_types(Tuple[int, int])
+            | "CountLinesPerPartition"
+            >> beam.FlatMap(lambda index: _partition_counts(documents[index], min_chars)).with_output_types(
+                Tuple[int, int]
+            )
             | "SumPerLine" >> beam.CombinePerKey(sum)
         )
 
@@ -134,8 +144,10 @@ class SortedKeyClassesFn(beam.CombineFn):
         return merged
 
     def extract_output(self, accumulator):
-        return (tuple(sorted(key for key, first in accumulator if first)),
-                tuple(sorted(key for key, first in accumulator if not first)))
+        return (
+            tuple(sorted(key for key, first in accumulator if first)),
+            tuple(sorted(key for key, first in accumulator if not first)),
+        )
 
 
 class RepeatedSpans(beam.PTransform):
@@ -148,8 +160,9 @@ class RepeatedSpans(beam.PTransform):
     the consumer, :func:`~beam_pipeline.dedup.repetition.merge_ranges`).
     """
 
-    def __init__(self, document_paths: Iterable[str], sources: Iterable[str], min_words: int, seed: int,
-                 after: Iterable = ()):
+    def __init__(
+        self, document_paths: Iterable[str], sources: Iterable[str], min_words: int, seed: int, after: Iterable = ()
+    ):
         super().__init__()
         self._documents = tuple(document_paths)
         self._sources = tuple(sorted(sources))
@@ -161,8 +174,10 @@ class RepeatedSpans(beam.PTransform):
         return (
             pbegin
             | "Partitions" >> PartitionIndexes(len(self._documents), self._after)
-            | "Windows" >> beam.ParDo(_WindowsFn(self._documents, self._sources, self._min_words, self._seed))
-            .with_output_types(Tuple[int, Tuple[int, bool, str, str, int, int]])
+            | "Windows"
+            >> beam.ParDo(_WindowsFn(self._documents, self._sources, self._min_words, self._seed)).with_output_types(
+                Tuple[int, Tuple[int, bool, str, str, int, int]]
+            )
             | "GroupByWindow" >> beam.GroupByKey()
             | "NonFirstOccurrences" >> beam.FlatMap(non_first_occurrences).with_output_types(StrKeyed)
         )

@@ -53,6 +53,7 @@ doc_id of the component, so neither depends on the runner, the parallelism or
 the order of delivery. Counts are data (:mod:`beam_pipeline.accounting`): every
 deciding step emits its tallies on a ``counts`` output.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -92,6 +93,7 @@ _KEYS, _SIGNATURE, _EDGES, _PAIRS, _CHECKED = "keys", "signature", "edges", "pai
 
 
 # --- parameters -----------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class NearDedupParams:
@@ -134,20 +136,34 @@ class NearDedupParams:
             target = tiers.lsh_threshold if config.verify == "two_tier" else m.threshold
             bands, rows = minhash.optimal_bands(target, m.num_perm, m.fp_weight, m.fn_weight)
         return cls(
-            seed=config.seed, shingle_kind=config.shingles.kind, shingle_size=config.shingles.size,
-            use_minhash=config.method in ("minhash", "both"), num_perm=m.num_perm, bands=bands, rows=rows,
-            threshold=m.threshold, verify=config.verify,
+            seed=config.seed,
+            shingle_kind=config.shingles.kind,
+            shingle_size=config.shingles.size,
+            use_minhash=config.method in ("minhash", "both"),
+            num_perm=m.num_perm,
+            bands=bands,
+            rows=rows,
+            threshold=m.threshold,
+            verify=config.verify,
             verify_threshold=config.verify_threshold if config.verify_threshold is not None else m.threshold,
-            low_threshold=tiers.low_threshold, containment_threshold=tiers.containment_threshold,
-            short_shingles=tiers.short_shingles, short_threshold=tiers.short_threshold,
+            low_threshold=tiers.low_threshold,
+            containment_threshold=tiers.containment_threshold,
+            short_shingles=tiers.short_shingles,
+            short_threshold=tiers.short_threshold,
             exact_sets=config.verify == "jaccard" or (config.verify == "two_tier" and tiers.measure == "exact"),
-            use_simhash=config.method in ("simhash", "both"), max_hamming=config.simhash.max_hamming,
+            use_simhash=config.method in ("simhash", "both"),
+            max_hamming=config.simhash.max_hamming,
             blocks=config.simhash.blocks or config.simhash.max_hamming + 1,
-            max_rounds=config.max_rounds, max_cluster_size=config.max_cluster_size,
-            sample_members=config.sample_members, lines=config.lines.enabled,
-            line_min_repeats=config.lines.min_repeats, line_min_chars=config.lines.min_chars,
+            max_rounds=config.max_rounds,
+            max_cluster_size=config.max_cluster_size,
+            sample_members=config.sample_members,
+            lines=config.lines.enabled,
+            line_min_repeats=config.lines.min_repeats,
+            line_min_chars=config.lines.min_chars,
             line_signature_min_repeats=config.lines.signature_min_repeats,
-            span_sources=tuple(sorted(config.substrings.sources)), span_min_words=config.substrings.min_words)
+            span_sources=tuple(sorted(config.substrings.sources)),
+            span_min_words=config.substrings.min_words,
+        )
 
     def signature_line_threshold(self) -> int:
         """Lines in more than this many documents stay out of signatures (boilerplate, or template lines)."""
@@ -157,31 +173,39 @@ class NearDedupParams:
 
     def signature_config(self) -> dict:
         """What makes two layers' signatures and band keys comparable (checked for ``against``)."""
-        return {"normalization": NORMALIZATION_VERSION, "seed": self.seed,
-                "shingles": {"kind": self.shingle_kind, "size": self.shingle_size},
-                "minhash": {"num_perm": self.num_perm, "bands": self.bands, "rows": self.rows}
-                if self.use_minhash else None,
-                "simhash": {"max_hamming": self.max_hamming, "blocks": self.blocks} if self.use_simhash else None,
-                "shingle_sets": self.exact_sets}
+        return {
+            "normalization": NORMALIZATION_VERSION,
+            "seed": self.seed,
+            "shingles": {"kind": self.shingle_kind, "size": self.shingle_size},
+            "minhash": {"num_perm": self.num_perm, "bands": self.bands, "rows": self.rows}
+            if self.use_minhash
+            else None,
+            "simhash": {"max_hamming": self.max_hamming, "blocks": self.blocks} if self.use_simhash else None,
+            "shingle_sets": self.exact_sets,
+        }
 
 
 def summarize_layer(layer, partitions: int) -> dict:
     """Extra ledger fields of a near-dedup layer: its largest clusters (``dedup/cluster_alarms.py``)."""
     directory = layer.output_path(LARGE_CLUSTERS)
-    return {"largest_clusters": largest_clusters([join(directory, part_name(i, partitions))
-                                                  for i in range(partitions)])}
+    return {
+        "largest_clusters": largest_clusters([join(directory, part_name(i, partitions)) for i in range(partitions)])
+    }
 
 
 def stage_config(config: NearDedupConfig) -> dict:
     """The layer-key slice: the config (without ``against``, whose layer keys are inputs, and ``alarms``,
     which judge the layer without shaping it) and versions."""
     params = NearDedupParams.from_config(config)
-    return {**config.model_dump(mode="json", exclude={"against", "alarms"}),
-            "signature": params.signature_config(),
-            "versions": {"lines": LINES_VERSION, "spans": SPANS_VERSION}}
+    return {
+        **config.model_dump(mode="json", exclude={"against", "alarms"}),
+        "signature": params.signature_config(),
+        "versions": {"lines": LINES_VERSION, "spans": SPANS_VERSION},
+    }
 
 
 # --- the stage ------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class PreviousLayer:
@@ -207,15 +231,23 @@ def resolve_against(root: str, entry: str, config: NearDedupConfig) -> PreviousL
     theirs = ledger["config"].get("signature")
     if theirs != ours:
         differing = sorted(k for k in ours if (theirs or {}).get(k) != ours[k])
-        raise ConfigError(f"near_dedup.against: {entry!r} was made with other signature settings "
-                          f"({', '.join(differing)}: {[(theirs or {}).get(k) for k in differing]} vs ours "
-                          f"{[ours[k] for k in differing]}); its band keys cannot match this config's")
+        raise ConfigError(
+            f"near_dedup.against: {entry!r} was made with other signature settings "
+            f"({', '.join(differing)}: {[(theirs or {}).get(k) for k in differing]} vs ours "
+            f"{[ours[k] for k in differing]}); its band keys cannot match this config's"
+        )
     parts = ledger["outputs"][SIGNATURES]["parts"]
     return PreviousLayer(ledger["key"], path, tuple(join(path, SIGNATURES, p["name"]) for p in parts))
 
 
-def build_stage(pipeline, config: NearDedupConfig, document_paths: list[str], previous: list[PreviousLayer],
-                layer_path: str, after: Iterable = ()) -> dict:
+def build_stage(
+    pipeline,
+    config: NearDedupConfig,
+    document_paths: list[str],
+    previous: list[PreviousLayer],
+    layer_path: str,
+    after: Iterable = (),
+) -> dict:
     """The stage in the build's job: {"annotations", "signatures" (written by the signing tasks),
     "large_clusters", "dead_letter", "counts"} (:class:`AnnotateNearDuplicates`).
 
@@ -224,7 +256,8 @@ def build_stage(pipeline, config: NearDedupConfig, document_paths: list[str], pr
     layer of ``after`` (PCollections of one ``Committed``) is committed.
     """
     return pipeline | "NearDedup" >> AnnotateNearDuplicates(
-        NearDedupParams.from_config(config), tuple(document_paths), tuple(previous), layer_path, tuple(after))
+        NearDedupParams.from_config(config), tuple(document_paths), tuple(previous), layer_path, tuple(after)
+    )
 
 
 class AnnotateNearDuplicates(beam.PTransform):
@@ -236,8 +269,14 @@ class AnnotateNearDuplicates(beam.PTransform):
     ``previous`` the earlier layers to dedup against (committed).
     """
 
-    def __init__(self, params: NearDedupParams, document_paths: tuple[str, ...],
-                 previous: tuple[PreviousLayer, ...], layer_path: str, after: tuple = ()):
+    def __init__(
+        self,
+        params: NearDedupParams,
+        document_paths: tuple[str, ...],
+        previous: tuple[PreviousLayer, ...],
+        layer_path: str,
+        after: tuple = (),
+    ):
         super().__init__()
         self._params = params
         self._documents = document_paths
@@ -252,25 +291,42 @@ class AnnotateNearDuplicates(beam.PTransform):
             # Counted over a read of its own: the keys must be complete before any document is signed,
             # and signing reads its partition itself, so no document waits in the runner for them.
             lines = pbegin | "RepeatedLines" >> RepeatedLines(
-                documents, params.line_min_repeats, params.signature_line_threshold(), params.line_min_chars, after)
+                documents, params.line_min_repeats, params.signature_line_threshold(), params.line_min_chars, after
+            )
             side = [beam.pvalue.AsSingleton(lines, default_value=((), ()))]
         signed = (
             pbegin
             | "Partitions" >> PartitionIndexes(len(documents), after)
-            | "Sign" >> beam.ParDo(SignPartitionFn(params, documents, join(self._layer_path, SIGNATURES)), *side)
-            .with_output_types(StrKeyed, **{_PAYLOADS: StrKeyed, _BANDS: IntKeyed, _BLOCKS: IntKeyed,
-                                            SIGNATURES: Any, DEAD_LETTER: Any, COUNTS: Any})
+            | "Sign"
+            >> beam.ParDo(SignPartitionFn(params, documents, join(self._layer_path, SIGNATURES)), *side)
+            .with_output_types(
+                StrKeyed,
+                **{
+                    _PAYLOADS: StrKeyed,
+                    _BANDS: IntKeyed,
+                    _BLOCKS: IntKeyed,
+                    SIGNATURES: Any,
+                    DEAD_LETTER: Any,
+                    COUNTS: Any,
+                },
+            )
             .with_outputs(SIGNATURES, _PAYLOADS, _BANDS, _BLOCKS, DEAD_LETTER, COUNTS, main=_MEMBERS)
         )
         payloads, bands, blocks = [signed[_PAYLOADS]], [signed[_BANDS]], [signed[_BLOCKS]]
         if self._previous:
             old = (
                 pbegin
-                | "PreviousSignaturePartitions" >> beam.Create(
-                    [(layer, path) for layer, previous in enumerate(self._previous, 1)
-                     for path in previous.signature_paths])
+                | "PreviousSignaturePartitions"
+                >> beam.Create(
+                    [
+                        (layer, path)
+                        for layer, previous in enumerate(self._previous, 1)
+                        for path in previous.signature_paths
+                    ]
+                )
                 | "SpreadPreviousPartitions" >> beam.Reshuffle()
-                | "ReadPreviousSignatures" >> beam.ParDo(PreviousSignaturesFn(params))
+                | "ReadPreviousSignatures"
+                >> beam.ParDo(PreviousSignaturesFn(params))
                 .with_output_types(StrKeyed, **{_BANDS: IntKeyed, _BLOCKS: IntKeyed})
                 .with_outputs(_BANDS, _BLOCKS, main=_PAYLOADS)
             )
@@ -281,8 +337,9 @@ class AnnotateNearDuplicates(beam.PTransform):
 
         found = []  # per finder: {"edges", "previous" (previous-version members), "counts"}
         if params.use_minhash:
-            found.append({_KEYS: _flatten(bands, "AllBandKeys"), _SIGNATURE: signatures}
-                         | "MinHashEdges" >> MinHashEdges(params))
+            found.append(
+                {_KEYS: _flatten(bands, "AllBandKeys"), _SIGNATURE: signatures} | "MinHashEdges" >> MinHashEdges(params)
+            )
         if params.use_simhash:
             found.append({_KEYS: _flatten(blocks, "AllBlockKeys")} | "SimHashEdges" >> SimHashEdges(params))
         components = tuple(f[_EDGES] for f in found) | "Components" >> ConnectedComponents(params.max_rounds, STAGE)
@@ -293,11 +350,17 @@ class AnnotateNearDuplicates(beam.PTransform):
             parts[_PREVIOUS] = _flatten([f[_PREVIOUS] for f in found], "AllPreviousMembers")
         if params.span_sources:
             parts[_SPAN] = pbegin | "RepeatedSpans" >> RepeatedSpans(
-                documents, params.span_sources, params.span_min_words, params.seed, after)
+                documents, params.span_sources, params.span_min_words, params.seed, after
+            )
         clusters = {**parts, _SIGNATURE: signatures} | "Clusters" >> AssignClusters(params)
         counts.extend(clusters[COUNTS])
-        return {ANNOTATIONS: clusters[ANNOTATIONS], SIGNATURES: WrittenPartitions(signed[SIGNATURES]),
-                LARGE_CLUSTERS: clusters[LARGE_CLUSTERS], DEAD_LETTER: signed[DEAD_LETTER], COUNTS: tuple(counts)}
+        return {
+            ANNOTATIONS: clusters[ANNOTATIONS],
+            SIGNATURES: WrittenPartitions(signed[SIGNATURES]),
+            LARGE_CLUSTERS: clusters[LARGE_CLUSTERS],
+            DEAD_LETTER: signed[DEAD_LETTER],
+            COUNTS: tuple(counts),
+        }
 
 
 def _flatten(collections: list, label: str):
@@ -321,16 +384,17 @@ class MinHashEdges(beam.PTransform):
         buckets = (
             inputs[_KEYS]
             | "GroupByBandKey" >> beam.GroupByKey()
-            | "StarCandidates" >> beam.ParDo(MinHashBucketFn())
+            | "StarCandidates"
+            >> beam.ParDo(MinHashBucketFn())
             .with_output_types(tuple[str, str], **{_PREVIOUS: StrKeyed, COUNTS: Any})
             .with_outputs(_PREVIOUS, COUNTS, main=_PAIRS)
         )
         edges, counts = buckets[_PAIRS], [buckets[COUNTS]]
         if self._params.verify != "none":
-            verified = (
-                {_PAIRS: edges | "AsCandidatePairs" >> beam.Map(lambda e: (e[0], e[1], None)),
-                 _SIGNATURE: inputs[_SIGNATURE]}
-                | "VerifyCandidates" >> VerifyPairs(PairCheck(self._params, "minhash"), "candidate"))
+            verified = {
+                _PAIRS: edges | "AsCandidatePairs" >> beam.Map(lambda e: (e[0], e[1], None)),
+                _SIGNATURE: inputs[_SIGNATURE],
+            } | "VerifyCandidates" >> VerifyPairs(PairCheck(self._params, "minhash"), "candidate")
             edges = verified[_CHECKED] | "KeepVerified" >> beam.FlatMap(lambda r: [(r[0], r[1])] if r[3] else [])
             counts.append(verified[COUNTS])
         return {_EDGES: edges, _PREVIOUS: buckets[_PREVIOUS], COUNTS: tuple(counts)}
@@ -349,7 +413,8 @@ class SimHashEdges(beam.PTransform):
         close = (
             inputs[_KEYS]
             | "GroupByBlockKey" >> beam.GroupByKey()
-            | "ClosePairs" >> beam.ParDo(SimHashBucketFn(self._params.max_hamming))
+            | "ClosePairs"
+            >> beam.ParDo(SimHashBucketFn(self._params.max_hamming))
             .with_output_types(tuple[str, str], **{_PREVIOUS: StrKeyed, COUNTS: Any})
             .with_outputs(_PREVIOUS, COUNTS, main=_PAIRS)
         )
@@ -376,9 +441,11 @@ class VerifyPairs(beam.PTransform):
     def expand(self, inputs):
         signatures = inputs[_SIGNATURE]
         attached = (
-            {_PAIRS: inputs[_PAIRS] | "KeyByFirst" >> beam.Map(lambda p: (p[0], (p[1], p[2])))
-                .with_output_types(StrKeyed),
-             _SIGNATURE: signatures}
+            {
+                _PAIRS: inputs[_PAIRS]
+                | "KeyByFirst" >> beam.Map(lambda p: (p[0], (p[1], p[2]))).with_output_types(StrKeyed),
+                _SIGNATURE: signatures,
+            }
             | "JoinFirstSignature" >> beam.CoGroupByKey()
             | "AttachFirst" >> beam.FlatMap(attach_first).with_output_types(StrKeyed)
         )
@@ -453,27 +520,29 @@ class AssignClusters(beam.PTransform):
         assembled = (
             joined
             | "JoinByDocId" >> beam.CoGroupByKey()
-            | "Assemble" >> beam.ParDo(AssembleFn()).with_output_types(StrKeyed)
-            .with_outputs(_ROWS, COUNTS, main=_CLUSTERED)
+            | "Assemble"
+            >> beam.ParDo(AssembleFn()).with_output_types(StrKeyed).with_outputs(_ROWS, COUNTS, main=_CLUSTERED)
         )
         clusters = (
             assembled[_CLUSTERED]  # (cluster label, (member, new, spans))
             | "GroupByCluster" >> beam.GroupByKey()
-            | "Representatives" >> beam.ParDo(ClusterFn(self._params)).with_outputs(
-                LARGE_CLUSTERS, _CHECK, COUNTS, main=_ROWS)
+            | "Representatives"
+            >> beam.ParDo(ClusterFn(self._params)).with_outputs(LARGE_CLUSTERS, _CHECK, COUNTS, main=_ROWS)
         )
         checked = (
             {_PAIRS: clusters[_CHECK], _SIGNATURE: parts[_SIGNATURE]}  # (representative, member, carry)
             | "VerifyAgainstRepresentative" >> VerifyPairs(PairCheck(self._params, "any"), "large_cluster")
         )
         large = checked[_CHECKED] | "LargeClusterRows" >> beam.ParDo(LargeMemberRowFn()).with_outputs(
-            COUNTS, main=_ROWS)
+            COUNTS, main=_ROWS
+        )
         rows = (assembled[_ROWS], clusters[_ROWS], large[_ROWS]) | "AllRows" >> beam.Flatten()
         counts = (assembled[COUNTS], clusters[COUNTS], checked[COUNTS], large[COUNTS])
         return {ANNOTATIONS: rows, LARGE_CLUSTERS: clusters[LARGE_CLUSTERS], COUNTS: counts}
 
 
 # --- DoFns --------------------------------------------------------------------------
+
 
 class SignPartitionFn(beam.DoFn):
     """partition index -> (doc_id, member) per document; tagged: the sidecar of its ``signatures``
@@ -499,17 +568,26 @@ class SignPartitionFn(beam.DoFn):
         for document in read_partition_rows(self._documents[index], INPUT_COLUMNS):
             doc_id = document["doc_id"]
             if bucket_of(doc_id, count) != index:
-                raise ValueError(f"{STAGE}: document {doc_id} is in partition {index} of "
-                                 f"{self._documents[index]}, but its doc_id belongs to partition "
-                                 f"{bucket_of(doc_id, count)} of {count}")
+                raise ValueError(
+                    f"{STAGE}: document {doc_id} is in partition {index} of "
+                    f"{self._documents[index]}, but its doc_id belongs to partition "
+                    f"{bucket_of(doc_id, count)} of {count}"
+                )
             tally.entered(document["source"])
             try:
                 member, row = sign_document(document, params, self._boilerplate, self._signature_lines)
             except Exception as err:  # noqa: BLE001 - one bad document costs that document only
                 tally.dead_letter(document.get("source"))
-                yield beam.pvalue.TaggedOutput(DEAD_LETTER, dead_letter_row(
-                    STAGE, source=document.get("source"), doc_id=doc_id,
-                    error=f"{type(err).__name__}: {err}", raw_prefix=(document.get("text") or "").encode("utf-8")))
+                yield beam.pvalue.TaggedOutput(
+                    DEAD_LETTER,
+                    dead_letter_row(
+                        STAGE,
+                        source=document.get("source"),
+                        doc_id=doc_id,
+                        error=f"{type(err).__name__}: {err}",
+                        raw_prefix=(document.get("text") or "").encode("utf-8"),
+                    ),
+                )
                 continue
             tally.inc("signed" if row is not None else "unsigned_too_short")
             if member[_BOILERPLATE]:
@@ -520,8 +598,9 @@ class SignPartitionFn(beam.DoFn):
             rows.append(row)
             yield beam.pvalue.TaggedOutput(_PAYLOADS, (doc_id, (0, payload_of(row))))
             yield from lsh_keys(row, None, params)
-        yield beam.pvalue.TaggedOutput(SIGNATURES, write_layer_partition(
-            self._signatures, index, count, rows, NEAR_SIGNATURE))
+        yield beam.pvalue.TaggedOutput(
+            SIGNATURES, write_layer_partition(self._signatures, index, count, rows, NEAR_SIGNATURE)
+        )
         yield from tally.tagged()
 
 
@@ -641,8 +720,9 @@ class AssembleFn(CountingDoFn):
             self.tally.passed(member[_SOURCE])
             if member[_PRIOR] == 0:
                 self.tally.inc("previous_version_copies")
-            yield beam.pvalue.TaggedOutput(_ROWS, annotation_row(member, None, 1, doc_id, member[_PRIOR] == 0,
-                                                                 False, spans))
+            yield beam.pvalue.TaggedOutput(
+                _ROWS, annotation_row(member, None, 1, doc_id, member[_PRIOR] == 0, False, spans)
+            )
 
 
 class ClusterFn(CountingDoFn):
@@ -663,10 +743,14 @@ class ClusterFn(CountingDoFn):
         self.tally.inc("large_clusters" if large else "clusters")
         self.tally.inc(size_bucket(size))
         if large:
-            sample = sorted(sorted((e[0][_DOC_ID] for e in entries),
-                                   key=lambda d: (stable_hash64(self._seed, "sample", d), d))[:self._sample])
-            yield beam.pvalue.TaggedOutput(LARGE_CLUSTERS, {
-                "doc_id": representative, "cluster_id": label, "size": size, "sampled_members": sample})
+            sample = sorted(
+                sorted((e[0][_DOC_ID] for e in entries), key=lambda d: (stable_hash64(self._seed, "sample", d), d))[
+                    : self._sample
+                ]
+            )
+            yield beam.pvalue.TaggedOutput(
+                LARGE_CLUSTERS, {"doc_id": representative, "cluster_id": label, "size": size, "sampled_members": sample}
+            )
         for member, new, spans in entries:
             if not new:
                 continue
@@ -706,8 +790,16 @@ _PRIOR, _RANK, _NO_DATE, _DATE, _DOC_ID, _SOURCE, _SIGNED, _BOILERPLATE = range(
 
 def member_of(document: dict, *, signed: bool = True, boilerplate: tuple = (), previous: bool = False) -> tuple:
     """The fields of a document the representative choice and its annotation need."""
-    return (0 if previous else 1, document["source_rank"], document["date"] is None, document["date"] or "",
-            document["doc_id"], document["source"], signed, boilerplate)
+    return (
+        0 if previous else 1,
+        document["source_rank"],
+        document["date"] is None,
+        document["date"] or "",
+        document["doc_id"],
+        document["source"],
+        signed,
+        boilerplate,
+    )
 
 
 def representative_order(member: tuple) -> tuple:
@@ -717,8 +809,12 @@ def representative_order(member: tuple) -> tuple:
     return member[:_SOURCE]
 
 
-def sign_document(document: dict, params: NearDedupParams, boilerplate: np.ndarray | None = None,
-                  signature_lines: np.ndarray | None = None) -> tuple[tuple, dict | None]:
+def sign_document(
+    document: dict,
+    params: NearDedupParams,
+    boilerplate: np.ndarray | None = None,
+    signature_lines: np.ndarray | None = None,
+) -> tuple[tuple, dict | None]:
     """(member, signature row or None): the per-document work of the stage, without Beam.
 
     Boilerplate lines (``lines-v1`` keys in the sorted int64 array
@@ -736,9 +832,18 @@ def sign_document(document: dict, params: NearDedupParams, boilerplate: np.ndarr
     if shingles is None:
         return member, None
     distinct = np.unique(shingles)
-    row = {"doc_id": document["doc_id"], "source": document["source"], "source_rank": document["source_rank"],
-           "date": document["date"], "minhash": None, "band_keys": [], "simhash": None, "simhash_keys": [],
-           "shingles": None, "shingle_count": int(distinct.size)}
+    row = {
+        "doc_id": document["doc_id"],
+        "source": document["source"],
+        "source_rank": document["source_rank"],
+        "date": document["date"],
+        "minhash": None,
+        "band_keys": [],
+        "simhash": None,
+        "simhash_keys": [],
+        "shingles": None,
+        "shingle_count": int(distinct.size),
+    }
     if params.use_minhash:
         sig = minhash.signature(shingles, params.num_perm, params.seed)
         row["minhash"] = minhash.to_bytes(sig)
@@ -756,8 +861,7 @@ def sign_document(document: dict, params: NearDedupParams, boilerplate: np.ndarr
 SIGNATURE_LINES_MAX_SHARE = 0.5
 
 
-def signature_text(text: str, boilerplate: np.ndarray | None, signature_lines: np.ndarray | None
-                   ) -> tuple[str, tuple]:
+def signature_text(text: str, boilerplate: np.ndarray | None, signature_lines: np.ndarray | None) -> tuple[str, tuple]:
     """(the text to shingle, the sorted boilerplate keys it holds): ``text`` without its boilerplate lines,
     and without its ``signature_lines`` if they are at most :data:`SIGNATURE_LINES_MAX_SHARE` of the
     normalized characters left."""
@@ -777,12 +881,26 @@ def signature_text(text: str, boilerplate: np.ndarray | None, signature_lines: n
     return text, present
 
 
-def annotation_row(member: tuple, cluster_id: str | None, size: int, representative: str, duplicate: bool,
-                   large: bool, spans: list[tuple[int, int]]) -> dict:
-    return {"doc_id": member[_DOC_ID], "signed": member[_SIGNED], "cluster_id": cluster_id,
-            "cluster_size": size, "representative": representative, "is_duplicate": duplicate,
-            "large_cluster": large, "boilerplate_lines": list(member[_BOILERPLATE]),
-            "repeated_spans": [{"start": s, "end": e} for s, e in spans]}
+def annotation_row(
+    member: tuple,
+    cluster_id: str | None,
+    size: int,
+    representative: str,
+    duplicate: bool,
+    large: bool,
+    spans: list[tuple[int, int]],
+) -> dict:
+    return {
+        "doc_id": member[_DOC_ID],
+        "signed": member[_SIGNED],
+        "cluster_id": cluster_id,
+        "cluster_size": size,
+        "representative": representative,
+        "is_duplicate": duplicate,
+        "large_cluster": large,
+        "boilerplate_lines": list(member[_BOILERPLATE]),
+        "repeated_spans": [{"start": s, "end": e} for s, e in spans],
+    }
 
 
 class PairCheck:
@@ -802,9 +920,13 @@ class PairCheck:
         self._exact = params.exact_sets
         self._two_tier = params.verify == "two_tier"
         self._threshold = params.verify_threshold
-        self._tiers = dict(high=params.verify_threshold, low=params.low_threshold,
-                           min_containment=params.containment_threshold, min_shingles=params.short_shingles,
-                           short_jaccard=params.short_threshold)
+        self._tiers = dict(
+            high=params.verify_threshold,
+            low=params.low_threshold,
+            min_containment=params.containment_threshold,
+            min_shingles=params.short_shingles,
+            short_jaccard=params.short_threshold,
+        )
         self._max_hamming = params.max_hamming
         self._simhash = criteria == "any"
 
@@ -828,8 +950,9 @@ class PairCheck:
         similarity = minhash.estimate_jaccard(minhash.from_bytes(minhash_a), minhash.from_bytes(minhash_b))
         if not self._two_tier or count_a is None or count_b is None:
             return similarity >= self._threshold
-        return verify.accept(similarity, verify.estimated_containment(similarity, count_a, count_b),
-                             min(count_a, count_b), **self._tiers)
+        return verify.accept(
+            similarity, verify.estimated_containment(similarity, count_a, count_b), min(count_a, count_b), **self._tiers
+        )
 
 
 def _split_bucket(entries: Iterable[tuple[str, tuple | None]]) -> tuple[set, dict]:

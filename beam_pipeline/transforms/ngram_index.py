@@ -14,6 +14,7 @@ worker in one step (numpy over the partition), so the job never moves one
 element per n-gram through the runner. The ledger's ``index`` entry lists
 the files with rows and sha256, ``n`` and the hash format.
 """
+
 from __future__ import annotations
 
 import io
@@ -53,8 +54,8 @@ class IndexGold(beam.PTransform):
         indexed = (
             pbegin
             | "GoldPartitions" >> PartitionIndexes(count, self._after)
-            | "IndexPartition" >> beam.ParDo(IndexPartitionFn(self._paths, self._n, self._directory)).with_outputs(
-                COUNTS, main=WRITTEN)
+            | "IndexPartition"
+            >> beam.ParDo(IndexPartitionFn(self._paths, self._n, self._directory)).with_outputs(COUNTS, main=WRITTEN)
         )
         return {WRITTEN: indexed[WRITTEN], COUNTS: indexed[COUNTS]}
 
@@ -82,14 +83,23 @@ class IndexPartitionFn(beam.DoFn):
 
 
 def index_table(hashes, doc_ids: list[str]) -> pa.Table:
-    return pa.table({"ngram": pa.array(hashes, type=pa.uint64()), "doc_id": pa.array(doc_ids, type=pa.string())},
-                    schema=schemas.NGRAM_INDEX)
+    return pa.table(
+        {"ngram": pa.array(hashes, type=pa.uint64()), "doc_id": pa.array(doc_ids, type=pa.string())},
+        schema=schemas.NGRAM_INDEX,
+    )
 
 
 def write_index_partition(directory: str, index: int, count: int, hashes, doc_ids: list[str]) -> dict:
     buffer = io.BytesIO()
-    pq.write_table(index_table(hashes, doc_ids), buffer, compression="zstd", compression_level=3,
-                   row_group_size=1 << 20, write_statistics=False, use_dictionary=["doc_id"])
+    pq.write_table(
+        index_table(hashes, doc_ids),
+        buffer,
+        compression="zstd",
+        compression_level=3,
+        row_group_size=1 << 20,
+        write_statistics=False,
+        use_dictionary=["doc_id"],
+    )
     data = buffer.getvalue()
     name = part_name(index, count)
     write_bytes_atomic(join(directory, name), data)
@@ -112,5 +122,6 @@ def collect_index_files(directory: str, count: int, n: int) -> dict:
             parts.append(json.loads(read_bytes(sidecar)))
         else:
             parts.append(write_index_partition(directory, index, count, [], []))
-    return {"index": {"n": n, "hash": INDEX_FORMAT, "output": INDEX, "parts": parts,
-                      "rows": sum(p["rows"] for p in parts)}}
+    return {
+        "index": {"n": n, "hash": INDEX_FORMAT, "output": INDEX, "parts": parts, "rows": sum(p["rows"] for p in parts)}
+    }

@@ -14,6 +14,7 @@ job (a Dataflow Flex Template) publishes exactly what ``run`` publishes.
 Each step is idempotent: a retried bundle rewrites the same bytes (shards
 already moved stay where they are).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,8 +40,17 @@ class PublishDataset(beam.PTransform):
     ``attempts``: earlier runs of the build's job (this build) in which a stage was computed.
     """
 
-    def __init__(self, config, snapshot_id: str, tokenizer, run_id: str, stages: list, attempts: dict[str, int],
-                 partitions: int, run_dir: str | None = None):
+    def __init__(
+        self,
+        config,
+        snapshot_id: str,
+        tokenizer,
+        run_id: str,
+        stages: list,
+        attempts: dict[str, int],
+        partitions: int,
+        run_dir: str | None = None,
+    ):
         super().__init__()
         self._run_dir = run_dir or join(config.output_root, "runs", run_id)  # beam_pipeline/runs.py
         self._config = config
@@ -59,20 +69,21 @@ class PublishDataset(beam.PTransform):
         manifest = (
             pbegin
             | "Once" >> beam.Create([None])
-            | "WriteManifest" >> beam.ParDo(PublishManifestFn(self._config, self._snapshot_id, self._tokenizer),
-                                            *ledgers)
+            | "WriteManifest"
+            >> beam.ParDo(PublishManifestFn(self._config, self._snapshot_id, self._tokenizer), *ledgers)
         )
         lineage = manifest | "WriteLineage" >> WriteLineage(self._config.output_root, self._partitions)
-        metrics = (
-            manifest
-            | "WriteRunMetrics" >> beam.ParDo(RunMetricsFn(self._config, self._run_id, self._snapshot_id,
-                                                           self._attempts, self._started, self._run_dir),
-                                              beam.pvalue.AsSingleton(lineage), *ledgers)
+        metrics = manifest | "WriteRunMetrics" >> beam.ParDo(
+            RunMetricsFn(self._config, self._run_id, self._snapshot_id, self._attempts, self._started, self._run_dir),
+            beam.pvalue.AsSingleton(lineage),
+            *ledgers,
         )
-        report = metrics | "WriteReport" >> beam.ParDo(WriteReportFn(self._config.output_root, self._run_id,
-                                                                     self._run_dir))
-        return metrics | "RemoveTemporaries" >> beam.Map(_remove_temporaries, self._config.output_root,
-                                                          self._run_dir, beam.pvalue.AsList(report))
+        report = metrics | "WriteReport" >> beam.ParDo(
+            WriteReportFn(self._config.output_root, self._run_id, self._run_dir)
+        )
+        return metrics | "RemoveTemporaries" >> beam.Map(
+            _remove_temporaries, self._config.output_root, self._run_dir, beam.pvalue.AsList(report)
+        )
 
 
 class PublishManifestFn(beam.DoFn):
@@ -113,13 +124,31 @@ def publish(config, snapshot_id: str, tokenizer, committed: list) -> dict:
         "seed": config.seed,
         "seq_len": config.tokenize.seq_len,
         "tokenizer": {**dataclasses.asdict(tokenizer), "dtype": tokenizer.dtype},
-        "stages": [{"name": c.stage, "version": c.ledger["version"], "layer_key": c.key,
-                    "config_digest": digest_json(c.ledger["config"]), "counts": c.ledger["counts"]}
-                   for c in committed],
-        "shards": [{**s, "tokens_file": f"shards/{s['tokens_file']}", "index_file": f"shards/{s['index_file']}",
-                    "leaf": shard_leaf(s)} for s in shards],
-        "merkle": {"hash": "sha256", "leaf": "sha256(canonical_json({name, tokens_sha256, index_sha256}))",
-                   "order": "shard name", "root": dataset_id},
+        "stages": [
+            {
+                "name": c.stage,
+                "version": c.ledger["version"],
+                "layer_key": c.key,
+                "config_digest": digest_json(c.ledger["config"]),
+                "counts": c.ledger["counts"],
+            }
+            for c in committed
+        ],
+        "shards": [
+            {
+                **s,
+                "tokens_file": f"shards/{s['tokens_file']}",
+                "index_file": f"shards/{s['index_file']}",
+                "leaf": shard_leaf(s),
+            }
+            for s in shards
+        ],
+        "merkle": {
+            "hash": "sha256",
+            "leaf": "sha256(canonical_json({name, tokens_sha256, index_sha256}))",
+            "order": "shard name",
+            "root": dataset_id,
+        },
     }
     write_json_atomic(join(target, MANIFEST), manifest)
     return manifest
@@ -128,8 +157,15 @@ def publish(config, snapshot_id: str, tokenizer, committed: list) -> dict:
 class RunMetricsFn(beam.DoFn):
     """The manifest (+ the lineage marker and every stage's Committed) -> runs/<run_id>/metrics.json."""
 
-    def __init__(self, config, run_id: str, snapshot_id: str, attempts: dict[str, int], started: float,
-                 run_dir: str | None = None):
+    def __init__(
+        self,
+        config,
+        run_id: str,
+        snapshot_id: str,
+        attempts: dict[str, int],
+        started: float,
+        run_dir: str | None = None,
+    ):
         self._config = config
         self._run_dir = run_dir or join(config.output_root, "runs", run_id)
         self._run_id = run_id
@@ -139,14 +175,30 @@ class RunMetricsFn(beam.DoFn):
 
     def process(self, manifest: dict, _lineage, *committed) -> Iterator[dict]:
         path = join(self._run_dir, "metrics.json")
-        metrics = run_metrics(self._run_id, self._snapshot_id, self._config.digest(), manifest["dataset_id"],
-                              list(committed), self._attempts, self._started, time.time())
+        metrics = run_metrics(
+            self._run_id,
+            self._snapshot_id,
+            self._config.digest(),
+            manifest["dataset_id"],
+            list(committed),
+            self._attempts,
+            self._started,
+            time.time(),
+        )
         write_json_atomic(path, metrics)
         yield metrics
 
 
-def run_metrics(run_id: str, snapshot_id: str, config_digest: str, dataset_id: str, committed: list,
-                attempts: dict[str, int], started: float, finished: float) -> dict:
+def run_metrics(
+    run_id: str,
+    snapshot_id: str,
+    config_digest: str,
+    dataset_id: str,
+    committed: list,
+    attempts: dict[str, int],
+    started: float,
+    finished: float,
+) -> dict:
     """The run's metrics: every stage's counts (from its ledger), whether it was reused, and timings.
 
     A stage's seconds are the time from the commit of the latest layer it reads
@@ -157,16 +209,29 @@ def run_metrics(run_id: str, snapshot_id: str, config_digest: str, dataset_id: s
     stages, timing, previous = [], {}, started
     for c in committed:
         earlier = attempts.get(c.stage, 0)  # computed by an earlier run of this build's job, which failed later
-        stages.append({"name": c.stage, "layer_key": c.key, "version": c.ledger["version"],
-                       "reused": c.reused and not earlier, "attempts": earlier + (0 if c.reused else 1),
-                       "counts": c.ledger["counts"]})
+        stages.append(
+            {
+                "name": c.stage,
+                "layer_key": c.key,
+                "version": c.ledger["version"],
+                "reused": c.reused and not earlier,
+                "attempts": earlier + (0 if c.reused else 1),
+                "counts": c.ledger["counts"],
+            }
+        )
         if not c.reused and c.committed_at is not None:
             timing[c.stage] = round(max(0.0, c.committed_at - previous), 3)
             previous = max(previous, c.committed_at)
         else:
             timing[c.stage] = 0.0
-    return {"run_id": run_id, "snapshot_id": snapshot_id, "dataset_id": dataset_id, "config_digest": config_digest,
-            "stages": stages, "timing_seconds": {"total": round(finished - started, 3), **timing}}
+    return {
+        "run_id": run_id,
+        "snapshot_id": snapshot_id,
+        "dataset_id": dataset_id,
+        "config_digest": config_digest,
+        "stages": stages,
+        "timing_seconds": {"total": round(finished - started, 3), **timing},
+    }
 
 
 def _remove_temporaries(metrics: dict, root: str, run_dir: str, _report) -> dict:
@@ -175,8 +240,12 @@ def _remove_temporaries(metrics: dict, root: str, run_dir: str, _report) -> dict
     from beam_pipeline.layers import TEMPORARY_PREFIX, remove_matching
 
     dataset = dataset_path(root, metrics["dataset_id"])
-    remove_matching(*(join(folder, TEMPORARY_PREFIX + "*") for folder in (
-        dataset, join(dataset, "shards"), join(dataset, "lineage"), run_dir)))
+    remove_matching(
+        *(
+            join(folder, TEMPORARY_PREFIX + "*")
+            for folder in (dataset, join(dataset, "shards"), join(dataset, "lineage"), run_dir)
+        )
+    )
     return metrics
 
 
@@ -195,5 +264,9 @@ class WriteReportFn(beam.DoFn):
         try:
             yield write_report(metrics_path)
         except Exception as err:  # noqa: BLE001 - the dataset is published; a report bug must not hide that
-            _LOGGER.warning("the run report could not be written: %s: %s; retry with: "
-                            "python -m beam_pipeline report %s", type(err).__name__, err, metrics_path)
+            _LOGGER.warning(
+                "the run report could not be written: %s: %s; retry with: python -m beam_pipeline report %s",
+                type(err).__name__,
+                err,
+                metrics_path,
+            )

@@ -32,10 +32,10 @@ Counts (per scorer stage, as data): ``in`` every document, ``passed`` scored,
 ``filtered:<gate reason>``, ``dead_letter``. The pure scoring functions are in
 :mod:`beam_pipeline.filters`; each ``Scorer`` below only adapts one of them.
 """
+
 from __future__ import annotations
 
 import abc
-
 from typing import Iterator
 
 import apache_beam as beam
@@ -45,8 +45,12 @@ from apache_beam.utils import shared
 from beam_pipeline import schemas
 from beam_pipeline.accounting import COUNTS, Tally
 from beam_pipeline.hashing import digest_json, sha256_stream
-from beam_pipeline.transforms.layer_io import PartitionIndexes, PartitionInputs, WrittenPartitions, \
-    write_layer_partition
+from beam_pipeline.transforms.layer_io import (
+    PartitionIndexes,
+    PartitionInputs,
+    WrittenPartitions,
+    write_layer_partition,
+)
 from beam_pipeline.transforms.task_ledger import TaskLedger, replay_counts, replayed_dead_letters
 
 ANNOTATIONS = "annotations"
@@ -76,12 +80,19 @@ class ScoreCascade(beam.PTransform):
         scored = (
             pbegin
             | "Partitions" >> PartitionIndexes(self._inputs.count, self._after)
-            | "JoinGateScoreAndWrite" >> beam.ParDo(ScoreCascadeFn(
-                self._scorers, self._shared, self._inputs)).with_outputs(*tags, COUNTS, main="none")
+            | "JoinGateScoreAndWrite"
+            >> beam.ParDo(ScoreCascadeFn(self._scorers, self._shared, self._inputs)).with_outputs(
+                *tags, COUNTS, main="none"
+            )
         )
-        return {stage: {ANNOTATIONS: WrittenPartitions(scored[_tag(stage, ANNOTATIONS)]),
-                        DEAD_LETTER: scored[_tag(stage, DEAD_LETTER)], COUNTS: scored[COUNTS]}
-                for stage in stages}
+        return {
+            stage: {
+                ANNOTATIONS: WrittenPartitions(scored[_tag(stage, ANNOTATIONS)]),
+                DEAD_LETTER: scored[_tag(stage, DEAD_LETTER)],
+                COUNTS: scored[COUNTS],
+            }
+            for stage in stages
+        }
 
 
 def _tag(stage: str, output: str) -> str:
@@ -111,8 +122,12 @@ def prepared_document(document: dict, near: dict | None, policy) -> dict:
         return document
     from beam_pipeline.dedup.repetition import stripped_document
 
-    return stripped_document(document, near, strip_lines=getattr(policy, "strip_boilerplate_lines", True),
-                             strip_spans=getattr(policy, "strip_repeated_spans", True))
+    return stripped_document(
+        document,
+        near,
+        strip_lines=getattr(policy, "strip_boilerplate_lines", True),
+        strip_spans=getattr(policy, "strip_repeated_spans", True),
+    )
 
 
 class _Holder:
@@ -126,15 +141,18 @@ class ScoreCascadeFn(beam.DoFn):
     """partition index -> for each scorer: the sidecar of its annotations partition (written here) and
     its dead letters; the counts of every scorer stage."""
 
-    def __init__(self, scorers: list[tuple["Scorer", Gate | None, str]], shared_handle: shared.Shared,
-                 inputs: PartitionInputs):
+    def __init__(
+        self, scorers: list[tuple["Scorer", Gate | None, str]], shared_handle: shared.Shared, inputs: PartitionInputs
+    ):
         self._scorers = scorers
         self._shared = shared_handle
         self._inputs = inputs
 
     def setup(self):
-        self._models = [self._shared.acquire(lambda scorer=scorer: _Holder(scorer.load()), tag=scorer.tag())
-                        for scorer, _, _ in self._scorers]
+        self._models = [
+            self._shared.acquire(lambda scorer=scorer: _Holder(scorer.load()), tag=scorer.tag())
+            for scorer, _, _ in self._scorers
+        ]
         self._tallies = {scorer.stage: Tally(scorer.stage) for scorer, _, _ in self._scorers}
 
     def process(self, index: int) -> Iterator:
@@ -173,8 +191,7 @@ class ScoreCascadeFn(beam.DoFn):
             if counts:
                 yield beam.pvalue.TaggedOutput(COUNTS, counts)
 
-    def score_one(self, scorer: "Scorer", gate: Gate | None, holder: _Holder, document: dict,
-                  rows: dict) -> Iterator:
+    def score_one(self, scorer: "Scorer", gate: Gate | None, holder: _Holder, document: dict, rows: dict) -> Iterator:
         """Gate and score one document: its annotation row, a dead letter, or nothing (gated)."""
         tally = self._tallies[scorer.stage]
         source = document["source"]
@@ -188,15 +205,23 @@ class ScoreCascadeFn(beam.DoFn):
             scores = scorer.score(holder.value, document, rows)
         except Exception as err:  # noqa: BLE001 - one bad document must not fail the stage
             tally.dead_letter(source)
-            yield beam.pvalue.TaggedOutput(DEAD_LETTER, schemas.dead_letter_row(
-                scorer.stage, source=source, doc_id=document["doc_id"],
-                error=f"{type(err).__name__}: {err}", raw_prefix=document["text"][:256].encode("utf-8")))
+            yield beam.pvalue.TaggedOutput(
+                DEAD_LETTER,
+                schemas.dead_letter_row(
+                    scorer.stage,
+                    source=source,
+                    doc_id=document["doc_id"],
+                    error=f"{type(err).__name__}: {err}",
+                    raw_prefix=document["text"][:256].encode("utf-8"),
+                ),
+            )
             return
         tally.passed(source)
         yield {"doc_id": document["doc_id"], "source": source, **scores}
 
 
 # --- scorers ------------------------------------------------------------------------
+
 
 def file_sha256(path: str) -> str:
     with FileSystems.open(path, compression_type="uncompressed") as f:
@@ -242,8 +267,12 @@ class LanguageScorer(Scorer):
         from beam_pipeline.filters.language import model_path
 
         c = self.config.language
-        return {"model_sha256": file_sha256(model_path(c.model)), "paragraphs": c.paragraphs,
-                "min_paragraph_chars": c.min_paragraph_chars, "max_chars": c.max_chars}
+        return {
+            "model_sha256": file_sha256(model_path(c.model)),
+            "paragraphs": c.paragraphs,
+            "min_paragraph_chars": c.min_paragraph_chars,
+            "max_chars": c.max_chars,
+        }
 
     def load(self):
         from beam_pipeline.filters.language import load_model, model_path
@@ -254,8 +283,13 @@ class LanguageScorer(Scorer):
         from beam_pipeline.filters import language
 
         c = self.config.language
-        return language.score(model, document["text"], paragraphs=c.paragraphs,
-                              min_paragraph_chars=c.min_paragraph_chars, max_chars=c.max_chars)
+        return language.score(
+            model,
+            document["text"],
+            paragraphs=c.paragraphs,
+            min_paragraph_chars=c.min_paragraph_chars,
+            max_chars=c.max_chars,
+        )
 
 
 def _language_of(rows: dict) -> str | None:
@@ -285,8 +319,10 @@ class BlocklistScorer(Scorer):
 
     def key_config(self):
         c = self.config.blocklist
-        return {"domain_files_sha256": [file_sha256(p) for p in c.domain_files],
-                "url_substring_files_sha256": [file_sha256(p) for p in c.url_substring_files]}
+        return {
+            "domain_files_sha256": [file_sha256(p) for p in c.domain_files],
+            "url_substring_files_sha256": [file_sha256(p) for p in c.url_substring_files],
+        }
 
     def load(self):
         from beam_pipeline.filters.blocklist import Blocklist
@@ -321,10 +357,12 @@ class SafetyScorer(Scorer):
 
     def key_config(self):
         c = self.config.safety
-        return {"builtin_badwords": c.builtin_badwords,
-                "badword_files_sha256": {k: file_sha256(v) for k, v in sorted(c.badword_files.items())},
-                "toxicity_model_sha256": file_sha256(c.toxicity_model) if c.toxicity_model else None,
-                "builtin_lists_sha256": _builtin_lists_digest() if c.builtin_badwords else None}
+        return {
+            "builtin_badwords": c.builtin_badwords,
+            "badword_files_sha256": {k: file_sha256(v) for k, v in sorted(c.badword_files.items())},
+            "toxicity_model_sha256": file_sha256(c.toxicity_model) if c.toxicity_model else None,
+            "builtin_lists_sha256": _builtin_lists_digest() if c.builtin_badwords else None,
+        }
 
     def context_columns(self):
         return {"language": ["lang"]}
@@ -371,8 +409,12 @@ class DecontaminationScorer(Scorer):
         from beam_pipeline.filters.decontamination import INDEX_FORMAT
 
         c = self.config.decontamination
-        return {"ngram": c.ngram, "min_overlap": c.min_overlap, "hash": INDEX_FORMAT,
-                "evalsets": [{"name": e.name, "field": e.field, "sha256": file_sha256(e.path)} for e in c.evalsets]}
+        return {
+            "ngram": c.ngram,
+            "min_overlap": c.min_overlap,
+            "hash": INDEX_FORMAT,
+            "evalsets": [{"name": e.name, "field": e.field, "sha256": file_sha256(e.path)} for e in c.evalsets],
+        }
 
     def load(self):
         from beam_pipeline.filters.decontamination import build_evalset, read_items
@@ -390,9 +432,18 @@ class DecontaminationScorer(Scorer):
         return score(evalsets, document["text"], c.ngram, c.min_overlap, cache)
 
 
-SCORERS: dict[str, type[Scorer]] = {cls.stage: cls for cls in (
-    LanguageScorer, HeuristicsScorer, BlocklistScorer, QualityScorer, SafetyScorer, PiiScorer,
-    DecontaminationScorer)}
+SCORERS: dict[str, type[Scorer]] = {
+    cls.stage: cls
+    for cls in (
+        LanguageScorer,
+        HeuristicsScorer,
+        BlocklistScorer,
+        QualityScorer,
+        SafetyScorer,
+        PiiScorer,
+        DecontaminationScorer,
+    )
+}
 
 
 # --- histogram summaries for the ledger ------------------------------------------------
@@ -432,14 +483,20 @@ def histograms(part_paths: list[str], schema) -> dict:
             summarize = _numbers(float(low), float(high))
         else:
             summarize = _text
-        out[field.name] = {"all": summarize(values),
-                           "by_source": {s: summarize(v) for s, v in sorted(by_source.items())}}
+        out[field.name] = {
+            "all": summarize(values),
+            "by_source": {s: summarize(v) for s, v in sorted(by_source.items())},
+        }
     return out
 
 
 def _flags(values: list) -> dict:
-    return {"rows": len(values), "null": values.count(None),
-            "true": sum(v is True for v in values), "false": sum(v is False for v in values)}
+    return {
+        "rows": len(values),
+        "null": values.count(None),
+        "true": sum(v is True for v in values),
+        "false": sum(v is False for v in values),
+    }
 
 
 def _numbers(low: float, high: float):
@@ -451,11 +508,16 @@ def _numbers(low: float, high: float):
         for v in present:
             i = 0 if width == 0 else min(HISTOGRAM_BINS - 1, int((v - low) / width))
             counts[i] += 1
-        return {"rows": len(values), "null": len(values) - len(present),
-                "mean": round(sum(present) / len(present), 6) if present else None,
-                "min": round(min(present), 6) if present else None,
-                "max": round(max(present), 6) if present else None,
-                "edges": [round(low + i * width, 6) for i in range(HISTOGRAM_BINS + 1)], "counts": counts}
+        return {
+            "rows": len(values),
+            "null": len(values) - len(present),
+            "mean": round(sum(present) / len(present), 6) if present else None,
+            "min": round(min(present), 6) if present else None,
+            "max": round(max(present), 6) if present else None,
+            "edges": [round(low + i * width, 6) for i in range(HISTOGRAM_BINS + 1)],
+            "counts": counts,
+        }
+
     return summarize
 
 

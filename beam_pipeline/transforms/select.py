@@ -23,6 +23,7 @@ The decision itself is :func:`beam_pipeline.policy.decide` and the rules of
 this module only carries the data flow. Counts (as data, per source too):
 ``in``, ``passed`` and ``filtered:<reason>``, and ``redacted:<kind>``.
 """
+
 from __future__ import annotations
 
 from typing import Iterator
@@ -34,10 +35,13 @@ from beam_pipeline.accounting import COUNTS, Tally
 from beam_pipeline.config import PolicyConfig
 from beam_pipeline.dedup.repetition import stripped_document
 from beam_pipeline.policy import decide
-from beam_pipeline.transforms.layer_io import PartitionIndexes, PartitionInputs, WrittenPartitions, \
-    write_layer_partition
-from beam_pipeline.transforms.select_rules import DOCUMENT_GROUPS, PolicyRules, QuantileThresholds, \
-    quantile_reason
+from beam_pipeline.transforms.layer_io import (
+    PartitionIndexes,
+    PartitionInputs,
+    WrittenPartitions,
+    write_layer_partition,
+)
+from beam_pipeline.transforms.select_rules import DOCUMENT_GROUPS, PolicyRules, QuantileThresholds, quantile_reason
 from beam_pipeline.transforms.task_ledger import TaskLedger, replay_counts
 
 STAGE = "select"
@@ -50,8 +54,7 @@ class ApplyPolicy(beam.PTransform):
     """pbegin -> {"gold", "decisions": :class:`WrittenPartitions` under ``directories[output]``, "counts"},
     once every layer of ``after`` (Committed collections) is committed."""
 
-    def __init__(self, policy: PolicyConfig, plan, inputs: PartitionInputs, directories: dict[str, str],
-                 after=()):
+    def __init__(self, policy: PolicyConfig, plan, inputs: PartitionInputs, directories: dict[str, str], after=()):
         super().__init__()
         self._judge = Judge(policy, PolicyRules(policy, plan))
         self._inputs = inputs
@@ -63,15 +66,22 @@ class ApplyPolicy(beam.PTransform):
         thresholds = []
         if self._judge.rules.quantile_reasons:
             ranked = partitions | "RankingScores" >> beam.ParDo(
-                RankingScoresFn(self._judge, self._inputs)).with_outputs(DOCUMENT_GROUPS, main=RANKED)
-            thresholds = [beam.pvalue.AsDict(
-                {"candidates": ranked[RANKED], "documents": ranked[DOCUMENT_GROUPS]}
-                | "QuantileThresholds" >> QuantileThresholds(self._judge.rules))]
+                RankingScoresFn(self._judge, self._inputs)
+            ).with_outputs(DOCUMENT_GROUPS, main=RANKED)
+            thresholds = [
+                beam.pvalue.AsDict(
+                    {"candidates": ranked[RANKED], "documents": ranked[DOCUMENT_GROUPS]}
+                    | "QuantileThresholds" >> QuantileThresholds(self._judge.rules)
+                )
+            ]
         written = partitions | "JudgeAndWrite" >> beam.ParDo(
-            JudgePartitionFn(self._judge, self._inputs, self._directories), *thresholds).with_outputs(
-                DECISIONS, COUNTS, main=GOLD)
-        return {GOLD: WrittenPartitions(written[GOLD]), DECISIONS: WrittenPartitions(written[DECISIONS]),
-                COUNTS: written[COUNTS]}
+            JudgePartitionFn(self._judge, self._inputs, self._directories), *thresholds
+        ).with_outputs(DECISIONS, COUNTS, main=GOLD)
+        return {
+            GOLD: WrittenPartitions(written[GOLD]),
+            DECISIONS: WrittenPartitions(written[DECISIONS]),
+            COUNTS: written[COUNTS],
+        }
 
 
 class Judge:
@@ -84,8 +94,12 @@ class Judge:
     def judge(self, document: dict, rows: dict) -> tuple[dict, str | None]:
         """(the document as it would be written, the first reason to drop it or None)."""
         near = rows.get("near")
-        document = stripped_document(document, near, strip_lines=self.policy.strip_boilerplate_lines,
-                                     strip_spans=self.policy.strip_repeated_spans)
+        document = stripped_document(
+            document,
+            near,
+            strip_lines=self.policy.strip_boilerplate_lines,
+            strip_spans=self.policy.strip_repeated_spans,
+        )
         reason = decide(document, rows.get("exact"), self.policy, near)
         if reason is None:
             reason = self.rules.reason(document, rows)
@@ -103,7 +117,9 @@ class RankingScoresFn(beam.DoFn):
     def process(self, index: int) -> Iterator:
         rules = self._judge.rules
         for document, rows in self._inputs.joined(index, STAGE):
-            yield beam.pvalue.TaggedOutput(DOCUMENT_GROUPS, {"source": document["source"], "domain": document["domain"]})
+            yield beam.pvalue.TaggedOutput(
+                DOCUMENT_GROUPS, {"source": document["source"], "domain": document["domain"]}
+            )
             document, reason = self._judge.judge(document, rows)
             if reason is None:
                 yield rules.ranked(document, rows)
@@ -137,16 +153,16 @@ class JudgePartitionFn(beam.DoFn):
             document, reason = self._judge.judge(document, rows)
             if reason is None and rules.quantile_reasons:
                 reason = quantile_reason(rules, rules.ranked(document, rows), thresholds or {})
-            decisions.append({"doc_id": document["doc_id"], "source": source, "kept": reason is None,
-                              "reason": reason})
+            decisions.append({"doc_id": document["doc_id"], "source": source, "kept": reason is None, "reason": reason})
             if reason is not None:
                 self._counters.filtered(reason, source)
                 continue
             self._counters.passed(source)
             gold.append(self._gold(document))
-        written = {GOLD: write_layer_partition(self._directories[GOLD], index, count, gold, schemas.GOLD),
-                   DECISIONS: write_layer_partition(self._directories[DECISIONS], index, count, decisions,
-                                                    schemas.DECISION)}
+        written = {
+            GOLD: write_layer_partition(self._directories[GOLD], index, count, gold, schemas.GOLD),
+            DECISIONS: write_layer_partition(self._directories[DECISIONS], index, count, decisions, schemas.DECISION),
+        }
         counts = self._counters.take()
         ledger.write(index, written, counts, [])
         yield written[GOLD]
@@ -156,6 +172,11 @@ class JudgePartitionFn(beam.DoFn):
 
     def _gold(self, document: dict) -> dict:
         """The gold row, PII redacted when ``policy.redact.enabled``."""
-        return {"doc_id": document["doc_id"], "source": document["source"], "domain": document["domain"],
-                "license": document["license"], "url": document["url"],
-                "text": self._judge.rules.redact(document["text"], self._counters, document["source"])}
+        return {
+            "doc_id": document["doc_id"],
+            "source": document["source"],
+            "domain": document["domain"],
+            "license": document["license"],
+            "url": document["url"],
+            "text": self._judge.rules.redact(document["text"], self._counters, document["source"]),
+        }

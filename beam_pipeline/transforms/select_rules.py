@@ -30,6 +30,7 @@ rule is at least ``floor`` (as far as documents reach the rule).
 Gold text is redacted here when ``policy.redact.enabled``
 (:func:`beam_pipeline.filters.pii.redact_spans`); counters ``redacted:<kind>``.
 """
+
 from __future__ import annotations
 
 import math
@@ -52,8 +53,11 @@ class PolicyRules:
 
     def __init__(self, policy, plan: Plan | None = None):
         self.policy = policy
-        self.plan = plan if plan is not None else Plan(cascade=(), rules=list(policy.rules),
-                                                       overrides=list(policy.overrides), domains={})
+        self.plan = (
+            plan
+            if plan is not None
+            else Plan(cascade=(), rules=list(policy.rules), overrides=list(policy.overrides), domains={})
+        )
         self.quantile_reasons = self.plan.quantile_reasons()
         every_rule = list(policy.rules) + [r for o in policy.overrides for r in o.rules]
         self._by_id = {_rule_id(r): r for r in every_rule if r.is_quantile}
@@ -64,8 +68,12 @@ class PolicyRules:
 
     def ranked(self, document: dict, rows: dict) -> dict:
         """What the quantile rules need of a surviving document: its groups and ranking scores."""
-        return {"doc_id": document["doc_id"], "source": document["source"], "domain": document["domain"],
-                "scores": self.quantile_values(document, rows)}
+        return {
+            "doc_id": document["doc_id"],
+            "source": document["source"],
+            "domain": document["domain"],
+            "scores": self.quantile_values(document, rows),
+        }
 
     def reason(self, document: dict, rows: dict) -> str | None:
         return self.plan.first_reason(document["source"], {**rows, "document": document})
@@ -129,21 +137,41 @@ class QuantileThresholds(beam.PTransform):
                 return [] if key is None else [(key, c["scores"].get(reason))]
 
             keyed = candidates | f"{label}_Group" >> beam.FlatMap(grouped).with_output_types(StrKeyed)
-            histogram = (keyed | f"{label}_Quantize" >> beam.Map(
-                lambda kv, reason=reason: (kv[0], _quantize(kv[1], rules, reason, kv[0]))).with_output_types(StrKeyed)
-                         | f"{label}_Histogram" >> beam.CombinePerKey(_HistogramFn()))
-            totals = (documents | f"{label}_Totals" >> beam.FlatMap(
-                lambda d, reason=reason: [] if (k := rules.group(d["source"], d["domain"], reason)) is None
-                else [(k, 1)]).with_output_types(StrKeyed)
-                      | f"{label}_CountTotals" >> beam.CombinePerKey(sum))
+            histogram = (
+                keyed
+                | f"{label}_Quantize"
+                >> beam.Map(
+                    lambda kv, reason=reason: (kv[0], _quantize(kv[1], rules, reason, kv[0]))
+                ).with_output_types(StrKeyed)
+                | f"{label}_Histogram" >> beam.CombinePerKey(_HistogramFn())
+            )
+            totals = (
+                documents
+                | f"{label}_Totals"
+                >> beam.FlatMap(
+                    lambda d, reason=reason: (
+                        [] if (k := rules.group(d["source"], d["domain"], reason)) is None else [(k, 1)]
+                    )
+                ).with_output_types(StrKeyed)
+                | f"{label}_CountTotals" >> beam.CombinePerKey(sum)
+            )
             thresholds = (
                 {"histogram": histogram, "total": totals}
                 | f"{label}_Join" >> beam.CoGroupByKey()
-                | f"{label}_Threshold" >> beam.Map(lambda kv, reason=reason: (kv[0], threshold_for(
-                    kv[0], next(iter(kv[1]["histogram"]), None), next(iter(kv[1]["total"]), 0), rules, reason))))
+                | f"{label}_Threshold"
+                >> beam.Map(
+                    lambda kv, reason=reason: (
+                        kv[0],
+                        threshold_for(
+                            kv[0], next(iter(kv[1]["histogram"]), None), next(iter(kv[1]["total"]), 0), rules, reason
+                        ),
+                    )
+                )
+            )
             all_thresholds.append(thresholds)
             candidates = candidates | f"{label}_Survivors" >> beam.Filter(
-                lambda c, t, reason=reason: not dropped_by(rules, reason, c, t), beam.pvalue.AsDict(thresholds))
+                lambda c, t, reason=reason: not dropped_by(rules, reason, c, t), beam.pvalue.AsDict(thresholds)
+            )
         return tuple(all_thresholds) | "AllThresholds" >> beam.Flatten()
 
 

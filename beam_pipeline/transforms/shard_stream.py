@@ -16,6 +16,7 @@ one Parquet table.
 A takedown re-packs a shard without some documents through the same
 writer (``dataset/takedown.py``), reading the old shard a document at a time.
 """
+
 from __future__ import annotations
 
 import array
@@ -105,8 +106,9 @@ def _read_run(path: str) -> Iterator[tuple[tuple[int, str], str, bytes]]:
             yield (order, doc_id), source, f.read(tok_len)
 
 
-def write_packed_shard(directory: str, name: str, items: Iterable[Item], *, domain: str, eos_id: int,
-                       pad_id: int, seq_len: int, dtype: str) -> dict:
+def write_packed_shard(
+    directory: str, name: str, items: Iterable[Item], *, domain: str, eos_id: int, pad_id: int, seq_len: int, dtype: str
+) -> dict:
     """Pack ``items`` (in the order given; their keys are not read) into ``<name>.bin`` as a stream: each document's tokens then EOS, padded to
     whole sequences of ``seq_len``; write ``<name>.idx.parquet`` and ``<name>.meta.json``; return the meta.
     Each file is written under a ``.tmp-`` name and renamed into place."""
@@ -120,6 +122,7 @@ def write_packed_shard(directory: str, name: str, items: Iterable[Item], *, doma
     pending: list[bytes] = []
     pending_bytes = 0
     with FileSystems.create(tmp) as f:
+
         def flush():
             nonlocal pending, pending_bytes, written
             data = b"".join(pending)
@@ -147,8 +150,12 @@ def write_packed_shard(directory: str, name: str, items: Iterable[Item], *, doma
         FileSystems.delete([tokens_path])
     FileSystems.rename([tmp], [tokens_path])
 
-    index_bytes = arrow_table_bytes(pa.table({name: pa.array(values, type=SHARD_INDEX.field(name).type)
-                                              for name, values in index.items()}, schema=SHARD_INDEX))
+    index_bytes = arrow_table_bytes(
+        pa.table(
+            {name: pa.array(values, type=SHARD_INDEX.field(name).type) for name, values in index.items()},
+            schema=SHARD_INDEX,
+        )
+    )
     write_bytes_atomic(join(directory, f"{name}.idx.parquet"), index_bytes)
     meta = {
         "name": name,

@@ -16,6 +16,7 @@ emitted as the task would emit them, without reading or scoring a document.
 So the commit sees the same counts as a run that computed everything, and
 the layer has the same bytes. The driver logs how many partitions it reused.
 """
+
 from __future__ import annotations
 
 import base64
@@ -63,23 +64,34 @@ class TaskLedger:
 
         record = json.loads(read_bytes(path))
         if record.get("format") != RECORD_FORMAT or not all(
-                FileSystems.exists(f) for f in files_of(self.layer_path, record)):
+            FileSystems.exists(f) for f in files_of(self.layer_path, record)
+        ):
             return None
         return record
 
     def write(self, index: int, outputs: dict[str, dict], counts: dict, dead_letters: list[dict]) -> None:
         """Record partition ``index`` as finished: call after its files are written."""
-        write_json_atomic(self.path(index), {
-            "format": RECORD_FORMAT, "outputs": outputs,
-            "counts": sorted([list(key) + [n] for key, n in counts.items()]),
-            "dead_letter": [{k: _encode(v) for k, v in row.items()} for row in dead_letters]})
+        write_json_atomic(
+            self.path(index),
+            {
+                "format": RECORD_FORMAT,
+                "outputs": outputs,
+                "counts": sorted([list(key) + [n] for key, n in counts.items()]),
+                "dead_letter": [{k: _encode(v) for k, v in row.items()} for row in dead_letters],
+            },
+        )
 
 
 def files_of(layer_path: str, record: dict) -> list[str]:
     """The partition files (and their sidecars) a task record names."""
-    return [path for output, sidecar in sorted(record["outputs"].items())
-            for path in (join(layer_path, output, sidecar["name"]), join(layer_path, output,
-                                                                         sidecar["name"] + ".meta.json"))]
+    return [
+        path
+        for output, sidecar in sorted(record["outputs"].items())
+        for path in (
+            join(layer_path, output, sidecar["name"]),
+            join(layer_path, output, sidecar["name"] + ".meta.json"),
+        )
+    ]
 
 
 def replayed_counts(record: dict) -> dict:

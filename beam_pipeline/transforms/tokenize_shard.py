@@ -29,6 +29,7 @@ The data flow (DESIGN.md, "global order")::
 
 A task holds one gold partition, or ``sort_memory_bytes`` of one shard, at a time.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -85,9 +86,13 @@ def inspect_tokenizer(config: TokenizeConfig) -> TokenizerInfo:
         if token_id is None:
             raise ValueError(f"tokenize.{role}: {token!r} is not in the vocabulary of {config.tokenizer}")
         ids[role] = token_id
-    return TokenizerInfo(path=config.tokenizer, sha256=sha256_bytes(data),
-                         vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
-                         eos_id=ids["eos_token"], pad_id=ids["pad_token"])
+    return TokenizerInfo(
+        path=config.tokenizer,
+        sha256=sha256_bytes(data),
+        vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
+        eos_id=ids["eos_token"],
+        pad_id=ids["pad_token"],
+    )
 
 
 class TokenizePackShard(beam.PTransform):
@@ -96,8 +101,15 @@ class TokenizePackShard(beam.PTransform):
     ``gold_paths``: the partitions of the gold layer, read once ``after`` is committed.
     """
 
-    def __init__(self, config: TokenizeConfig, tokenizer: TokenizerInfo, seed: int, directory: str,
-                 gold_paths: tuple[str, ...], after=()):
+    def __init__(
+        self,
+        config: TokenizeConfig,
+        tokenizer: TokenizerInfo,
+        seed: int,
+        directory: str,
+        gold_paths: tuple[str, ...],
+        after=(),
+    ):
         super().__init__()
         self._config = config
         self._tokenizer = tokenizer
@@ -110,9 +122,10 @@ class TokenizePackShard(beam.PTransform):
         tokenized = (
             pbegin
             | "Partitions" >> PartitionIndexes(len(self._gold), self._after)
-            | "Tokenize" >> beam.ParDo(TokenizePartitionFn(
-                self._gold, self._tokenizer.path, self._tokenizer.sha256, self._config.batch_size))
-            .with_outputs(_DOMAIN_TOKENS, COUNTS, main=_DOCUMENTS)
+            | "Tokenize"
+            >> beam.ParDo(
+                TokenizePartitionFn(self._gold, self._tokenizer.path, self._tokenizer.sha256, self._config.batch_size)
+            ).with_outputs(_DOMAIN_TOKENS, COUNTS, main=_DOCUMENTS)
         )
         tokens_per_domain = (
             tokenized[_DOMAIN_TOKENS]  # (domain, tokens + EOS) per partition
@@ -121,11 +134,17 @@ class TokenizePackShard(beam.PTransform):
         )
         shards = (
             tokenized[_DOCUMENTS]
-            | "KeyByShard" >> beam.Map(assign_shard, beam.pvalue.AsDict(tokens_per_domain), self._config.shard_tokens,
-                                       self._seed).with_output_types(StrKeyed)
+            | "KeyByShard"
+            >> beam.Map(
+                assign_shard, beam.pvalue.AsDict(tokens_per_domain), self._config.shard_tokens, self._seed
+            ).with_output_types(StrKeyed)
             | "GroupByShard" >> beam.GroupByKey()
-            | "PackAndWrite" >> beam.ParDo(WriteShardFn(self._directory, self._tokenizer, self._config.seq_len,
-                                                        self._seed, self._config.sort_memory_bytes))
+            | "PackAndWrite"
+            >> beam.ParDo(
+                WriteShardFn(
+                    self._directory, self._tokenizer, self._config.seq_len, self._seed, self._config.sort_memory_bytes
+                )
+            )
         )
         return {WRITTEN: shards, COUNTS: tokenized[COUNTS]}
 
@@ -165,8 +184,12 @@ class TokenizePartitionFn(beam.DoFn):
                 self._tally.entered(row["source"])
                 ids = np.asarray(encoding.ids, dtype=TOKEN_WIRE_DTYPE)
                 self._tally.passed(row["source"])
-                yield {"doc_id": row["doc_id"], "source": row["source"], "domain": row["domain"],
-                       "tokens": ids.tobytes()}
+                yield {
+                    "doc_id": row["doc_id"],
+                    "source": row["source"],
+                    "domain": row["domain"],
+                    "tokens": ids.tobytes(),
+                }
                 per_domain[row["domain"]] = per_domain.get(row["domain"], 0) + int(ids.size) + 1
         for domain, tokens in sorted(per_domain.items()):
             yield beam.pvalue.TaggedOutput(_DOMAIN_TOKENS, (domain, tokens))
@@ -210,9 +233,16 @@ class WriteShardFn(beam.DoFn):
             for row in rows:
                 domain = row["domain"]
                 ordered.add(shuffle_order(self._seed, row["doc_id"]), row["source"], row["tokens"])
-            meta = write_packed_shard(self._directory, name, ordered.sorted_items(), domain=domain,
-                                      eos_id=self._tokenizer.eos_id, pad_id=self._tokenizer.pad_id,
-                                      seq_len=self._seq_len, dtype=self._tokenizer.dtype)
+            meta = write_packed_shard(
+                self._directory,
+                name,
+                ordered.sorted_items(),
+                domain=domain,
+                eos_id=self._tokenizer.eos_id,
+                pad_id=self._tokenizer.pad_id,
+                seq_len=self._seq_len,
+                dtype=self._tokenizer.dtype,
+            )
         yield meta
 
 
@@ -226,7 +256,8 @@ def collect_shards(layer, _partitions: int) -> dict:
     from beam_pipeline.manifest import dataset_id_of
 
     directory = layer.output_path(SHARDS)
-    metas = [json.loads(read_bytes(m.path))
-             for m in FileSystems.match([join(directory, "*.meta.json")])[0].metadata_list]
+    metas = [
+        json.loads(read_bytes(m.path)) for m in FileSystems.match([join(directory, "*.meta.json")])[0].metadata_list
+    ]
     shards = sorted(metas, key=lambda s: s["name"])
     return {"shards": shards, "dataset_id": dataset_id_of(shards)}

@@ -27,6 +27,7 @@ Labels are mapped as browsers do (WHATWG, via resiliparse's
 actually decode with: EUC-KR as cp949 (Unified Hangul Code), Shift_JIS as
 cp932 (Windows-31J), GBK as GB18030, Big5 as Big5-HKSCS.
 """
+
 from __future__ import annotations
 
 import codecs
@@ -41,10 +42,20 @@ DETECT_BYTES = 65536  # bytes given to the detectors
 _BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
 _META = re.compile(
     rb"""<meta[^>]*?charset\s*=\s*["']?\s*([A-Za-z0-9_.:+-]+)"""
-    rb"""|<\?xml[^>]*?encoding\s*=\s*["']([A-Za-z0-9_.:+-]+)""", re.IGNORECASE)
+    rb"""|<\?xml[^>]*?encoding\s*=\s*["']([A-Za-z0-9_.:+-]+)""",
+    re.IGNORECASE,
+)
 # WHATWG name (as resiliparse maps it) -> the codec browsers decode that label with.
-_SUPERSETS = {"euc_kr": "cp949", "shift_jis": "cp932", "gbk": "gb18030", "gb2312": "gb18030",
-              "big5": "big5hkscs", "iso8859-1": "cp1252", "latin-1": "cp1252", "ascii": "cp1252"}
+_SUPERSETS = {
+    "euc_kr": "cp949",
+    "shift_jis": "cp932",
+    "gbk": "gb18030",
+    "gb2312": "gb18030",
+    "big5": "big5hkscs",
+    "iso8859-1": "cp1252",
+    "latin-1": "cp1252",
+    "ascii": "cp1252",
+}
 _SINGLE_BYTE_LATIN = re.compile(r"^(cp125\d|iso8859-\d+|latin-\d|ascii)$")
 
 
@@ -82,7 +93,7 @@ def decode_page(body: bytes, http_charset: str | None = None, *, html: bool = Tr
     """Text of a page's bytes; the order of evidence is in the module docstring."""
     for bom, encoding in _BOMS:
         if body.startswith(bom):
-            return Decoded(body[len(bom):].decode(encoding, errors="replace"), encoding, "bom")
+            return Decoded(body[len(bom) :].decode(encoding, errors="replace"), encoding, "bom")
     declared = [("http", http_charset)]
     if html:
         declared.append(("meta", meta_charset(body[:META_SCAN_BYTES])))

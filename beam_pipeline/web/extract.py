@@ -38,6 +38,7 @@ by a blank line, unless the text already starts with it (white space compared
 loosely; most pages repeat the title as their ``<h1>``). The document schema has no title column: the
 title is part of the text a model trains on, and every later stage sees it.
 """
+
 from __future__ import annotations
 
 import re
@@ -55,15 +56,24 @@ class Extracted(NamedTuple):
     text: str
 
 
-def html_to_text(html: str, *, extractor: str = "resiliparse", main_content: bool = True,
-                 title: bool = True) -> Extracted:
+def html_to_text(
+    html: str, *, extractor: str = "resiliparse", main_content: bool = True, title: bool = True
+) -> Extracted:
     """Title and text of an HTML page (see the module docstring for the format)."""
     tree = HTMLTree.parse(html)
     page_title = _SPACE.sub(" ", tree.title or "").strip() or None
     if extractor == "resiliparse":
-        text = extract_plain_text(tree, main_content=main_content, preserve_formatting=True,
-                                  list_bullets=True, alt_texts=False, links=False, form_fields=False,
-                                  noscript=False, comments=False)
+        text = extract_plain_text(
+            tree,
+            main_content=main_content,
+            preserve_formatting=True,
+            list_bullets=True,
+            alt_texts=False,
+            links=False,
+            form_fields=False,
+            noscript=False,
+            comments=False,
+        )
     elif extractor == "trafilatura":
         text = _trafilatura(html, main_content)
     else:
@@ -76,14 +86,23 @@ def html_to_text(html: str, *, extractor: str = "resiliparse", main_content: boo
 
 def _starts_with(text: str, title: str) -> bool:
     """Whether the text begins with the title, any run of white space (NBSP too) matching any other."""
-    return _SPACE.sub(" ", text[:4 * len(title) + 16]).startswith(title)
+    return _SPACE.sub(" ", text[: 4 * len(title) + 16]).startswith(title)
 
 
 def _trafilatura(html: str, main_content: bool) -> str:
     import trafilatura  # imported here: workers of resiliparse sources never load lxml and its models
 
     text = trafilatura.extract(
-        html, output_format="txt", include_tables=True, include_comments=False, include_links=False,
-        include_images=False, include_formatting=False, deduplicate=False, with_metadata=False,
-        no_fallback=not main_content, favor_recall=not main_content)
+        html,
+        output_format="txt",
+        include_tables=True,
+        include_comments=False,
+        include_links=False,
+        include_images=False,
+        include_formatting=False,
+        deduplicate=False,
+        with_metadata=False,
+        no_fallback=not main_content,
+        favor_recall=not main_content,
+    )
     return text or ""

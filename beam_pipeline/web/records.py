@@ -23,6 +23,7 @@ content decoding (chunked; gzip, deflate, br), decoded to text by
 text (:func:`beam_pipeline.web.extract.html_to_text`); plain text (and WET
 ``conversion`` records) as decoded.
 """
+
 from __future__ import annotations
 
 import base64
@@ -70,9 +71,16 @@ class Filtered:
 WebItem = WebDocument | Revisit | Filtered | BadRecord
 
 
-def iter_web_records(open_binary: Callable[[], BinaryIO], config: ExtractConfig, *, max_record_bytes: int,
-                     start: int = 0, end: int | None = None) -> Iterator[WebItem]:
+def iter_web_records(
+    open_binary: Callable[[], BinaryIO],
+    config: ExtractConfig,
+    *,
+    max_record_bytes: int,
+    start: int = 0,
+    end: int | None = None,
+) -> Iterator[WebItem]:
     """Every record of the split ``[start, end)`` as one WebItem (see the module docstring)."""
+
     def select(capture: Capture) -> str | None:
         return skip_reason(capture, config, max_record_bytes)
 
@@ -111,8 +119,9 @@ def to_document(capture: Capture, config: ExtractConfig, max_record_bytes: int) 
     except _TooLarge:
         return Filtered("too_large", capture.position)
     except ValueError as exc:
-        return BadRecord(capture.position, capture.byte_offset, f"undecodable body: {exc}",
-                         capture.payload[:_PREFIX_BYTES])
+        return BadRecord(
+            capture.position, capture.byte_offset, f"undecodable body: {exc}", capture.payload[:_PREFIX_BYTES]
+        )
     mime = _media_type(capture) if capture.mime is not None else sniff_media_type(body)
     if mime not in config.content_types:
         return Filtered("content_type", capture.position)
@@ -121,13 +130,17 @@ def to_document(capture: Capture, config: ExtractConfig, max_record_bytes: int) 
     text = decoded.text
     if html:
         try:
-            text = html_to_text(text, extractor=config.extractor, main_content=config.main_content,
-                                title=config.title).text
+            text = html_to_text(
+                text, extractor=config.extractor, main_content=config.main_content, title=config.title
+            ).text
         except Exception as exc:  # resiliparse's HTMLParserException and the like: this page only
-            return BadRecord(capture.position, capture.byte_offset,
-                             f"HTML extraction failed: {type(exc).__name__}: {exc}", body[:_PREFIX_BYTES])
-    record = RawRecord(capture.position, capture.byte_offset, text, capture.url, capture.date, None,
-                       capture.record_id)
+            return BadRecord(
+                capture.position,
+                capture.byte_offset,
+                f"HTML extraction failed: {type(exc).__name__}: {exc}",
+                body[:_PREFIX_BYTES],
+            )
+    record = RawRecord(capture.position, capture.byte_offset, text, capture.url, capture.date, None, capture.record_id)
     digest = capture.digest
     if digest is None and config.url_dedup and config.revisits == "newest_capture":  # only revisits match on it
         digest = payload_digest(capture.payload)
@@ -220,7 +233,7 @@ def _dechunk(data: bytes) -> bytes:
         start = end + 2
         if start + size > len(data):
             raise ValueError("Transfer-Encoding chunked: chunk runs past the end of the body")
-        out.append(data[start:start + size])
+        out.append(data[start : start + size])
         pos = start + size + 2
 
 
@@ -236,6 +249,7 @@ def newest_capture(captures: list[dict], revisits: list[dict]) -> dict:
     ``WARC-Refers-To-Date``) stays; if the source holds no such capture, the
     newest capture stays.
     """
+
     def order(capture: dict) -> tuple:
         return capture["ts"], capture["document"]["file"], capture["document"]["position"]
 
@@ -243,16 +257,20 @@ def newest_capture(captures: list[dict], revisits: list[dict]) -> dict:
     if revisits:
         latest = max(revisits, key=lambda r: (r["ts"], r["digest"] or "", r["refers_ts"] or 0))
         if latest["ts"] > newest["ts"]:
-            repeated = [c for c in captures
-                        if (latest["digest"] is not None and c["digest"] == latest["digest"])
-                        or (latest["digest"] is None and c["ts"] == latest["refers_ts"])]
+            repeated = [
+                c
+                for c in captures
+                if (latest["digest"] is not None and c["digest"] == latest["digest"])
+                or (latest["digest"] is None and c["ts"] == latest["refers_ts"])
+            ]
             if repeated:
                 newest = max(repeated, key=order)
     return newest
 
 
-def iter_raw_records(open_binary: Callable[[], BinaryIO], extract: dict | None,
-                     max_record_bytes: int) -> Iterator[RawRecord | BadRecord]:
+def iter_raw_records(
+    open_binary: Callable[[], BinaryIO], extract: dict | None, max_record_bytes: int
+) -> Iterator[RawRecord | BadRecord]:
     """The documents (as raw records) and bad records of a whole file: ``readers.iter_records(fmt="warc")``."""
     config = ExtractConfig.model_validate(extract or {})
     for item in iter_web_records(open_binary, config, max_record_bytes=max_record_bytes):

@@ -23,6 +23,7 @@ Accounting, per source (stage ``ingest``): every record of every split is
 ``dead_letter`` for BadRecords; ``older_capture`` and ``passed`` by the ingest
 stage's CollapseRepeatedRecords (which also counts ``repeated_record``).
 """
+
 from __future__ import annotations
 
 from typing import Iterator
@@ -52,8 +53,15 @@ class ReadWebArchives(beam.PTransform):
     ``format: warc`` sources: see :class:`NewestCapturePerUrl` for the first two; ``partitions`` is the
     ingest layer's partition count."""
 
-    def __init__(self, files: list[dict], sources: dict[str, SourceConfig], *, max_record_bytes: int,
-                 partitions: int, stage: str = "ingest"):
+    def __init__(
+        self,
+        files: list[dict],
+        sources: dict[str, SourceConfig],
+        *,
+        max_record_bytes: int,
+        partitions: int,
+        stage: str = "ingest",
+    ):
         super().__init__()
         self._files, self._sources = files, sources
         self._max_record_bytes, self._stage = max_record_bytes, stage
@@ -68,12 +76,17 @@ class ReadWebArchives(beam.PTransform):
             | "SpreadSplits" >> beam.Reshuffle()
         )
         read = splits | "ReadSplits" >> beam.ParDo(
-            _ReadSplitFn(self._sources, self._max_record_bytes, self._stage)).with_outputs(
-                REVISITS, DEAD_LETTER, COUNTS, main=CAPTURES)
+            _ReadSplitFn(self._sources, self._max_record_bytes, self._stage)
+        ).with_outputs(REVISITS, DEAD_LETTER, COUNTS, main=CAPTURES)
         newest = {CAPTURES: read[CAPTURES], REVISITS: read[REVISITS]} | "NewestCapturePerUrl" >> (
-            NewestCapturePerUrl(self._partitions))
-        return {DOCUMENTS: newest[DOCUMENTS], OLDER_CAPTURES: newest[OLDER_CAPTURES],
-                DEAD_LETTER: read[DEAD_LETTER], COUNTS: read[COUNTS]}
+            NewestCapturePerUrl(self._partitions)
+        )
+        return {
+            DOCUMENTS: newest[DOCUMENTS],
+            OLDER_CAPTURES: newest[OLDER_CAPTURES],
+            DEAD_LETTER: read[DEAD_LETTER],
+            COUNTS: read[COUNTS],
+        }
 
 
 class NewestCapturePerUrl(beam.PTransform):
@@ -91,20 +104,22 @@ class NewestCapturePerUrl(beam.PTransform):
 
     def expand(self, inputs):
         n = self._partitions
-        captures = (
-            inputs[CAPTURES]
-            | "KeyedCaptures" >> beam.FlatMap(
-                lambda c: [(c["key"], capture_value(c))] if c["key"] is not None else []).with_output_types(StrKeyed))
-        revisits = (
-            inputs[REVISITS]
-            | "KeyedRevisits" >> beam.Map(lambda r: (r["key"], revisit_value(r))).with_output_types(StrKeyed))
+        captures = inputs[CAPTURES] | "KeyedCaptures" >> beam.FlatMap(
+            lambda c: [(c["key"], capture_value(c))] if c["key"] is not None else []
+        ).with_output_types(StrKeyed)
+        revisits = inputs[REVISITS] | "KeyedRevisits" >> beam.Map(
+            lambda r: (r["key"], revisit_value(r))
+        ).with_output_types(StrKeyed)
         older = (
             {CAPTURES: captures, REVISITS: revisits}
             | "GroupByUrl" >> beam.CoGroupByKey()
-            | "OlderCaptures" >> beam.FlatMap(
-                lambda keyed: [(bucket_of(row["doc_id"], n), row)
-                               for row in older_captures(list(keyed[1][CAPTURES]), list(keyed[1][REVISITS]))])
-            .with_output_types(IntKeyed)
+            | "OlderCaptures"
+            >> beam.FlatMap(
+                lambda keyed: [
+                    (bucket_of(row["doc_id"], n), row)
+                    for row in older_captures(list(keyed[1][CAPTURES]), list(keyed[1][REVISITS]))
+                ]
+            ).with_output_types(IntKeyed)
         )
         documents = inputs[CAPTURES] | "Documents" >> beam.Map(lambda capture: capture["document"])
         return {DOCUMENTS: documents, OLDER_CAPTURES: older}
@@ -113,8 +128,14 @@ class NewestCapturePerUrl(beam.PTransform):
 def capture_value(capture: dict) -> tuple:
     """What choosing the newest capture needs of a capture (no text)."""
     document = capture["document"]
-    return (capture["ts"], capture["digest"], document["doc_id"], document["source"], document["file"],
-            document["position"])
+    return (
+        capture["ts"],
+        capture["digest"],
+        document["doc_id"],
+        document["source"],
+        document["file"],
+        document["position"],
+    )
 
 
 def revisit_value(revisit: dict) -> tuple:
@@ -127,11 +148,17 @@ def older_captures(captures: list[tuple], revisits: list[tuple]) -> list[dict]:
     only revisits."""
     if not captures:  # only revisits: the page's captures are in no file of the source
         return []
-    items = [{"ts": ts, "digest": digest, "document": {"doc_id": doc_id, "source": source, "file": file,
-                                                       "position": position}}
-             for ts, digest, doc_id, source, file, position in captures]
-    winner = newest_capture(items, [{"ts": ts, "digest": digest, "refers_ts": refers_ts}
-                                    for ts, digest, refers_ts in revisits])
+    items = [
+        {
+            "ts": ts,
+            "digest": digest,
+            "document": {"doc_id": doc_id, "source": source, "file": file, "position": position},
+        }
+        for ts, digest, doc_id, source, file, position in captures
+    ]
+    winner = newest_capture(
+        items, [{"ts": ts, "digest": digest, "refers_ts": refers_ts} for ts, digest, refers_ts in revisits]
+    )
     return [item["document"] for item in items if item is not winner]
 
 
@@ -170,23 +197,42 @@ class _ReadSplitFn(beam.DoFn):
         config, path = source.extract, split["path"]
         keep_revisits = config.url_dedup and config.revisits == "newest_capture"
         items = iter_web_records(
-            lambda: FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED), config,
-            max_record_bytes=self._max_record_bytes, start=split["start"], end=split["end"])
+            lambda: FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED),
+            config,
+            max_record_bytes=self._max_record_bytes,
+            start=split["start"],
+            end=split["end"],
+        )
         for item in items:
             self._tally.entered(source.name)
             if isinstance(item, BadRecord):
                 self._tally.dead_letter(source.name)
-                yield beam.pvalue.TaggedOutput(DEAD_LETTER, dead_letter_row(
-                    self._stage, source=source.name, file=path, position=item.position,
-                    byte_offset=item.byte_offset, error=item.error, raw_prefix=item.raw_prefix))
+                yield beam.pvalue.TaggedOutput(
+                    DEAD_LETTER,
+                    dead_letter_row(
+                        self._stage,
+                        source=source.name,
+                        file=path,
+                        position=item.position,
+                        byte_offset=item.byte_offset,
+                        error=item.error,
+                        raw_prefix=item.raw_prefix,
+                    ),
+                )
             elif isinstance(item, Filtered):
                 self._tally.filtered(item.reason, source.name)
             elif isinstance(item, Revisit):
                 self._tally.filtered("revisit", source.name)
                 if keep_revisits and item.url_key is not None:
-                    yield beam.pvalue.TaggedOutput(REVISITS, {
-                        "key": url_key(source.name, item.url_key), "ts": item.timestamp,
-                        "digest": item.digest, "refers_ts": item.refers_to_date})
+                    yield beam.pvalue.TaggedOutput(
+                        REVISITS,
+                        {
+                            "key": url_key(source.name, item.url_key),
+                            "ts": item.timestamp,
+                            "digest": item.digest,
+                            "refers_ts": item.refers_to_date,
+                        },
+                    )
             else:
                 document = make_document(item.record, source, path)
                 if document is None:

@@ -27,6 +27,7 @@ merge different pages on some site. A URL without a scheme and a host (or
 one that does not parse) has no key (None) and takes no part in URL-level
 deduplication.
 """
+
 from __future__ import annotations
 
 import re

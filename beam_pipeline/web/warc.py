@@ -77,6 +77,7 @@ Damage inside a gzip member that decodes costs the rest of that member only
 The BadRecord's ``raw_prefix`` holds the first 256 stored bytes at its offset.
 I/O errors of the file object propagate, so the runner can retry.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -96,7 +97,7 @@ _PREFIX_BYTES = 256
 _READ = 1 << 16  # decompressed bytes per read() handed to FastWARC
 _SCAN = 1 << 20  # raw bytes per step of a boundary scan
 _HEADER_LIMIT = 1 << 16  # a WARC or HTTP header block larger than this is broken
-_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _ARC_LINE = re.compile(rb"^(?:filedesc|[a-zA-Z][a-zA-Z0-9+.-]*):\S* \S+ \S+ \S+ ")
 _REQUIRED = ("WARC-Type", "WARC-Record-ID", "Content-Length", "WARC-Date")
 _REQUIRED_KEYS = tuple(name.lower() for name in _REQUIRED)
@@ -150,8 +151,13 @@ def plan_splits(size: int, split_bytes: int, *, gz: bool, arc: bool) -> list[tup
     return [(start, starts[i + 1] if i + 1 < len(starts) else None) for i, start in enumerate(starts)]
 
 
-def iter_captures(open_binary: Callable[[], BinaryIO], *, start: int = 0, end: int | None = None,
-                  select: Select = lambda capture: None) -> Iterator[Capture | BadRecord]:
+def iter_captures(
+    open_binary: Callable[[], BinaryIO],
+    *,
+    start: int = 0,
+    end: int | None = None,
+    select: Select = lambda capture: None,
+) -> Iterator[Capture | BadRecord]:
     """Every record starting in the split ``[start, end)`` of a file (end None: to its end).
 
     ``open_binary``: zero-argument callable returning a seekable binary file
@@ -181,8 +187,12 @@ def iter_captures(open_binary: Callable[[], BinaryIO], *, start: int = 0, end: i
             resume = _sync(raw, failure.offset + 1, gz, arc, after_damage=True)
             if failure.error is not None:  # None: already reported as the record it cut short
                 skipped = f"{resume - failure.offset} bytes" if resume is not None else "the rest of the file"
-                yield BadRecord(failure.position, failure.offset,
-                                f"{failure.error}; skipped {skipped} to the next record", _raw_at(raw, failure.offset))
+                yield BadRecord(
+                    failure.position,
+                    failure.offset,
+                    f"{failure.error}; skipped {skipped} to the next record",
+                    _raw_at(raw, failure.offset),
+                )
             pos = resume
 
 
@@ -214,8 +224,12 @@ def _iter_members(raw: BinaryIO, start: int, hi: int | None, reader, select: Sel
         if members.damage is not None:
             break
         if failure is not None and failure.error is not None:
-            yield BadRecord(failure.position, failure.offset, f"{failure.error}; skipped the rest of its gzip member",
-                            _raw_at(raw, failure.offset))
+            yield BadRecord(
+                failure.position,
+                failure.offset,
+                f"{failure.error}; skipped the rest of its gzip member",
+                _raw_at(raw, failure.offset),
+            )
     damage = members.damage
     if damage is None:
         return None
@@ -237,8 +251,13 @@ def _iter_warc(stream: "_Plain | _GzipMembers", hi: int | None, select: Select):
     its Content-Length``: a record cut short with the next one's bytes after
     it, or a wrong length); else the header after it is.
     """
-    records = ArchiveIterator(stream, record_types=WarcRecordType.any_type, parse_http=False,
-                              stream_detect=False, max_header_len=_HEADER_LIMIT)
+    records = ArchiveIterator(
+        stream,
+        record_types=WarcRecordType.any_type,
+        parse_http=False,
+        stream_detect=False,
+        max_header_len=_HEADER_LIMIT,
+    )
     placed = _Placement()
     held = None  # the last capture, not yet yielded
     last = None  # (item, stream position) of the last record read
@@ -270,9 +289,13 @@ def _iter_warc(stream: "_Plain | _GzipMembers", hi: int | None, select: Select):
             end = _block_end(stream, stream_pos, item.payload_size)
             after = stream.reread(end, 64)
             if not _starts_record(after):
-                yield BadRecord(item.position, item.byte_offset,
-                                f"record does not end at its Content-Length ({item.payload_size} bytes): "
-                                f"followed by {after[:40]!r}", _raw_at(stream.raw, item.byte_offset))
+                yield BadRecord(
+                    item.position,
+                    item.byte_offset,
+                    f"record does not end at its Content-Length ({item.payload_size} bytes): "
+                    f"followed by {after[:40]!r}",
+                    _raw_at(stream.raw, item.byte_offset),
+                )
                 return _Failure(item.byte_offset, item.position, None)
             yield item
             at = stream.locate(end)
@@ -280,8 +303,9 @@ def _iter_warc(stream: "_Plain | _GzipMembers", hi: int | None, select: Select):
     if held is not None:
         yield held  # the segment ended cleanly after it
     if stream.damage is not None:
-        return _Failure(stream.damage.offset, stream.damage.offset,
-                        None if stream.damage.reported else stream.damage.error)
+        return _Failure(
+            stream.damage.offset, stream.damage.offset, None if stream.damage.reported else stream.damage.error
+        )
     return None
 
 
@@ -312,8 +336,9 @@ def _warc_capture(record, offset: int, position: int, select: Select, stream) ->
         return _bad_record(record, offset, position, stream, f"broken WARC header: {problem}")
     timestamp = _warc_timestamp(headers.get("warc-date"))
     if timestamp is None:
-        return _bad_record(record, offset, position, stream,
-                           f"broken WARC header: WARC-Date {headers.get('warc-date')!r}")
+        return _bad_record(
+            record, offset, position, stream, f"broken WARC header: WARC-Date {headers.get('warc-date')!r}"
+        )
     kind = headers.get("warc-type").strip().lower()
     block_type = (headers.get("content-type") or "").lower()
     status = charset = transfer = encoding = None
@@ -325,22 +350,35 @@ def _warc_capture(record, offset: int, position: int, select: Select, stream) ->
             return _bad_record(record, offset, position, stream, f"broken HTTP header: {exc}")
         http = record.http_headers
         if http is None:  # FastWARC parses no HTTP message under a Content-Type it does not take for one
-            return _bad_record(record, offset, position, stream,
-                               f"broken WARC header: Content-Type {headers.get('content-type')!r}")
+            return _bad_record(
+                record, offset, position, stream, f"broken WARC header: Content-Type {headers.get('content-type')!r}"
+            )
         status = http.status_code
         if status is None:
-            return _bad_record(record, offset, position, stream,
-                               f"broken HTTP header: status line {http.status_line!r}")
+            return _bad_record(
+                record, offset, position, stream, f"broken HTTP header: status line {http.status_line!r}"
+            )
         mime = _media_type(http.get("Content-Type"))
         charset = record.http_charset
         transfer = http.get("Transfer-Encoding")
         encoding = http.get("Content-Encoding")
     capture = Capture(
-        kind=kind, position=position, byte_offset=offset, record_id=headers.get("warc-record-id"),
-        url=_target_uri(headers.get("warc-target-uri")), date=headers.get("warc-date"), timestamp=timestamp,
-        http_status=status, mime=mime, charset=charset, transfer_encoding=transfer, content_encoding=encoding,
-        payload_size=record.content_length, digest=headers.get("warc-payload-digest"),
-        refers_to_date=_warc_timestamp(headers.get("warc-refers-to-date")))
+        kind=kind,
+        position=position,
+        byte_offset=offset,
+        record_id=headers.get("warc-record-id"),
+        url=_target_uri(headers.get("warc-target-uri")),
+        date=headers.get("warc-date"),
+        timestamp=timestamp,
+        http_status=status,
+        mime=mime,
+        charset=charset,
+        transfer_encoding=transfer,
+        content_encoding=encoding,
+        payload_size=record.content_length,
+        digest=headers.get("warc-payload-digest"),
+        refers_to_date=_warc_timestamp(headers.get("warc-refers-to-date")),
+    )
     capture.skip = select(capture)
     if capture.skip is not None:
         got = record.consume()
@@ -381,7 +419,7 @@ def _warc_timestamp(value: str | None) -> int | None:
     except ValueError:
         return None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.timezone.utc)
+        moment = moment.replace(tzinfo=datetime.UTC)
     return (moment - _EPOCH) // datetime.timedelta(microseconds=1)
 
 
@@ -423,14 +461,15 @@ def _iter_arc(stream: "_Plain | _GzipMembers", hi: int | None, select: Select):
     return None
 
 
-def _arc_capture(line: bytes, offset: int, position: int, lines: "_LineReader", select: Select,
-                 stream) -> Capture | BadRecord:
+def _arc_capture(
+    line: bytes, offset: int, position: int, lines: "_LineReader", select: Select, stream
+) -> Capture | BadRecord:
     fields = line.rstrip(b"\r\n").split(b" ")
     date, length = fields[2], fields[-1]
     if len(fields) not in (5, 10) or not length.isdigit() or len(date) != 14 or not date.isdigit():
         return BadRecord(position, offset, f"broken ARC header: {line[:200]!r}", _raw_at(stream.raw, offset))
     url = fields[0].decode("utf-8", "replace")
-    moment = datetime.datetime.strptime(date.decode(), "%Y%m%d%H%M%S").replace(tzinfo=datetime.timezone.utc)
+    moment = datetime.datetime.strptime(date.decode(), "%Y%m%d%H%M%S").replace(tzinfo=datetime.UTC)
     block_size = int(length)
     head = lines.read(min(block_size, _HEADER_LIMIT))
     kind = "filedesc" if url.startswith("filedesc:") else "response"
@@ -451,10 +490,21 @@ def _arc_capture(line: bytes, offset: int, position: int, lines: "_LineReader", 
         charset = _charset_param(http.get("Content-Type"))
         transfer, encoding = http.get("Transfer-Encoding"), http.get("Content-Encoding")
     capture = Capture(
-        kind=kind, position=position, byte_offset=offset, record_id=None, url=url,
-        date=moment.strftime("%Y-%m-%dT%H:%M:%SZ"), timestamp=(moment - _EPOCH) // datetime.timedelta(microseconds=1),
-        http_status=status, mime=mime, charset=charset, transfer_encoding=transfer, content_encoding=encoding,
-        payload_size=block_size - consumed, digest=None)
+        kind=kind,
+        position=position,
+        byte_offset=offset,
+        record_id=None,
+        url=url,
+        date=moment.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        timestamp=(moment - _EPOCH) // datetime.timedelta(microseconds=1),
+        http_status=status,
+        mime=mime,
+        charset=charset,
+        transfer_encoding=transfer,
+        content_encoding=encoding,
+        payload_size=block_size - consumed,
+        digest=None,
+    )
     capture.skip = select(capture)
     if capture.skip is not None:
         got = len(head) + lines.skip(block_size - len(head))
@@ -676,7 +726,7 @@ class _GzipMembers:
                 if skip >= len(out):
                     skip -= len(out)
                     continue
-                piece = out[skip:skip + need]
+                piece = out[skip : skip + need]
                 skip = 0
                 parts.append(piece)
                 need -= len(piece)
