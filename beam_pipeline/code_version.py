@@ -183,9 +183,9 @@ def closure(modules: set[str]) -> set[str]:
     """``modules`` and everything they import, transitively: this package's modules by name and third-party
     ones by top-level name (the standard library left out)."""
     seen: set[str] = set()
-    todo = list(modules)
-    while todo:
-        name = todo.pop()
+    pending = list(modules)
+    while pending:
+        name = pending.pop()
         top = name.split(".")[0]
         if top != PACKAGE:
             if top and top not in sys.stdlib_module_names and top != "__future__":
@@ -194,8 +194,8 @@ def closure(modules: set[str]) -> set[str]:
         if name in seen or name in CONFIG_MODULES or _module_file(name) is None:
             continue  # `from package import NAME` of a non-module NAME is resolved to the package already
         seen.add(name)
-        todo.extend(_with_parents(name))
-        todo.extend(_module_imports(name))
+        pending.extend(_with_parents(name))
+        pending.extend(_module_imports(name))
     return seen
 
 

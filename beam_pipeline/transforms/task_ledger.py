@@ -20,6 +20,7 @@ the layer has the same bytes. The driver logs how many partitions it reused.
 from __future__ import annotations
 
 import base64
+import json
 from typing import Iterator
 
 import apache_beam as beam
@@ -60,8 +61,6 @@ class TaskLedger:
         path = self.path(index)
         if not FileSystems.exists(path):
             return None
-        import json
-
         record = json.loads(read_bytes(path))
         if record.get("format") != RECORD_FORMAT or not all(
             FileSystems.exists(f) for f in files_of(self.layer_path, record)
