@@ -2,8 +2,11 @@
 
 A build is one pipeline graph (DESIGN.md, principles 9 and 10)::
 
-    snapshot (driver) -> ingest -> exact_dedup -> near_dedup -> cascade scorers (one fused pass) -> select
+    snapshot (driver) -> ingest -> the cascade, in ``cascade.stages`` order -> select
                       -> ngram_index (optional) -> tokenize -> publish -> lineage -> run metrics and report
+
+    the cascade (default, the seed's order): scorers language, heuristics, blocklist (one fused pass)
+                      -> exact_dedup -> near_dedup -> scorers quality ... decontamination (one fused pass)
 
 Before the job is built, the driver computes every layer key from (stage
 version, the stage's slice of the config, input layer keys, partition count):
@@ -26,6 +29,7 @@ build") has the reasons and the costs.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import re
@@ -50,6 +54,7 @@ from beam_pipeline.scoring.cascade import ReselectError
 from beam_pipeline.snapshot import check_sources_match, check_unchanged, load_snapshot, take_snapshot
 from beam_pipeline.stage_plan import LayerRef, StagePlan
 from beam_pipeline.transforms import exact_dedup, ingest, publish, select, tokenize_shard
+from beam_pipeline.transforms.gate import DocumentPartitions
 from beam_pipeline.transforms.layer_io import (
     WRITTEN,
     CommitLayer,
@@ -460,55 +465,16 @@ class CorpusBuild:
             lambda p, layer: p | "Ingest" >> ingest.IngestSnapshot(config, manifest, layer.path, partitions),
         )
 
-        exact = None
-        if config.exact_dedup.enabled:
-            earlier = [exact_dedup.resolve_against(self.root, entry) for entry in config.exact_dedup.against]
-            exact = graph.stage(
-                StagePlan(
-                    exact_dedup.STAGE,
-                    exact_dedup.VERSION,
-                    config.exact_dedup.model_dump(mode="json", exclude={"against"}),
-                    {"documents": ingested, **{f"against.{i}": layer.key for i, layer in enumerate(earlier)}},
-                    outputs={exact_dedup.ANNOTATIONS: schemas.EXACT_DEDUP},
-                    rows_match={exact_dedup.ANNOTATIONS: "passed"},
-                ),
-                lambda p, layer: (
-                    p
-                    | "ExactDedup"
-                    >> exact_dedup.AnnotateExactDuplicates(
-                        ingested.part_paths(ingest.DOCUMENTS), after=[ingested.committed], previous=tuple(earlier)
-                    )
-                ),
-            )
-
-        near = None
-        if config.near_dedup.enabled:
-            from beam_pipeline.transforms import near_dedup
-
-            previous = [
-                near_dedup.resolve_against(self.root, entry, config.near_dedup) for entry in config.near_dedup.against
-            ]
-            near = graph.stage(
-                StagePlan(
-                    near_dedup.STAGE,
-                    near_dedup.VERSION,
-                    near_dedup.stage_config(config.near_dedup),
-                    {"documents": ingested, **{f"against.{i}": prev.key for i, prev in enumerate(previous)}},
-                    outputs={**near_dedup.OUTPUTS, DEAD_LETTER: schemas.DEAD_LETTER},
-                    rows_match={near_dedup.ANNOTATIONS: "passed"},
-                    finalize=near_dedup.summarize_layer,
-                ),
-                lambda p, layer: near_dedup.build_stage(
-                    p,
-                    config.near_dedup,
-                    ingested.part_paths(ingest.DOCUMENTS),
-                    previous,
-                    layer.path,
-                    after=[ingested.committed],
-                ),
-            )
-
-        scored = cascade.add_scorers(graph, config, ingested, exact, near, snapshot_id, self.scored_layers)
+        # The cascade: scorers and dedup stages in ``cascade.stages`` order, each seeing what its gate keeps.
+        order = list(config.cascade.stages)
+        scored, exact, near = cascade.add_cascade(
+            graph,
+            config,
+            ingested,
+            snapshot_id,
+            functools.partial(self._add_dedup, graph, ingested),
+            self.scored_layers,
+        )
 
         inputs_of_select = {"documents": ingested}
         annotations = {}
@@ -517,13 +483,13 @@ class CorpusBuild:
             annotations["exact"] = (exact.part_paths(exact_dedup.ANNOTATIONS), None)
         if near is not None:
             inputs_of_select["near"] = near
-            annotations["near"] = (near.part_paths(near_dedup.ANNOTATIONS), None)
+            annotations["near"] = (near.part_paths("annotations"), None)
         inputs_of_select.update({ref.stage: ref for ref in scored})
         annotations.update(cascade.score_inputs(scored, config))
 
         def build_select(p, layer):
             inputs = PartitionInputs.of(
-                ingested.part_paths(ingest.DOCUMENTS), None, annotations, required=cascade.ANNOTATE_EVERY_DOCUMENT
+                ingested.part_paths(ingest.DOCUMENTS), None, annotations, required=cascade.required_rows(config)
             )
             return p | "Select" >> select.ApplyPolicy(
                 config.policy,
@@ -575,7 +541,8 @@ class CorpusBuild:
             ),
         )
 
-        stages = [ref for ref in (ingested, exact, near, *scored, selected, indexed, tokenized) if ref is not None]
+        members = sorted((ref for ref in (exact, near, *scored) if ref is not None), key=lambda r: order.index(r.stage))
+        stages = [ref for ref in (ingested, *members, selected, indexed, tokenized) if ref is not None]
         for ref in stages:
             if not ref.reused:  # what a killed or failed run of this layer left behind, but its finished tasks
                 finished = clear_uncommitted(ref.layer, partitions)
@@ -588,6 +555,63 @@ class CorpusBuild:
             config, snapshot_id, tokenizer, run_id, stages, earlier_attempts or {}, partitions, run_dir=self.run_dir
         )
         return graph
+
+    def _add_dedup(self, graph: BuildGraph, ingested, stage: str, gate, gate_layers: dict, gate_config) -> LayerRef:
+        """The exact or near dedup stage over the documents its cascade gate keeps (all without a gate).
+
+        ``gate_layers``: the layers the gate reads (``{row name: LayerRef}``); they and the gate's
+        rules are part of the layer key, so a changed rule before dedup recomputes it."""
+        config = self.config
+        documents = DocumentPartitions(
+            ingested.part_paths(ingest.DOCUMENTS),
+            gate,
+            {name: ref.part_paths("annotations") for name, ref in gate_layers.items()},
+        )
+        after = [ingested.committed, *(ref.committed for ref in gate_layers.values())]
+        gated = {"gate": gate_config} if gate is not None else {}
+        gate_inputs = {f"gate.{name}": ref for name, ref in gate_layers.items()}
+        if stage == exact_dedup.STAGE:
+            earlier = [exact_dedup.resolve_against(self.root, entry) for entry in config.exact_dedup.against]
+            return graph.stage(
+                StagePlan(
+                    exact_dedup.STAGE,
+                    exact_dedup.VERSION,
+                    {**config.exact_dedup.model_dump(mode="json", exclude={"against"}), **gated},
+                    {
+                        "documents": ingested,
+                        **gate_inputs,
+                        **{f"against.{i}": layer.key for i, layer in enumerate(earlier)},
+                    },
+                    outputs={exact_dedup.ANNOTATIONS: schemas.EXACT_DEDUP},
+                    rows_match={exact_dedup.ANNOTATIONS: "passed"},
+                ),
+                lambda p, layer: (
+                    p
+                    | "ExactDedup"
+                    >> exact_dedup.AnnotateExactDuplicates(documents, after=after, previous=tuple(earlier))
+                ),
+            )
+        from beam_pipeline.transforms import near_dedup
+
+        previous = [
+            near_dedup.resolve_against(self.root, entry, config.near_dedup) for entry in config.near_dedup.against
+        ]
+        return graph.stage(
+            StagePlan(
+                near_dedup.STAGE,
+                near_dedup.VERSION,
+                {**near_dedup.stage_config(config.near_dedup), **gated},
+                {
+                    "documents": ingested,
+                    **gate_inputs,
+                    **{f"against.{i}": prev.key for i, prev in enumerate(previous)},
+                },
+                outputs={**near_dedup.OUTPUTS, DEAD_LETTER: schemas.DEAD_LETTER},
+                rows_match={near_dedup.ANNOTATIONS: "passed"},
+                finalize=near_dedup.summarize_layer,
+            ),
+            lambda p, layer: near_dedup.build_stage(p, config.near_dedup, documents, previous, layer.path, after=after),
+        )
 
     def _run_job(self, graph: BuildGraph, progress: BuildProgress) -> None:
         """Run the build's job and wait for it."""

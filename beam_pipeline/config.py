@@ -46,6 +46,7 @@ from beam_pipeline.scoring.config import (
     SafetyConfig,
     check_scoring,
     resolve_paths,
+    resolved_stages,
 )
 from beam_pipeline.web.config import ExtractConfig
 
@@ -422,6 +423,9 @@ class CorpusConfig(_Strict):
 
     @model_validator(mode="after")
     def _scoring(self) -> "CorpusConfig":
+        # the dedup stages take their place in the cascade (scoring/config.py: resolved_stages)
+        stages = resolved_stages(self.cascade.stages, self.exact_dedup.enabled, self.near_dedup.enabled)
+        object.__setattr__(self, "cascade", self.cascade.model_copy(update={"stages": stages}))
         check_scoring(self)  # cascade order and dependencies, rules vs. layers (scoring/config.py)
         return self
 

@@ -45,10 +45,12 @@ Order of evaluation -- the first rule that fires names the reason:
 1. the built-in rules of ``policy`` (``exact_duplicate``, ``too_short``,
    ``too_long``, ``too_few_words``, and any other built-in of
    :func:`beam_pipeline.policy.decide`);
-2. rules over ``document``/``exact``/``near`` columns only;
+2. rules over ``document`` columns only (and ``exact``/``near`` when those
+   stages are not in the cascade);
 3. for each cascade stage in order: ``not_scored:<stage>`` if the stage has
    no row for the document (it never saw it), then the rules whose latest
-   referenced layer is that stage, in file order;
+   referenced layer is that stage, in file order (the dedup stages are
+   cascade members whose rows are ``exact`` and ``near``: :data:`ROW_OF_STAGE`);
 4. quantile rules, in file order, each over the documents that survived
    everything before it.
 
@@ -74,6 +76,8 @@ BUILTIN_REASONS = frozenset({"exact_duplicate", "near_duplicate", "too_short", "
 NOT_SCORED = "not_scored"
 DOCUMENT_COLUMNS = ("source", "domain", "url", "license", "date", "n_chars")
 BASE_LAYERS = ("document", "exact", "near")
+#: Cascade stages whose rows go by another layer name in rules and joins: the dedup stages.
+ROW_OF_STAGE = {"exact_dedup": "exact", "near_dedup": "near"}
 
 
 class RuleError(ValueError):
@@ -573,11 +577,18 @@ class Plan:
 
     def __post_init__(self):
         self._per_source: dict[str, list[Rule]] = {}
+        # layer name in rules and rows -> its place in the cascade (the dedup stages' rows are exact / near)
+        self._layer_position = {ROW_OF_STAGE.get(stage, stage): i for i, stage in enumerate(self.cascade)}
+
+    def row_name(self, position: int) -> str:
+        """The ``rows`` key of cascade stage ``position``."""
+        stage = self.cascade[position]
+        return ROW_OF_STAGE.get(stage, stage)
 
     def position(self, rule: RuleConfig) -> int:
         if rule.is_quantile:
             return len(self.cascade)
-        stages = [self.cascade.index(layer) for layer in rule.layers() if layer in self.cascade]
+        stages = [self._layer_position[layer] for layer in rule.layers() if layer in self._layer_position]
         return max(stages) if stages else -1
 
     def rules_for(self, source: str) -> list[Rule]:
@@ -661,13 +672,13 @@ class Plan:
                 continue
             while checked < rule.position:
                 checked += 1
-                if checked >= 0 and rows.get(self.cascade[checked]) is None:
+                if checked >= 0 and rows.get(self.row_name(checked)) is None:
                     return f"{NOT_SCORED}:{self.cascade[checked]}"
             if rule.condition.evaluate(rows) is True:
                 return rule.reason
         while checked < limit - 1:
             checked += 1
-            if rows.get(self.cascade[checked]) is None:
+            if rows.get(self.row_name(checked)) is None:
                 return f"{NOT_SCORED}:{self.cascade[checked]}"
         return None
 

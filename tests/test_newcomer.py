@@ -18,7 +18,7 @@ from conftest import IN_PROCESS, dataset_id_from_output, run_cli, tiny_corpus
 from tests.helpers.newcomer import DOC_FILES, REPO, RUNS_MARKER, command_blocks, demo_workdir, error_lines, \
     interrupt_cli, unwritable_folder
 
-SAMPLE_DATASET_ID = "a849abd153161f8ff5f5104f7cc1e00009195db8f644a05bce3ba9034473b369"
+SAMPLE_DATASET_ID = "332ee7aff9ace3b8789bbd4684f9699d6b2d483ef3046e38e1f7895f7aea020d"
 TEXTS = [f"Document number {i} of the tiny corpus. " + "The quick brown fox jumps over the lazy dog. " * (12 + i % 5)
          for i in range(20)]
 

@@ -124,8 +124,10 @@ def test_loosened_gate_reports_unscored_documents(corpus, capsys):
     capsys.readouterr()
     stages = stages_of_last_run(root)
     reasons = decisions(root, stages["select"]["layer_key"])
-    # the French document was stopped before quality under the old policy: never judged on an invented score
-    assert list(reasons.values()).count("not_scored:quality") == 1
+    # the French document was stopped right after language ID under the old policy, so dedup (between language
+    # and quality in the seed's cascade order) never saw it: never judged as unique, nor on an invented score
+    assert list(reasons.values()).count("not_scored:exact_dedup") == 1
+    assert not any(reason == "not_scored:quality" for reason in reasons.values())
 
 
 def test_reselect_refuses_a_config_changed_beyond_the_policy(corpus, capsys):

@@ -1,7 +1,11 @@
 """The scoring cascade inside a build: stage order, gates, layer keys, re-selection.
 
-``cascade.stages`` in the config is the order (validated in
-:mod:`beam_pipeline.scoring.config`). :func:`add_scorers` adds the scorer
+``cascade.stages`` in the config is the order (validated, and the dedup
+stages placed, in :mod:`beam_pipeline.scoring.config`). :func:`add_cascade`
+adds its members in that order: each run of scorers between dedup stages is
+one fused pass over the text (:func:`add_scorers`), each dedup stage a stage
+of its own over the documents its gate keeps
+(:mod:`beam_pipeline.transforms.gate`). :func:`add_scorers` adds a run of scorer
 stages to the build's job as one fused pass over the text
 (:class:`~beam_pipeline.transforms.score.ScoreCascade`), each stage with its
 own layer (:meth:`beam_pipeline.build.BuildGraph.stage_group`), so a scorer
@@ -11,7 +15,7 @@ The layer key of stage *k* covers what decides its rows:
     (stage code version,
      scorer config with content digests of its models / lists / eval sets,
      the gate: built-in policy fields + the rules evaluated before stage k,
-     input layer keys: documents, exact, near, stages 0..k-1)
+     input layer keys: documents, exact and near (when before k), stages 0..k-1)
 
 so changing a threshold that gates stage *k* re-runs stage *k* and later
 under ``run`` (they would see other documents), while a rule that only reads
@@ -38,10 +42,12 @@ from beam_pipeline import schemas
 from beam_pipeline.accounting import DEAD_LETTER
 from beam_pipeline.hashing import digest_json
 from beam_pipeline.layers import Layer, join, part_name, read_bytes, write_json_atomic
-from beam_pipeline.policy_rules import Plan
+from beam_pipeline.policy_rules import ROW_OF_STAGE, Plan
+from beam_pipeline.scoring.config import DEDUP_STAGES
 from beam_pipeline.stage_plan import StagePlan
+from beam_pipeline.transforms.gate import Gate
 from beam_pipeline.transforms.layer_io import PartitionInputs
-from beam_pipeline.transforms.score import ANNOTATIONS, DOCUMENT_COLUMNS, SCORERS, Gate, ScoreCascade, histograms
+from beam_pipeline.transforms.score import ANNOTATIONS, DOCUMENT_COLUMNS, SCORERS, ScoreCascade, histograms
 
 #: Layers with one row per document: a document without its row there was lost upstream.
 ANNOTATE_EVERY_DOCUMENT = ("exact", "near")
@@ -104,26 +110,102 @@ def read_pointer(config) -> dict:
     return json.loads(read_bytes(path))
 
 
-def add_scorers(graph, config, ingested, exact, near, snapshot_id: str, pinned: dict | None = None) -> list:
-    """Add every cascade stage, in order, to the build's job (or reuse its layer); returns their LayerRefs.
+def segments(stages: list[str]) -> list[tuple[str, ...]]:
+    """The cascade cut into what the job runs as one pass each: runs of scorers, and each dedup stage alone."""
+    cut: list[tuple[str, ...]] = []
+    for stage in stages:
+        if stage in DEDUP_STAGES or not cut or cut[-1][0] in DEDUP_STAGES:
+            cut.append((stage,))
+        else:
+            cut[-1] = (*cut[-1], stage)
+    return cut
 
-    ``pinned``: re-selection's scorer layer keys of an earlier ``run`` (every
-    one must be complete; nothing is scored).
+
+def required_rows(config) -> tuple[str, ...]:
+    """Dedup layers that hold a row for every document: all of them when the cascade does not gate."""
+    return () if config.cascade.gate else ANNOTATE_EVERY_DOCUMENT
+
+
+def add_cascade(graph, config, ingested, snapshot_id: str, add_dedup, pinned: dict | None = None):
+    """Every cascade member, in ``cascade.stages`` order, added to the build's job (or its layer reused).
+
+    Runs of scorers are one fused pass each (:func:`add_scorers`); a dedup stage between them is added by
+    ``add_dedup(stage, gate, gate_layers, gate_config)`` (:mod:`beam_pipeline.build`), which reads only the
+    documents its gate keeps (:mod:`beam_pipeline.transforms.gate`). ``pinned``: re-selection's layer keys
+    of an earlier ``run`` (nothing is computed). Returns (scorer refs, exact ref or None, near ref or None).
     """
     stages = list(config.cascade.stages)
-    if not stages:
-        return []
-    scorers = [SCORERS[stage](config, cascade_before=tuple(stages[:index])) for index, stage in enumerate(stages)]
+    plan = plan_of(config)
+    scored: list = []
+    dedup: dict = {}
+    for segment in segments(stages):
+        if segment[0] not in DEDUP_STAGES:
+            scored += add_scorers(
+                graph, config, segment, ingested, dedup.get("exact"), dedup.get("near"), scored, pinned
+            )
+            continue
+        stage = segment[0]
+        row = ROW_OF_STAGE[stage]
+        if pinned is not None and stage in pinned:
+            dedup[row] = _reuse_dedup(graph, stage, pinned[stage])
+            continue
+        index = stages.index(stage)
+        gate = Gate(config.policy, plan, index) if config.cascade.gate else None
+        if gate is None:
+            dedup[row] = add_dedup(stage, None, {}, None)
+            continue
+        needed = plan.layers_read(index)
+        gate_layers = {ref.stage: ref for ref in scored if ref.stage in needed}
+        if "exact" in dedup:
+            gate_layers["exact"] = dedup["exact"]
+        dedup[row] = add_dedup(stage, gate, gate_layers, _gate_config(config, plan, index))
+    if scored or dedup:
+        write_json_atomic(
+            pointer_path(config),
+            {
+                "snapshot_id": snapshot_id,
+                "cascade": stages,
+                "layers": {ref.stage: ref.key for ref in (*scored, *dedup.values())},
+            },
+        )
+    return scored, dedup.get("exact"), dedup.get("near")
+
+
+def _gate_config(config, plan: Plan, index: int) -> dict:
+    """What decides which documents cascade stage ``index`` sees (part of its layer key)."""
+    return {"builtins": builtin_policy(config), "rules": plan.gate_spec(index)}
+
+
+def add_scorers(graph, config, segment, ingested, exact, near, earlier: list, pinned: dict | None = None) -> list:
+    """Add the scorer stages of ``segment`` (a run of the cascade) as one fused pass; returns their LayerRefs.
+
+    ``earlier``: the refs of the scorers of earlier segments (their rows feed the gates and
+    the scorers' context). ``pinned``: re-selection's scorer layer keys of an earlier ``run``
+    (every one must be complete; nothing is scored).
+    """
+    stages = list(config.cascade.stages)
+    scorers = [SCORERS[stage](config, cascade_before=tuple(stages[: stages.index(stage)])) for stage in segment]
     if pinned is not None:
         return [_reuse(graph, scorer, pinned) for scorer in scorers]
     plan = plan_of(config)
     gates = {
-        scorer.stage: Gate(config.policy, plan, index) if config.cascade.gate else None
-        for index, scorer in enumerate(scorers)
+        scorer.stage: Gate(config.policy, plan, stages.index(scorer.stage)) if config.cascade.gate else None
+        for scorer in scorers
     }
     makes = [
-        functools.partial(_stage_plan, config, scorer, index, plan, gates[scorer.stage], ingested, exact, near)
-        for index, scorer in enumerate(scorers)
+        functools.partial(
+            _stage_plan,
+            config,
+            scorer,
+            stages.index(scorer.stage),
+            plan,
+            gates[scorer.stage],
+            ingested,
+            exact,
+            near,
+            earlier,
+        )
+        for scorer in scorers
     ]
 
     def expand(pbegin, pending, reused):
@@ -132,27 +214,23 @@ def add_scorers(graph, config, ingested, exact, near, snapshot_id: str, pinned: 
             layers["near"] = (near.part_paths("annotations"), None)
         if exact is not None and config.cascade.gate:
             layers["exact"] = (exact.part_paths("annotations"), None)
-        for ref in reused:
+        for ref in (*earlier, *reused):
             layers[ref.stage] = (ref.part_paths(ANNOTATIONS), None)
         inputs = PartitionInputs.of(
-            ingested.part_paths("documents"), DOCUMENT_COLUMNS, layers, required=ANNOTATE_EVERY_DOCUMENT
+            ingested.part_paths("documents"), DOCUMENT_COLUMNS, layers, required=required_rows(config)
         )
         by_stage = {scorer.stage: scorer for scorer in scorers}
         computed = [
             (by_stage[plan_.stage], gates[plan_.stage], layer.output_path(ANNOTATIONS)) for plan_, layer in pending
         ]
-        after = [ref.committed for ref in (ingested, exact, near, *reused) if ref is not None]
+        after = [ref.committed for ref in (ingested, exact, near, *earlier, *reused) if ref is not None]
         return pbegin | "ScoreCascade" >> ScoreCascade(computed, inputs, after)
 
-    refs = graph.stage_group(makes, "Score", expand)
-    write_json_atomic(
-        pointer_path(config),
-        {"snapshot_id": snapshot_id, "cascade": stages, "layers": {ref.stage: ref.key for ref in refs}},
-    )
-    return refs
+    label = "Score" + "".join(stage.title() for stage in segment) if earlier else "Score"  # unique in the job
+    return graph.stage_group(makes, label, expand)
 
 
-def _stage_plan(config, scorer, index: int, plan: Plan, gate, ingested, exact, near, previous: list):
+def _stage_plan(config, scorer, index: int, plan: Plan, gate, ingested, exact, near, earlier: list, previous: list):
     """The StagePlan of cascade stage ``index`` (its layer key's inputs and config: see the module doc)."""
     inputs = {"documents": ingested}
     if near is not None:
@@ -162,7 +240,7 @@ def _stage_plan(config, scorer, index: int, plan: Plan, gate, ingested, exact, n
     needed = plan.layers_read(index) if gate is not None else {}
     for name, columns in scorer.context_columns().items():
         needed.setdefault(name, set()).update(columns)
-    by_stage = {ref.stage: ref for ref in previous}
+    by_stage = {ref.stage: ref for ref in (*earlier, *previous)}
     for name, columns in needed.items():
         if name in by_stage and (gate is not None or columns):
             inputs[name] = by_stage[name]
@@ -209,6 +287,19 @@ def _reuse(graph, scorer, pinned: dict):
     plan = StagePlan(scorer.stage, ledger["version"], ledger["config"], {}, outputs={})
     ref = graph.reused(plan, layer)
     graph.log(f"[{scorer.stage}] layer {key} from the scored build: reused")
+    return ref
+
+
+def _reuse_dedup(graph, stage: str, key: str):
+    """A gated dedup layer recorded by an earlier run, for re-selection: documents its gate stopped then and
+    the new policy keeps are dropped as ``not_scored:<stage>`` (never judged as unique unseen)."""
+    layer = Layer(graph.root, stage, key)
+    if not layer.is_complete():
+        raise ReselectError(f"the {stage} layer {key} of the scored build is missing or incomplete; use `run`")
+    ledger = layer.ledger()
+    plan = StagePlan(stage, ledger["version"], ledger["config"], {}, outputs={})
+    ref = graph.reused(plan, layer)
+    graph.log(f"[{stage}] layer {key} from the scored build: reused")
     return ref
 
 

@@ -19,6 +19,11 @@ from beam_pipeline.paths import resolve_path
 
 #: Every scoring stage, in the default (cost) order.
 SCORER_STAGES = ("language", "heuristics", "blocklist", "quality", "safety", "pii", "decontamination")
+#: The dedup stages, members of the cascade too: gated like the scorers, exact before near.
+DEDUP_STAGES = ("exact_dedup", "near_dedup")
+#: Where dedup goes when the cascade does not name it (the seed's order, DESIGN.md): after language ID and
+#: the cheap heuristics, before the first of these (the learned classifier, safety, PII, decontamination).
+AFTER_DEDUP = ("quality", "safety", "pii", "decontamination")
 #: Stages that are always at the end of a build; they may close the list to make that explicit.
 TAIL_STAGES = ("select", "tokenize")
 #: stage -> stages that must run before it, and why.
@@ -35,7 +40,9 @@ class CascadeConfig(_Strict):
     """Which scorers run, in which order, and whether each sees only what passed the gates before it."""
 
     stages: list[str] = Field(
-        default_factory=list, description=f"Scorer stages in run order, from: {', '.join(SCORER_STAGES)}."
+        default_factory=list,
+        description=f"Stages in run order, from: {', '.join(SCORER_STAGES + DEDUP_STAGES)}. Enabled dedup "
+        f"stages the list does not name go before the first of {', '.join(AFTER_DEDUP)} (the seed's order).",
     )
     gate: bool = Field(
         True,
@@ -58,10 +65,11 @@ class CascadeConfig(_Strict):
 def check_order(stages: list[str]) -> None:
     """Raise ValueError naming the problem with a cascade order."""
     shown = f"[{', '.join(stages)}]"
-    unknown = [s for s in stages if s not in SCORER_STAGES + TAIL_STAGES]
+    unknown = [s for s in stages if s not in SCORER_STAGES + DEDUP_STAGES + TAIL_STAGES]
     if unknown:
         raise ValueError(
-            f"unknown stage(s) {', '.join(map(repr, unknown))} in {shown}; scorers: {', '.join(SCORER_STAGES)}"
+            f"unknown stage(s) {', '.join(map(repr, unknown))} in {shown}; "
+            f"stages: {', '.join(SCORER_STAGES + DEDUP_STAGES)}"
         )
     repeated = sorted({s for s in stages if stages.count(s) > 1})
     if repeated:
@@ -75,8 +83,12 @@ def check_order(stages: list[str]) -> None:
             else "select writes the text that tokenize reads"
         )
         raise ValueError(f"tokenize must be last in {shown}: {why}")
-    if "select" in stages and any(s in SCORER_STAGES for s in stages[stages.index("select") + 1 :]):
+    if "select" in stages and any(s in SCORER_STAGES + DEDUP_STAGES for s in stages[stages.index("select") + 1 :]):
         raise ValueError(f"select must come after every scorer in {shown}: it applies the policy to their scores")
+    if all(s in stages for s in DEDUP_STAGES) and stages.index("near_dedup") < stages.index("exact_dedup"):
+        raise ValueError(
+            f"exact_dedup must come before near_dedup in {shown}: near dedup clusters the exact representatives"
+        )
     for stage, needs in REQUIRES.items():
         if stage not in stages:
             continue
@@ -205,11 +217,39 @@ class DecontaminationConfig(_Strict):
         return self
 
 
+def resolved_stages(stages: list[str], exact_enabled: bool, near_enabled: bool) -> list[str]:
+    """The cascade with every enabled dedup stage in it: where the list names it, else at the seed's place.
+
+    The seed's place (DESIGN.md, "cheap first"): after language ID and the cheap heuristics and lists,
+    before the first of :data:`AFTER_DEDUP`; near dedup right after exact dedup. Raises ValueError when the
+    list names a dedup stage whose section is disabled.
+    """
+    enabled = {"exact_dedup": exact_enabled, "near_dedup": near_enabled}
+    disabled = [s for s in DEDUP_STAGES if s in stages and not enabled[s]]
+    if disabled:
+        raise ValueError(
+            f"cascade names {', '.join(disabled)}, but {' and '.join(f'{s}.enabled' for s in disabled)} is false: "
+            f"enable it or take it out of the cascade"
+        )
+    resolved = list(stages)
+    missing = [s for s in DEDUP_STAGES if enabled[s] and s not in resolved]
+    if not missing:
+        return resolved
+    if "exact_dedup" in resolved:  # near dedup follows exact dedup
+        at = resolved.index("exact_dedup") + 1
+    elif "near_dedup" in resolved:  # exact dedup precedes near dedup
+        at = resolved.index("near_dedup")
+    else:
+        later = [i for i, s in enumerate(resolved) if s in AFTER_DEDUP or s in TAIL_STAGES]
+        at = later[0] if later else len(resolved)
+    return resolved[:at] + missing + resolved[at:]
+
+
 def check_scoring(config) -> None:
     """Cross-section checks of a :class:`CorpusConfig` (raises ValueError with the fields named)."""
     from beam_pipeline.policy_rules import BASE_LAYERS, check_rules
 
-    stages = config.cascade.stages
+    stages = [s for s in config.cascade.stages if s not in DEDUP_STAGES]
     policy = config.policy
     check_rules(policy.rules, policy.overrides)
     sources = {s.name for s in config.sources}

@@ -47,6 +47,7 @@ import apache_beam as beam
 from beam_pipeline.accounting import COUNTS, CountingDoFn
 from beam_pipeline.config import ConfigError
 from beam_pipeline.layers import EarlierLayerError, earlier_layer, join
+from beam_pipeline.transforms.gate import DocumentPartitions, ReadGatedRows
 from beam_pipeline.transforms.keys import StrKeyed
 from beam_pipeline.transforms.layer_io import ReadLayerRows
 
@@ -64,22 +65,23 @@ _MEMBERS, _REPRESENTATIVE = "members", "representative"
 class AnnotateExactDuplicates(beam.PTransform):
     """pbegin -> {"annotations": PCollection[row], "counts"}.
 
-    ``document_paths`` are the ingest layer's documents partitions, read once
-    every layer of ``after`` is committed.
+    ``documents`` are the ingest layer's documents partitions (with the stage's
+    gate when dedup is gated in the cascade: :mod:`beam_pipeline.transforms.gate`),
+    read once every layer of ``after`` is committed.
     """
 
-    def __init__(self, document_paths: list[str], after=(), previous: tuple["EarlierExactLayer", ...] = ()):
+    def __init__(
+        self, documents: DocumentPartitions | Iterable[str], after=(), previous: tuple["EarlierExactLayer", ...] = ()
+    ):
         super().__init__()
-        self._documents = tuple(document_paths)
+        self._documents = DocumentPartitions.of(documents)
         self._after = tuple(after)
         self._previous = tuple(previous)
 
     def expand(self, pbegin):
-        members = (
-            pbegin
-            | "ReadDocuments" >> ReadLayerRows(self._documents, INPUT_COLUMNS, self._after)
-            | "KeyByContentHash"
-            >> beam.ParDo(_MemberFn()).with_output_types(StrKeyed).with_outputs(COUNTS, main=_MEMBERS)
+        read = pbegin | "ReadDocuments" >> ReadGatedRows(self._documents, INPUT_COLUMNS, STAGE, self._after)
+        members = read["rows"] | "KeyByContentHash" >> beam.ParDo(_MemberFn()).with_output_types(StrKeyed).with_outputs(
+            COUNTS, main=_MEMBERS
         )
         keyed = members[_MEMBERS]  # (content_hash, member)
         if self._previous:
@@ -103,7 +105,8 @@ class AnnotateExactDuplicates(beam.PTransform):
             | "JoinMembersWithRepresentative" >> beam.CoGroupByKey()
             | "Annotate" >> beam.ParDo(_AnnotateFn()).with_outputs(COUNTS, main=ANNOTATIONS)
         )
-        return {ANNOTATIONS: annotated[ANNOTATIONS], COUNTS: (members[COUNTS], annotated[COUNTS])}
+        gated = (read[COUNTS],) if COUNTS in read else ()
+        return {ANNOTATIONS: annotated[ANNOTATIONS], COUNTS: (members[COUNTS], annotated[COUNTS], *gated)}
 
 
 def member_of(document: dict) -> tuple:

@@ -45,7 +45,7 @@ import numpy as np
 from apache_beam.typehints import Tuple
 
 from beam_pipeline.dedup.repetition import countable_line_keys, word_windows
-from beam_pipeline.layers import read_partition_rows
+from beam_pipeline.transforms.gate import DocumentPartitions
 from beam_pipeline.transforms.keys import StrKeyed
 from beam_pipeline.transforms.layer_io import PartitionIndexes
 
@@ -63,14 +63,14 @@ class RepeatedLines(beam.PTransform):
 
     def __init__(
         self,
-        document_paths: Iterable[str],
+        documents: "DocumentPartitions | Iterable[str]",
         min_repeats: int,
         signature_min_repeats: int,
         min_chars: int,
         after: Iterable = (),
     ):
         super().__init__()
-        self._documents = tuple(document_paths)
+        self._documents = DocumentPartitions.of(documents)
         self._min_repeats = min_repeats
         self._signature_min_repeats = signature_min_repeats
         self._min_chars = min_chars
@@ -93,7 +93,7 @@ class RepeatedLines(beam.PTransform):
 class _CountLines(beam.PTransform):
     """pbegin -> (line key, documents holding it): each partition's partial counts, summed per key."""
 
-    def __init__(self, documents: tuple[str, ...], min_chars: int, after: tuple):
+    def __init__(self, documents: DocumentPartitions, min_chars: int, after: tuple):
         super().__init__()
         self._documents = documents
         self._min_chars = min_chars
@@ -103,9 +103,9 @@ class _CountLines(beam.PTransform):
         documents, min_chars = self._documents, self._min_chars
         return (
             pbegin
-            | "Partitions" >> PartitionIndexes(len(documents), self._after)
+            | "Partitions" >> PartitionIndexes(documents.count, self._after)
             | "CountLinesPerPartition"
-            >> beam.FlatMap(lambda index: _partition_counts(documents[index], min_chars)).with_output_types(
+            >> beam.FlatMap(lambda index: _partition_counts(documents, index, min_chars)).with_output_types(
                 Tuple[int, int]
             )
             | "SumPerLine" >> beam.CombinePerKey(sum)
@@ -120,9 +120,10 @@ def partition_line_counts(texts: Iterable[str], min_chars: int) -> tuple[np.ndar
     return np.unique(np.concatenate(per_document), return_counts=True)
 
 
-def _partition_counts(path: str, min_chars: int) -> Iterator[tuple[int, int]]:
+def _partition_counts(documents: DocumentPartitions, index: int, min_chars: int) -> Iterator[tuple[int, int]]:
     """(line key, documents holding it) of one partition, as Python ints (never numpy scalars)."""
-    texts = (row["text"] or "" for row in read_partition_rows(path, ["text"]))  # no text: signing dead-letters it
+    rows = documents.rows(index, ["text"], where="near_dedup lines gate")
+    texts = (row["text"] or "" for row in rows)  # no text: signing dead-letters it
     keys, counts = partition_line_counts(texts, min_chars)
     return zip(keys.tolist(), counts.tolist())
 
@@ -161,10 +162,15 @@ class RepeatedSpans(beam.PTransform):
     """
 
     def __init__(
-        self, document_paths: Iterable[str], sources: Iterable[str], min_words: int, seed: int, after: Iterable = ()
+        self,
+        documents: "DocumentPartitions | Iterable[str]",
+        sources: Iterable[str],
+        min_words: int,
+        seed: int,
+        after: Iterable = (),
     ):
         super().__init__()
-        self._documents = tuple(document_paths)
+        self._documents = DocumentPartitions.of(documents)
         self._sources = tuple(sorted(sources))
         self._min_words = min_words
         self._seed = seed
@@ -173,7 +179,7 @@ class RepeatedSpans(beam.PTransform):
     def expand(self, pbegin):
         return (
             pbegin
-            | "Partitions" >> PartitionIndexes(len(self._documents), self._after)
+            | "Partitions" >> PartitionIndexes(self._documents.count, self._after)
             | "Windows"
             >> beam.ParDo(_WindowsFn(self._documents, self._sources, self._min_words, self._seed)).with_output_types(
                 Tuple[int, Tuple[int, bool, str, str, int, int]]
@@ -198,15 +204,15 @@ class _WindowsFn(beam.DoFn):
     five fields are the order in which the first occurrence of a window is kept.
     """
 
-    def __init__(self, document_paths: tuple[str, ...], sources: tuple[str, ...], min_words: int, seed: int):
-        self._documents = document_paths
+    def __init__(self, documents: DocumentPartitions, sources: tuple[str, ...], min_words: int, seed: int):
+        self._documents = documents
         self._sources = frozenset(sources)
         self._min_words = min_words
         self._seed = seed
 
     def process(self, index: int) -> Iterator[tuple[int, tuple]]:
         columns = ["doc_id", "source", "source_rank", "date", "text"]
-        for document in read_partition_rows(self._documents[index], columns):
+        for document in self._documents.rows(index, columns, where="near_dedup spans gate"):
             if document["source"] not in self._sources or not document["text"]:
                 continue
             windows = document_windows(document, self._min_words, self._seed)

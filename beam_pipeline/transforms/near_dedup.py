@@ -73,6 +73,7 @@ from beam_pipeline.hashing import bucket_of, stable_hash64
 from beam_pipeline.layers import EarlierLayerError, earlier_layer, join, part_name, read_partition_rows
 from beam_pipeline.schemas import LARGE_CLUSTER, NEAR_DEDUP, NEAR_SIGNATURE, dead_letter_row
 from beam_pipeline.transforms.connected_components import LABELS, ConnectedComponents
+from beam_pipeline.transforms.gate import DocumentPartitions
 from beam_pipeline.transforms.keys import IntKeyed, StrKeyed
 from beam_pipeline.transforms.layer_io import PartitionIndexes, WrittenPartitions, write_layer_partition
 from beam_pipeline.transforms.line_dedup import RepeatedLines, RepeatedSpans
@@ -243,7 +244,7 @@ def resolve_against(root: str, entry: str, config: NearDedupConfig) -> PreviousL
 def build_stage(
     pipeline,
     config: NearDedupConfig,
-    document_paths: list[str],
+    documents: "DocumentPartitions | list[str]",
     previous: list[PreviousLayer],
     layer_path: str,
     after: Iterable = (),
@@ -256,7 +257,7 @@ def build_stage(
     layer of ``after`` (PCollections of one ``Committed``) is committed.
     """
     return pipeline | "NearDedup" >> AnnotateNearDuplicates(
-        NearDedupParams.from_config(config), tuple(document_paths), tuple(previous), layer_path, tuple(after)
+        NearDedupParams.from_config(config), DocumentPartitions.of(documents), tuple(previous), layer_path, tuple(after)
     )
 
 
@@ -264,22 +265,24 @@ class AnnotateNearDuplicates(beam.PTransform):
     """pbegin -> {"annotations": rows, "signatures": WrittenPartitions, "large_clusters": rows,
     "dead_letter": rows, "counts": a tuple of PCollections of tallies}.
 
-    ``document_paths`` are the partitions of the ingest layer's documents
-    (partition ``i`` holds the doc_ids with ``xxh3(doc_id) % n == i``, sorted);
+    ``documents`` are the partitions of the ingest layer's documents
+    (partition ``i`` holds the doc_ids with ``xxh3(doc_id) % n == i``, sorted),
+    with the stage's gate when dedup is gated in the cascade
+    (:mod:`beam_pipeline.transforms.gate`: every pass reads the same documents);
     ``previous`` the earlier layers to dedup against (committed).
     """
 
     def __init__(
         self,
         params: NearDedupParams,
-        document_paths: tuple[str, ...],
+        documents: "DocumentPartitions | tuple[str, ...]",
         previous: tuple[PreviousLayer, ...],
         layer_path: str,
         after: tuple = (),
     ):
         super().__init__()
         self._params = params
-        self._documents = document_paths
+        self._documents = DocumentPartitions.of(documents)
         self._previous = previous
         self._layer_path = layer_path
         self._after = after
@@ -296,7 +299,7 @@ class AnnotateNearDuplicates(beam.PTransform):
             side = [beam.pvalue.AsSingleton(lines, default_value=((), ()))]
         signed = (
             pbegin
-            | "Partitions" >> PartitionIndexes(len(documents), after)
+            | "Partitions" >> PartitionIndexes(documents.count, after)
             | "Sign"
             >> beam.ParDo(SignPartitionFn(params, documents, join(self._layer_path, SIGNATURES)), *side)
             .with_output_types(
@@ -549,9 +552,9 @@ class SignPartitionFn(beam.DoFn):
     partition (written here), (doc_id, (0, payload)) and the band and block keys of each signed
     document, dead letters, and the partition's tally."""
 
-    def __init__(self, params: NearDedupParams, document_paths: tuple[str, ...], signatures_directory: str):
+    def __init__(self, params: NearDedupParams, documents: DocumentPartitions, signatures_directory: str):
         self._params = params
-        self._documents = document_paths
+        self._documents = documents
         self._signatures = signatures_directory
 
     def setup(self):
@@ -562,15 +565,15 @@ class SignPartitionFn(beam.DoFn):
         if lines is not self._lines_source:
             self._lines_source = lines
             self._boilerplate, self._signature_lines = (np.array(keys, dtype=np.int64) for keys in lines)
-        params, count, tally = self._params, len(self._documents), self.tally
+        params, count, tally = self._params, self._documents.count, self.tally
         tally.take()  # what an attempt that failed on this instance counted is not this element's
         rows = []
-        for document in read_partition_rows(self._documents[index], INPUT_COLUMNS):
+        for document in self._documents.rows(index, INPUT_COLUMNS, tally, where=f"{STAGE} gate"):
             doc_id = document["doc_id"]
             if bucket_of(doc_id, count) != index:
                 raise ValueError(
                     f"{STAGE}: document {doc_id} is in partition {index} of "
-                    f"{self._documents[index]}, but its doc_id belongs to partition "
+                    f"{self._documents.paths[index]}, but its doc_id belongs to partition "
                     f"{bucket_of(doc_id, count)} of {count}"
                 )
             tally.entered(document["source"])

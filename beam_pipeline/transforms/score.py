@@ -45,6 +45,7 @@ from apache_beam.utils import shared
 from beam_pipeline import schemas
 from beam_pipeline.accounting import COUNTS, Tally
 from beam_pipeline.hashing import digest_json, sha256_stream
+from beam_pipeline.transforms.gate import Gate
 from beam_pipeline.transforms.layer_io import (
     PartitionIndexes,
     PartitionInputs,
@@ -97,23 +98,6 @@ class ScoreCascade(beam.PTransform):
 
 def _tag(stage: str, output: str) -> str:
     return f"{stage}.{output}"
-
-
-class Gate:
-    """The policy rules that apply before cascade stage ``index`` (picklable)."""
-
-    def __init__(self, policy, plan, index: int):
-        self.policy = policy
-        self.plan = plan
-        self.index = index
-
-    def reason(self, document: dict, rows: dict) -> str | None:
-        from beam_pipeline.policy import decide
-
-        reason = decide(document, rows.get("exact"), self.policy, rows.get("near"))
-        if reason is not None:
-            return reason
-        return self.plan.first_reason(document["source"], rows, upto=self.index)
 
 
 def prepared_document(document: dict, near: dict | None, policy) -> dict:

@@ -1,0 +1,131 @@
+"""What a cascade stage sees: the documents its gate keeps.
+
+Every member of the cascade (the scorers and the dedup stages, in
+``cascade.stages`` order; :mod:`beam_pipeline.scoring.config`) sees only the
+documents that the policy, as far as it is known before the stage, keeps:
+the built-in rules of :func:`beam_pipeline.policy.decide` (duplicates of the
+dedup stages before it, length, words), then the threshold rules over the
+layers before it (:meth:`beam_pipeline.policy_rules.Plan.first_reason`). So
+each expensive step sees the smallest surviving corpus (DESIGN.md, the
+seed's cascade: language ID and cheap heuristics, then dedup, then the
+learned classifier, then safety and PII), and a duplicate is only ever a copy
+of a document that survived the rules before dedup.
+
+:class:`Gate` is the decision; :class:`DocumentPartitions` the documents of a
+dedup stage, partition by partition, with the gate applied on read. A document
+the gate stops is counted ``filtered:<reason>`` by the stage and gets no row.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Iterator
+
+import apache_beam as beam
+
+from beam_pipeline.accounting import COUNTS, Tally
+from beam_pipeline.layers import read_partition_rows
+from beam_pipeline.transforms.layer_io import PartitionIndexes, PartitionInputs, ReadLayerRows
+
+#: Document columns a gate reads (:func:`beam_pipeline.policy.decide` and rules over ``document``).
+GATE_COLUMNS = ("doc_id", "source", "domain", "url", "license", "date", "n_chars", "text")
+
+
+class Gate:
+    """The policy rules that apply before cascade stage ``index`` (picklable)."""
+
+    def __init__(self, policy, plan, index: int):
+        self.policy = policy
+        self.plan = plan
+        self.index = index
+
+    def reason(self, document: dict, rows: dict) -> str | None:
+        from beam_pipeline.policy import decide
+
+        reason = decide(document, rows.get("exact"), self.policy, rows.get("near"))
+        if reason is not None:
+            return reason
+        return self.plan.first_reason(document["source"], rows, upto=self.index)
+
+
+class DocumentPartitions:
+    """The ingest layer's documents partitions as a dedup stage reads them: all, or those its gate keeps.
+
+    ``paths``: one documents partition per index. With a ``gate``, ``layers``
+    are the layers it reads (``{name: partition paths}``: the scorer layers and
+    dedup layers before the stage), joined on doc_id partition by partition.
+    Picklable; the stage's tasks call :meth:`rows`.
+    """
+
+    def __init__(self, paths, gate: Gate | None = None, layers: dict[str, list[str]] | None = None):
+        self.paths = tuple(paths)
+        self.gate = gate
+        self._inputs = (
+            None
+            if gate is None
+            else PartitionInputs.of(list(self.paths), None, {name: (p, None) for name, p in (layers or {}).items()})
+        )
+
+    @classmethod
+    def of(cls, documents: "DocumentPartitions | Iterable[str]") -> "DocumentPartitions":
+        """``documents`` as DocumentPartitions (partition paths: every document, no gate)."""
+        return documents if isinstance(documents, DocumentPartitions) else cls(documents)
+
+    @property
+    def count(self) -> int:
+        return len(self.paths)
+
+    def rows(self, index: int, columns: list[str] | None = None, tally=None, where: str = "gate") -> Iterator[dict]:
+        """The documents of partition ``index`` (``columns`` of them) that the gate keeps, in doc_id order.
+
+        ``tally`` (a :class:`beam_pipeline.accounting.Tally`) counts each stopped document as entered and
+        ``filtered:<reason>``; the caller counts the documents it receives."""
+        gate = self.gate
+        if self._inputs is None or gate is None:
+            yield from read_partition_rows(self.paths[index], columns)
+            return
+        for document, rows in self._inputs.joined(index, where):
+            rows["document"] = document
+            reason = gate.reason(document, rows)
+            if reason is None:
+                yield document if columns is None else {c: document[c] for c in columns}
+            elif tally is not None:
+                tally.entered(document["source"])
+                tally.filtered(reason, document["source"])
+
+
+class ReadGatedRows(beam.PTransform):
+    """pbegin -> {"rows": the documents (``columns``) the gate keeps, "counts": the stopped ones of
+    ``stage``, counted ``in`` and ``filtered:<reason>``}, read once ``after`` is committed.
+
+    Without a gate it is :class:`~beam_pipeline.transforms.layer_io.ReadLayerRows` (no counts)."""
+
+    def __init__(self, documents: DocumentPartitions, columns: Iterable[str], stage: str, after: Iterable = ()):
+        super().__init__()
+        self._documents = documents
+        self._columns = list(columns)
+        self._stage = stage
+        self._after = tuple(after)
+
+    def expand(self, pbegin):
+        documents = self._documents
+        if documents.gate is None:
+            return {"rows": pbegin | "ReadRows" >> ReadLayerRows(documents.paths, self._columns, self._after)}
+        read = (
+            pbegin
+            | "Partitions" >> PartitionIndexes(documents.count, self._after)
+            | "ReadGated"
+            >> beam.ParDo(_GatedRowsFn(documents, self._columns, self._stage)).with_outputs(COUNTS, main="rows")
+        )
+        return {"rows": read["rows"], COUNTS: read[COUNTS]}
+
+
+class _GatedRowsFn(beam.DoFn):
+    def __init__(self, documents: DocumentPartitions, columns: list[str], stage: str):
+        self._documents = documents
+        self._columns = columns
+        self._stage = stage
+
+    def process(self, index: int) -> Iterator:
+        tally = Tally(self._stage)
+        yield from self._documents.rows(index, self._columns, tally, where=f"{self._stage} gate")
+        yield from tally.tagged()
