@@ -27,7 +27,9 @@ sample and 4,600 pages of Debian documentation packages,
 ``tests/fixtures/heuristics_reference``).
 
 Usage:  .venv/bin/python bench/bench_heuristics_reference.py [--repeat 3] [--base <git rev>] [--out bench/results]
-Writes ``heuristics-reference-<YYYYMMDD>.json`` and ``.md`` to ``--out``.
+                                                            [--suffix after]
+Writes ``heuristics-reference-<YYYYMMDD>[-<suffix>].json`` and ``.md`` to ``--out``; the tables give the
+lowest of the ``--repeat`` processes, and the median in brackets.
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ import datetime
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -86,6 +89,7 @@ def main() -> int:
     parser.add_argument("--base", default=DEFAULT_BASE, help="git revision whose heuristics.py is 'before'")
     parser.add_argument("--out", default=str(REPO / "bench" / "results"))
     parser.add_argument("--corpora", default="sample,all")
+    parser.add_argument("--suffix", default="", help="appended to the results' file names (keeps earlier ones)")
     parser.add_argument("--markdown", metavar="JSON", help="only rewrite the .md of an earlier results .json")
     args = parser.parse_args()
     if args.markdown:
@@ -95,7 +99,8 @@ def main() -> int:
                             capture_output=True, text=True, check=True).stdout
     results: dict = {"date": datetime.date.today().isoformat(), "base": args.base, "repeat": args.repeat,
                      "python": platform.python_version(), "cores": os.cpu_count(),
-                     "load_start": os.getloadavg(), "corpora": {}}
+                     "load_start": os.getloadavg(), "corpora": {},
+                     "args": f" --suffix {args.suffix}" if args.suffix else ""}
     with tempfile.TemporaryDirectory() as tmp:
         before_path = os.path.join(tmp, "heuristics_before.py")
         Path(before_path).write_text(before)
@@ -109,11 +114,13 @@ def main() -> int:
             results["corpora"][corpus] = {
                 "documents": first["documents"], "bytes": first["bytes"],
                 "variants": {variant: {"cold": min(r["cold"] for r in rs), "warm": min(r["warm"] for r in rs),
+                                       "cold_median": statistics.median(r["cold"] for r in rs),
+                                       "warm_median": statistics.median(r["warm"] for r in rs),
                                        "runs": rs} for variant, rs in runs.items()}}
     results["load_end"] = os.getloadavg()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.date.today().strftime("%Y%m%d")
+    stamp = datetime.date.today().strftime("%Y%m%d") + (f"-{args.suffix}" if args.suffix else "")
     (out / f"heuristics-reference-{stamp}.json").write_text(json.dumps(results, indent=1) + "\n")
     (out / f"heuristics-reference-{stamp}.md").write_text(markdown(results))
     print(markdown(results))
@@ -123,10 +130,11 @@ def main() -> int:
 def markdown(results: dict) -> str:
     lines = [f"# Heuristics definitions: CPU cost per document, {results['date']}", "",
              f"Host: {results['cores']} cores, Python {results['python']}; one process pinned to one core, "
-             f"CPU seconds (`time.process_time`), lowest of {results['repeat']} fresh processes per variant "
+             f"CPU seconds (`time.process_time`), lowest of {results['repeat']} fresh processes per variant, "
+             "interleaved (the median in brackets, where kept) "
              f"(load average at start {results['load_start'][0]:.2f}, at end {results['load_end'][0]:.2f}). "
              f"`before` is `beam_pipeline/filters/heuristics.py` at {results['base']}. "
-             "Command: `.venv/bin/python bench/bench_heuristics_reference.py`.", ""]
+             f"Command: `.venv/bin/python bench/bench_heuristics_reference.py{results.get('args', '')}`.", ""]
     names = {"sample": "the bundled sample", "all": "sample + Debian pages (the reference comparison's documents)"}
     for corpus, data in results["corpora"].items():
         before = data["variants"]["before"]
@@ -138,8 +146,13 @@ def markdown(results: dict) -> str:
             row = [variant]
             for phase in ("cold", "warm"):
                 seconds = v[phase]
-                row += [f"{1000 * seconds / data['documents']:.2f}", f"{data['bytes'] / 1e6 / seconds:.2f}",
-                        f"{seconds / before[phase]:.2f}x"]
+                ms = f"{1000 * seconds / data['documents']:.2f}"
+                ratio = f"{seconds / before[phase]:.2f}x"
+                if f"{phase}_median" in v:  # results written before the medians were kept have none
+                    median, before_median = v[f"{phase}_median"], before[f"{phase}_median"]
+                    ms += f" ({1000 * median / data['documents']:.2f})"
+                    ratio += f" ({median / before_median:.2f}x)"
+                row += [ms, f"{data['bytes'] / 1e6 / seconds:.2f}", ratio]
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")
     lines += ["`project` computes the same columns as `before` (the heuristics stage's default); `reference` the "

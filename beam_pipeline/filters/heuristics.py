@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import re
 import string
-from itertools import repeat
+from itertools import count, filterfalse, repeat
 from typing import Iterable
 
 import numpy as np
@@ -81,14 +81,15 @@ _MASK64 = 0xFFFFFFFFFFFFFFFF
 # --- text units ------------------------------------------------------------
 
 
-def split_lines(text: str) -> list[str]:
-    """Non-empty lines, stripped."""
-    return [line for line in (raw.strip() for raw in text.split("\n")) if line]
+def split_lines(text: str, pieces: list[str] | None = None) -> list[str]:
+    """Non-empty lines, stripped (``pieces``: ``text.split("\\n")`` when the caller has it already)."""
+    return list(filter(None, map(str.strip, text.split("\n") if pieces is None else pieces)))
 
 
-def split_words(text: str) -> list[str]:
-    """Whitespace tokens with leading/trailing punctuation removed; empty ones dropped."""
-    return list(filter(None, map(str.strip, text.split(), repeat(PUNCTUATION))))
+def split_words(text: str, chunks: list[str] | None = None) -> list[str]:
+    """Whitespace tokens with leading/trailing punctuation removed; empty ones dropped (``chunks``:
+    ``text.split()`` when the caller has it already)."""
+    return list(filter(None, map(str.strip, text.split() if chunks is None else chunks, repeat(PUNCTUATION))))
 
 
 def uses_spaces(language: str | None) -> bool:
@@ -130,8 +131,8 @@ def gopher_quality(
     stop_words = GOPHER_STOP_WORDS if stop_words is None else stop_words
     lines = split_lines(text) if lines is None else lines
     out = {
-        "gopher_bullet_lines": _fraction(sum(line.startswith(BULLETS) for line in lines), len(lines)),
-        "gopher_ellipsis_lines": _fraction(sum(line.endswith(ELLIPSES) for line in lines), len(lines)),
+        "gopher_bullet_lines": _fraction(sum(map(str.startswith, lines, repeat(BULLETS))), len(lines)),
+        "gopher_ellipsis_lines": _fraction(sum(map(str.endswith, lines, repeat(ELLIPSES))), len(lines)),
         "gopher_words": None,
         "gopher_mean_word_length": None,
         "gopher_hash_ratio": None,
@@ -148,12 +149,12 @@ def gopher_quality(
         out["gopher_mean_word_length"] = sum(map(len, words)) / n
         out["gopher_hash_ratio"] = text.count("#") / n
         out["gopher_ellipsis_ratio"] = (text.count("...") + text.count("…")) / n
-        mixed = [w for w in words if not w.isalpha()]
-        with_letter = n - len(mixed) + sum(1 for w in mixed if _LETTER.search(w))
+        mixed = list(filterfalse(str.isalpha, words))
+        with_letter = n - len(mixed) + sum(1 for _ in filter(None, map(_LETTER.search, mixed)))
         out["gopher_alpha_words"] = with_letter / n
     if language in stop_words:
         listed = frozenset(stop_words[language])
-        out["gopher_stop_words"] = sum(w.lower() in listed for w in words)
+        out["gopher_stop_words"] = sum(map(listed.__contains__, map(str.lower, words)))
     return out
 
 
@@ -201,64 +202,79 @@ def gopher_repetition(
 
 
 def _repeats(parts: list[str]) -> tuple[int, int]:
-    """(elements that repeat an earlier one, their characters)."""
-    seen: set[str] = set()
-    dups = dup_chars = 0
-    for part in parts:
-        if part in seen:
-            dups += 1
-            dup_chars += len(part)
-        else:
-            seen.add(part)
-    return dups, dup_chars
+    """(elements that repeat an earlier one, their characters).
+
+    Every element but the first of each distinct value repeats an earlier
+    one, so both numbers are "all minus distinct"."""
+    distinct = set(parts)
+    return len(parts) - len(distinct), sum(map(len, parts)) - sum(map(len, distinct))
 
 
 def ngram_repetition(words: list[str]) -> dict:
-    """The n-gram part of :func:`gopher_repetition` for a list of words."""
+    """The n-gram part of :func:`gopher_repetition` for a list of words.
+
+    An n-gram can repeat only where the two (n-1)-grams inside it repeat, so
+    each size hashes and sorts only the *candidates* left by the size before
+    (at size 1, the words that occur twice); the others occur once and count
+    neither for the top n-gram (a top count of 1 scores 0) nor as duplicates.
+    ``tests/test_heuristics_fast_paths.py`` compares the columns with a
+    straightforward count over every n-gram.
+    """
     names = [f"rep_top_{n}gram" for n in TOP_NGRAM_SIZES] + [f"rep_dup_{n}gram" for n in DUP_NGRAM_SIZES]
     if not words:
         return dict.fromkeys(names)
-    distinct = dict.fromkeys(words)  # ids in order of first occurrence
-    vocabulary = dict(zip(distinct, range(len(distinct))))
-    ids = np.fromiter(map(vocabulary.__getitem__, words), dtype=np.uint64, count=len(words))
-    lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
+    n_words = len(words)
+    vocabulary: dict[str, int] = {}
+    ids = np.fromiter(map(vocabulary.setdefault, words, count()), dtype=np.int64, count=n_words)
+    lengths = np.fromiter(map(len, words), dtype=np.int64, count=n_words)
     total_chars = int(lengths.sum())
     cumulative = np.concatenate(([0], np.cumsum(lengths)))
-    base = splitmix64(ids + np.uint64(0x9E3779B97F4A7C15))
+    base = splitmix64(ids.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15))
+    repeats = np.bincount(ids)[ids] > 1  # position i starts a repeated 1-gram
     out = {}
     rolling = base
     multiplier = np.uint64(0x100000001B3)
     with np.errstate(over="ignore"):
         for n in range(2, max(DUP_NGRAM_SIZES) + 1):
-            if len(words) < n:
+            if n_words < n:
                 if n in TOP_NGRAM_SIZES:
                     out[f"rep_top_{n}gram"] = 0.0
                 if n in DUP_NGRAM_SIZES:
                     out[f"rep_dup_{n}gram"] = 0.0
                 continue
             rolling = rolling[:-1] * multiplier + base[n - 1 :]
-            _, inverse, counts = np.unique(rolling, return_inverse=True, return_counts=True)
-            occurrences = counts[inverse]
-            starts = np.arange(len(rolling))
+            candidates = np.flatnonzero(repeats[:-1] & repeats[1:])
+            repeats = np.zeros(len(rolling), dtype=bool)
+            if candidates.size:
+                _, inverse, counts = np.unique(rolling[candidates], return_inverse=True, return_counts=True)
+                occurrences = counts[inverse]
+                repeated_mask = occurrences > 1
+                repeated = candidates[repeated_mask]
+                repeats[repeated] = True
+            else:
+                repeated = candidates
             if n in TOP_NGRAM_SIZES:
-                top = int(counts.max())
-                if top < 2:
+                if repeated.size == 0:
                     out[f"rep_top_{n}gram"] = 0.0
                 else:
-                    at = starts[occurrences == top]
+                    top = int(occurrences.max())
+                    at = candidates[occurrences == top]
                     chars = (cumulative[at + n] - cumulative[at]).max()
                     out[f"rep_top_{n}gram"] = min(1.0, top * int(chars) / total_chars)
             if n in DUP_NGRAM_SIZES:
-                repeated = starts[occurrences > 1]
                 if repeated.size == 0:
                     out[f"rep_dup_{n}gram"] = 0.0
                     continue
-                marks = np.zeros(len(words) + 1, dtype=np.int64)
-                np.add.at(marks, repeated, 1)
-                np.add.at(marks, repeated + n, -1)
+                marks = np.zeros(n_words + 1, dtype=np.int64)
+                marks[repeated] = 1  # repeated is increasing: no index twice
+                marks[repeated + n] -= 1
                 covered = np.cumsum(marks[:-1]) > 0
                 out[f"rep_dup_{n}gram"] = int(lengths[covered].sum()) / total_chars
     return {name: out[name] for name in names}
+
+
+def _line_flags(flags: Iterable[bool], n_lines: int) -> np.ndarray:
+    return np.fromiter(flags, dtype=bool, count=n_lines)
 
 
 # --- C4 ------------------------------------------------------------------------
@@ -284,28 +300,30 @@ def c4(text: str, language: str | None = None, min_words_per_line: int = 3, *, l
     """
     lines = split_lines(text) if lines is None else lines
     spaced = uses_spaces(language)
-    terminal = short = javascript = policy = kept = 0
-    for line in lines:
-        lower = line.lower()
-        ends = line.endswith(TERMINAL_PUNCTUATION) and not line.endswith(ELLIPSES)
-        words = len(line.split())
-        few = spaced and words < min_words_per_line
-        has_js = "javascript" in lower
-        has_policy = any(p in lower for p in POLICY_SUBSTRINGS)
-        terminal += ends
-        short += few
-        javascript += has_js
-        policy += has_policy
-        kept += ends and not few and not has_js and not has_policy and words > 0
+    n_lines = len(lines)
     lower_text = text.lower()
+    ends = _line_flags(map(str.endswith, lines, repeat(TERMINAL_PUNCTUATION)), n_lines)
+    ends &= ~_line_flags(map(str.endswith, lines, repeat(ELLIPSES)), n_lines)
+    words = np.fromiter(map(len, map(str.split, lines)), dtype=np.int64, count=n_lines)
+    few = (words < min_words_per_line) if spaced else np.zeros(n_lines, dtype=bool)
+    # A phrase in no line is not in the text (lowercasing depends on context only for the Greek sigma),
+    # so the lines are lowercased one by one only when the text has the phrase.
+    has_js = np.zeros(n_lines, dtype=bool)
+    if "javascript" in lower_text:
+        has_js = _line_flags(("javascript" in line.lower() for line in lines), n_lines)
+    has_policy = np.zeros(n_lines, dtype=bool)
+    policies = [phrase for phrase in POLICY_SUBSTRINGS if phrase in lower_text]
+    if policies:
+        has_policy = _line_flags((any(p in line.lower() for p in policies) for line in lines), n_lines)
+    kept = ends & ~few & ~has_js & ~has_policy & (words > 0)
     return {
-        "c4_terminal_punct_lines": _fraction(terminal, len(lines)),
-        "c4_short_lines": _fraction(short, len(lines)) if spaced else None,
-        "c4_javascript_lines": javascript,
-        "c4_policy_lines": policy,
+        "c4_terminal_punct_lines": _fraction(int(np.count_nonzero(ends)), n_lines),
+        "c4_short_lines": _fraction(int(np.count_nonzero(few)), n_lines) if spaced else None,
+        "c4_javascript_lines": int(np.count_nonzero(has_js)),
+        "c4_policy_lines": int(np.count_nonzero(has_policy)),
         "c4_lorem_ipsum": "lorem ipsum" in lower_text,
         "c4_curly_bracket": "{" in text,
-        "c4_kept_lines": kept,
+        "c4_kept_lines": int(np.count_nonzero(kept)),
     }
 
 
@@ -342,8 +360,8 @@ def fineweb(
     else:
         words = 0
     return {
-        "fw_line_punct_ratio": _fraction(sum(line.endswith(FINEWEB_STOP_CHARS) for line in lines), len(lines)),
-        "fw_short_line_ratio": _fraction(sum(len(line) <= short_line_chars for line in lines), len(lines)),
+        "fw_line_punct_ratio": _fraction(sum(map(str.endswith, lines, repeat(FINEWEB_STOP_CHARS))), len(lines)),
+        "fw_short_line_ratio": _fraction(sum(map(short_line_chars.__ge__, map(len, lines))), len(lines)),
         "fw_dup_line_char_frac": _fraction(dup_chars, chars),
         "fw_newline_ratio": _fraction(text.count("\n"), words) if uses_spaces(language) else None,
     }
@@ -419,9 +437,12 @@ def score(
     unknown = sorted(definitions - set(DEFINITIONS))
     if unknown:
         raise ValueError(f"unknown definition(s) {', '.join(unknown)}; definitions: {', '.join(DEFINITIONS)}")
+    # the splits both definitions use, made once
+    pieces = text.split("\n")
+    chunks = text.split()
     if "project" in definitions:
-        lines = split_lines(text)
-        words = split_words(text) if uses_spaces(language) else []
+        lines = split_lines(text, pieces)
+        words = split_words(text, chunks) if uses_spaces(language) else []
         out = {
             **gopher_quality(text, language, stop_words, lines=lines, words=words),
             **gopher_repetition(text, language, lines=lines, words=words),
@@ -431,7 +452,7 @@ def score(
     else:
         out = dict.fromkeys(PROJECT_COLUMNS)
     if "reference" in definitions:
-        out.update(heuristics_reference.score(text, language, stop_words=stop_words))
+        out.update(heuristics_reference.score(text, language, stop_words=stop_words, pieces=pieces, chunks=chunks))
     else:
         out.update(dict.fromkeys(heuristics_reference.COLUMNS))
     return out

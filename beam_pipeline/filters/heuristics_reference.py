@@ -31,13 +31,15 @@ every document, whatever its language, as datatrove does with its default
 from __future__ import annotations
 
 import re
+from itertools import compress, filterfalse, repeat
+from operator import or_
 from typing import Iterable
 
 import numpy as np
 
 from beam_pipeline.filters import reference_rules as _rules
 from beam_pipeline.filters import reference_tokenizer
-from beam_pipeline.filters.reference_tokenizer import sentence_count
+from beam_pipeline.filters.reference_tokenizer import sentence_total
 from beam_pipeline.hashing import splitmix64
 
 TOP_NGRAM_SIZES = (2, 3, 4)
@@ -74,6 +76,7 @@ _PUNCTUATION = frozenset(_rules.PUNCTUATION) | frozenset(_rules.TERMINAL_PUNCTUA
 _TERMINAL = tuple(_rules.TERMINAL_PUNCTUATION)
 _CITATION = re.compile(_rules.C4_CITATION)
 _PARAGRAPH_BREAK = re.compile(r"\n{2,}")
+_POLICY = re.compile("|".join(map(re.escape, _rules.C4_POLICY_SUBSTRINGS))).search
 _GOPHER_STOP_WORDS = {"en": _rules.GOPHER_STOP_WORDS}
 
 
@@ -134,13 +137,10 @@ class _Tokens:
         self.lengths = lengths[self.ids]
         self.symbolic = symbolic[self.ids]
         self.alpha = alpha[self.ids]
-        self._present = None
 
-    @property
-    def present(self) -> frozenset[int]:
-        if self._present is None:
-            self._present = frozenset(self.ids.tolist())
-        return self._present
+    def distinct_present(self, ids: Iterable[int | None]) -> int:
+        """How many of the distinct token ``ids`` (None: a token not in the vocabulary) occur."""
+        return sum(1 for i in set(ids) if i is not None and bool((self.ids == i).any()))
 
 
 # --- Gopher quality ------------------------------------------------------------------
@@ -174,15 +174,18 @@ def gopher_quality(
         "ref_gopher_mean_word_length": int(tokens.lengths[words_mask].sum()) / n_words if n_words else None,
         "ref_gopher_hash_ratio": _fraction(text.count("#"), n_tokens),
         "ref_gopher_ellipsis_ratio": _fraction(text.count("...") + text.count("…"), n_tokens),
-        "ref_gopher_bullet_lines": _fraction(sum(line.lstrip().startswith(("•", "-")) for line in lines), len(lines)),
-        "ref_gopher_ellipsis_lines": _fraction(sum(line.rstrip().endswith(("...", "…")) for line in lines), len(lines)),
+        "ref_gopher_bullet_lines": _fraction(
+            sum(map(str.startswith, map(str.lstrip, lines), repeat(("•", "-")))), len(lines)
+        ),
+        "ref_gopher_ellipsis_lines": _fraction(
+            sum(map(str.endswith, map(str.rstrip, lines), repeat(("...", "…")))), len(lines)
+        ),
         "ref_gopher_alpha_words": _fraction(int(np.count_nonzero(tokens.alpha)), n_tokens),
         "ref_gopher_stop_words": None,
     }
     if language in stop_words:
         ids = reference_tokenizer.VOCABULARY.ids
-        listed = {ids.get(w) for w in frozenset(stop_words[language])}
-        out["ref_gopher_stop_words"] = len(tokens.present.intersection(listed))
+        out["ref_gopher_stop_words"] = tokens.distinct_present(map(ids.get, stop_words[language]))
     return out
 
 
@@ -198,21 +201,18 @@ def _repeats(parts: list[str]) -> tuple[int, int]:
     return len(parts) - len(distinct), sum(map(len, parts)) - sum(map(len, distinct))
 
 
-def _line_repeats(text: str, pieces: list[str]) -> tuple[int, int]:
-    """(repeats, elements) of ``re.split('\\n+', text)`` from ``pieces = text.split('\\n')``.
+def _line_repeats(text: str, pieces: list[str]) -> tuple[int, int, int]:
+    """(repeats, elements, characters of the repeats) of ``re.split('\\n+', text)`` from
+    ``pieces = text.split('\\n')``.
 
     The regex split is the pieces without the empty ones, except an empty
-    first and last element when the text starts or ends with a newline."""
+    first and last element when the text starts or ends with a newline. The
+    characters are all minus distinct (empty elements weigh nothing)."""
     empty_ends = text.startswith("\n") + text.endswith("\n")
     elements = len(pieces) - pieces.count("") + empty_ends
     distinct = set(pieces)
     n_distinct = len(distinct) - ("" in distinct) + (empty_ends > 0)
-    return elements - n_distinct, elements
-
-
-def _line_repeat_chars(text: str, pieces: list[str]) -> int:
-    """Characters of the repeats of :func:`_line_repeats` (all minus distinct; empty ones weigh nothing)."""
-    return len(text) - text.count("\n") - sum(map(len, set(pieces)))
+    return elements - n_distinct, elements, len(text) - text.count("\n") - sum(map(len, distinct))
 
 
 def gopher_repetition(text: str, tokens: _Tokens, pieces: list[str] | None = None) -> dict:
@@ -240,9 +240,9 @@ def gopher_repetition(text: str, tokens: _Tokens, pieces: list[str] | None = Non
     dups, chars = _repeats(paragraphs)
     out["ref_rep_dup_para_frac"] = dups / len(paragraphs)
     out["ref_rep_dup_para_char_frac"] = chars / length
-    dups, lines = _line_repeats(text, pieces)
+    dups, lines, chars = _line_repeats(text, pieces)
     out["ref_rep_dup_line_frac"] = dups / lines
-    out["ref_rep_dup_line_char_frac"] = _line_repeat_chars(text, pieces) / length
+    out["ref_rep_dup_line_char_frac"] = chars / length
     out.update(_ngram_scores(tokens, length))
     return {name: out[name] for name in GOPHER_REPETITION_COLUMNS}
 
@@ -308,16 +308,14 @@ def _skipping_duplicates(hashes: np.ndarray, repeated: np.ndarray, cumulative: n
     remember = seen.add
     counted: list[int] = []
     count = counted.append
-    resume = 0
+    resume = 0  # positions are increasing: only a jump can skip one
     for position, value in zip(repeated.tolist(), hashes[repeated].tolist()):
-        if position < resume:
-            continue
-        if value in seen:
-            count(position)
-            resume = position + n
-        else:
-            remember(value)
-            resume = position + 1
+        if position >= resume:
+            if value in seen:
+                count(position)
+                resume = position + n
+            else:
+                remember(value)
     if not counted:
         return 0
     at = np.array(counted, dtype=np.int64)
@@ -337,8 +335,11 @@ def _c4_lines(lines: list[str]):
     before citations are removed, as in datatrove.
     """
     end_punctuation, ellipsis = _rules.C4_END_PUNCTUATION, _rules.C4_ELLIPSIS
-    for raw in lines:
-        line = raw.strip()
+    stripped = list(map(str.strip, lines))
+    # only a line that ends in punctuation or has a citation to remove can end in punctuation after it
+    ending = map(str.endswith, stripped, repeat(end_punctuation))
+    citing = map(str.__contains__, stripped, repeat("["))
+    for line in compress(stripped, map(or_, ending, citing)):
         cited = _CITATION.sub("", line) if "[" in line else line
         if not cited.endswith(end_punctuation) or cited.endswith(ellipsis):
             continue
@@ -357,7 +358,7 @@ def _c4_lines(lines: list[str]):
         if "{" in line:
             yield line, "curly_bracket"
             continue
-        if any(p in lower for p in _rules.C4_POLICY_SUBSTRINGS):
+        if _POLICY(lower):
             continue
         yield line, "kept"
 
@@ -375,19 +376,18 @@ def c4(text: str, lines: list[str] | None = None) -> dict:
     ``ref_c4_kept_lines``     lines kept
     ``ref_c4_sentences``      spaCy sentencizer sentences in the kept lines (C4: < 5 drops the page)
     """
-    sentences = kept = 0
+    kept_lines = []
     lorem = curly = False
     for line, outcome in _c4_lines(text.splitlines() if lines is None else lines):
         if outcome == "kept":
-            kept += 1
-            sentences += sentence_count(line)
+            kept_lines.append(line)
         elif outcome == "lorem_ipsum":
             lorem = True
         else:
             curly = True
     return {
-        "ref_c4_sentences": sentences,
-        "ref_c4_kept_lines": kept,
+        "ref_c4_sentences": sentence_total(kept_lines),
+        "ref_c4_kept_lines": len(kept_lines),
         "ref_c4_lorem_ipsum": lorem,
         "ref_c4_curly_bracket": curly,
     }
@@ -414,12 +414,12 @@ def fineweb(text: str, tokens: _Tokens, pieces: list[str] | None = None) -> dict
 
     All ``None`` without a non-blank line (datatrove drops the document as "empty").
     """
-    lines = [line for line in (text.split("\n") if pieces is None else pieces) if line and not line.isspace()]
+    lines = list(filterfalse(str.isspace, filter(None, text.split("\n") if pieces is None else pieces)))
     if not lines:
         return dict.fromkeys(FINEWEB_COLUMNS)
     return {
-        "ref_fw_line_punct_ratio": sum(1 for line in lines if line.endswith(_TERMINAL)) / len(lines),
-        "ref_fw_short_line_ratio": sum(1 for line in lines if len(line) <= 30) / len(lines),
+        "ref_fw_line_punct_ratio": sum(map(str.endswith, lines, repeat(_TERMINAL))) / len(lines),
+        "ref_fw_short_line_ratio": sum(map((30).__ge__, map(len, lines))) / len(lines),
         "ref_fw_dup_line_char_frac": _repeats(lines)[1] / (len(text) - text.count("\n")),
         "ref_fw_newline_ratio": _fraction(text.count("\n"), tokens.count),
     }
@@ -428,11 +428,19 @@ def fineweb(text: str, tokens: _Tokens, pieces: list[str] | None = None) -> dict
 # --- all of them -------------------------------------------------------------------------
 
 
-def score(text: str, language: str | None = None, *, stop_words: dict[str, Iterable[str]] | None = None) -> dict:
-    """Every reference column for one document."""
-    tokens = _Tokens(reference_tokenizer.word_ids(text))
+def score(
+    text: str,
+    language: str | None = None,
+    *,
+    stop_words: dict[str, Iterable[str]] | None = None,
+    pieces: list[str] | None = None,
+    chunks: list[str] | None = None,
+) -> dict:
+    """Every reference column for one document (``pieces``: ``text.split("\\n")``, ``chunks``:
+    ``text.split()``, when the caller has them already)."""
+    tokens = _Tokens(reference_tokenizer.word_ids(text, chunks))
     lines = text.splitlines()
-    pieces = text.split("\n")
+    pieces = text.split("\n") if pieces is None else pieces
     return {
         **gopher_quality(text, tokens, language, stop_words, lines),
         **gopher_repetition(text, tokens, pieces),

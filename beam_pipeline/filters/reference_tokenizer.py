@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from itertools import chain
+from itertools import chain, filterfalse
 
 import numpy as np
 
@@ -214,6 +214,8 @@ def _split_chunk(string: str, specials: bool) -> list[str]:
     while string and len(string) != last_size:
         if specials and string in _SPECIALS:
             break
+        if string.isalpha():
+            break  # no affix rule matches letters only (tested over Unicode): the loop would stop here
         last_size = len(string)
         pre_len = _prefix_length(string)
         if pre_len:
@@ -346,12 +348,19 @@ class _Vocabulary:
         return index
 
     def fill(self, chunks) -> None:
-        missing = set(chunks).difference(self.chunks)
+        """Tokenize the chunks not cached yet; new tokens get ids in order of first appearance."""
+        distinct = dict.fromkeys(chunks)
+        missing = list(filterfalse(self.chunks.__contains__, distinct))
         if len(self.chunks) + len(missing) > CACHE_SIZE:
             self.clear()
-        intern = self.intern
-        for chunk in missing:
-            self.chunks[chunk] = tuple(map(intern, _tokenize_chunk(chunk)))
+            missing = list(distinct)
+        split = list(map(_tokenize_chunk, missing))
+        ids, strings = self.ids, self.strings
+        for token in filterfalse(ids.__contains__, dict.fromkeys(chain.from_iterable(split))):
+            ids[token] = len(strings)
+            strings.append(token)
+        lookup = ids.__getitem__
+        self.chunks.update(zip(missing, (tuple(map(lookup, tokens)) for tokens in split)))
 
 
 VOCABULARY = _Vocabulary()
@@ -386,7 +395,7 @@ def _tokenize_chunk(chunk: str) -> tuple[str, ...]:
     split = _word_in_punctuation(chunk)
     if split is None:
         split = _split_chunk(chunk, specials=True)
-    if len(split) > 1 and any(pair in _PATTERN_PAIRS for pair in zip(split, split[1:])):
+    if len(split) > 1 and not _PATTERN_PAIRS.isdisjoint(zip(split, split[1:])):
         split = _apply_special_cases(split)
     return tuple(split)
 
@@ -401,21 +410,23 @@ def chunk_tokens(chunk: str) -> tuple[str, ...]:
     return tuple(strings[i] for i in ids)
 
 
-def word_ids(text: str) -> np.ndarray:
+def word_ids(text: str, chunks: list[str] | None = None) -> np.ndarray:
     """The ids (in :data:`VOCABULARY`) of datatrove's English words of ``text``: spaCy's tokens minus
-    whitespace tokens. Fast: one dict lookup per whitespace-separated chunk seen before."""
-    chunks = text.split()
-    table = VOCABULARY.chunks
-    if not table.keys() >= set(chunks):
+    whitespace tokens. Fast: one dict lookup per whitespace-separated chunk seen before. ``chunks``:
+    ``text.split()`` when the caller has it already."""
+    chunks = text.split() if chunks is None else chunks
+    try:  # every chunk seen before: no set of the chunks to build
+        return np.fromiter(chain.from_iterable(map(VOCABULARY.chunks.__getitem__, chunks)), dtype=np.int64)
+    except KeyError:
         VOCABULARY.fill(chunks)
-        table = VOCABULARY.chunks
-    return np.fromiter(chain.from_iterable(map(table.__getitem__, chunks)), dtype=np.int64)
+        return np.fromiter(chain.from_iterable(map(VOCABULARY.chunks.__getitem__, chunks)), dtype=np.int64)
 
 
 def words(text: str) -> list[str]:
     """datatrove's ``split_into_words(text)`` for English: spaCy's tokens minus whitespace tokens."""
+    ids = word_ids(text).tolist()  # first: it may start a new generation of the vocabulary
     strings = VOCABULARY.strings
-    return [strings[i] for i in word_ids(text).tolist()]
+    return [strings[i] for i in ids]
 
 
 def tokens(text: str) -> list[str]:
@@ -455,6 +466,36 @@ def _chunk_classes(chunks: list[str]) -> list[str]:
             _class_cache[chunk] = "".join(map(_token_class, chunk_tokens(chunk)))
         classes = list(map(_class_cache.__getitem__, chunks))
     return classes
+
+
+def sentence_total(lines: list[str]) -> int:
+    """``sum(map(sentence_count, lines))`` in one pass: the token classes of every line, joined by ``|``
+    (which no sentence break spans), searched once; lines of single-spaced chunks take their classes
+    from the chunk cache."""
+    classes: list[str] = []
+    for line in lines:
+        if _FINAL_CHARACTER.search(line, 0, len(line) - 1) is None:
+            continue  # one sentence (see sentence_count)
+        chunks = line.split()
+        if " ".join(chunks) == line:
+            classes.extend(_chunk_classes(chunks))
+        else:
+            classes.extend(_spaced_classes(line, _chunk_classes(chunks)))
+        classes.append("|")
+    return len(lines) + len(_SENTENCE_BREAK.findall("".join(classes)))
+
+
+def _spaced_classes(text: str, chunk_classes: list[str]):
+    """The token classes of ``text`` from its chunks' classes (``text.split()`` order) and its whitespace
+    runs: a run left after spaCy's one separating space is whitespace tokens, class W (:func:`tokens`);
+    one W stands for several, since a W cannot start a sentence break."""
+    classes = iter(chunk_classes)
+    for index, run in enumerate(_RUNS.findall(text)):
+        if run[0].isspace():
+            if len(run) > 1 or index == 0 or run != " ":
+                yield "W"
+        else:
+            yield next(classes)
 
 
 _FINAL_CHARACTER = re.compile("[" + "".join(re.escape(c) for c in sorted(_SENTENCE_PUNCT)) + "]")
