@@ -27,14 +27,15 @@ process the child waited for, datatrove's worker pool included):
 datatrove's local executor runs with ``start_method="fork"`` (see ``datatrove_step``). Our jobs run on Beam's in-process DirectRunner (``in_memory``), as the stage benchmarks do.
 Runs are interleaved (run 1: every step, both sides, then run 2, ...; the side that goes first
 alternates) and the table gives medians; MB are MB (10^6 bytes) of UTF-8 text in, MB/s per core
-is MB / CPU seconds. Peak RSS is the largest resident set of any one process of the tree.
+is MB / CPU seconds. Peak RSS is the largest resident set of any one process of the tree (at least the
+bench's own parent process's, which a forked child starts from: ~60 MB).
 
 The corpus: ``bench/build_corpus.py``'s (Debian documentation pages and their mirrored copies,
 built from pinned packages), its first ``--mb`` MB of text in file order.
 
 Usage::
 
-    .venv/bin/python bench/bench_side_by_side.py [--mb 50] [--runs 3] [--steps filters,minhash,tokenize]
+    .venv/bin/python bench/bench_side_by_side.py [--mb 20] [--runs 3] [--steps filters,minhash,tokenize]
 
 Results: bench/results/side-by-side-<date>.md and .json (with this command).
 """
@@ -234,8 +235,8 @@ def child(side: str, step: str, folder: Path, out: Path) -> None:
 # --- the parent: interleaved runs, medians, the report ------------------------------------------------------
 
 
-def measure(side: str, step: str, folder: Path, datatrove_python: str) -> dict:
-    out = WORK / "out" / f"{side}-{step}"
+def measure(side: str, step: str, folder: Path, datatrove_python: str, label: str = "") -> dict:
+    out = WORK / "out" / f"{side}-{step}{'-' + label if label else ''}"
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     python = datatrove_python if side == "datatrove" else sys.executable
@@ -253,19 +254,26 @@ def measure(side: str, step: str, folder: Path, datatrove_python: str) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--mb", type=float, default=50, help="MB of text from the bench corpus (default 50)")
+    parser.add_argument("--mb", type=float, default=20, help="MB of text from the bench corpus (default 20)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--steps", default=",".join(STEPS))
     parser.add_argument("--datatrove-python", default=str(REPO / "bench" / "work" / "datatrove-venv" / "bin" / "python"),
                         help="the bench-only environment with datatrove (make bench-side-by-side installs it)")
+    parser.add_argument("--label", default="", help="suffix of the result files (side-by-side-<date>-<label>)")
     parser.add_argument("--child", nargs=4, metavar=("SIDE", "STEP", "FOLDER", "OUT"), help=argparse.SUPPRESS)
+    parser.add_argument("--prepare", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.prepare:
+        prepare(args.prepare)
+        return 0
     if args.child:
         side, step, folder, out = args.child
         child(side, step, Path(folder), Path(out))
         return 0
     steps = [s for s in args.steps.split(",") if s]
-    folder = prepare(args.mb)
+    folder = WORK / f"{args.mb:g}mb"
+    # in a subprocess: a child forked from a parent that held the corpus would inherit its peak RSS
+    subprocess.run([sys.executable, __file__, "--prepare", str(args.mb)], cwd=REPO, check=True)
     stats = json.loads((folder / "PREPARED.json").read_text())
     mb = stats["bytes"] / 1e6
     runs: dict = {step: {side: [] for side in SIDES} for step in steps}
@@ -273,7 +281,7 @@ def main(argv=None) -> int:
     for run in range(args.runs):
         for step in steps:
             for side in (SIDES if run % 2 == 0 else SIDES[::-1]):
-                result = measure(side, step, folder, args.datatrove_python)
+                result = measure(side, step, folder, args.datatrove_python, args.label)
                 runs[step][side].append(result)
                 print(f"run {run + 1} {step:9s} {side:10s} cpu {result['cpu_seconds']:7.1f} s  wall "
                       f"{result['wall_seconds']:6.1f} s  {mb / result['cpu_seconds']:5.2f} MB/s/core  "
@@ -286,7 +294,7 @@ def main(argv=None) -> int:
               "python": platform.python_version(),
               "versions": {**versions(), "datatrove": datatrove_version(args.datatrove_python)}, "runs": runs, "summary": summary}
     RESULTS.mkdir(exist_ok=True)
-    stem = RESULTS / f"side-by-side-{datetime.date.today():%Y%m%d}"
+    stem = RESULTS / f"side-by-side-{datetime.date.today():%Y%m%d}{'-' + args.label if args.label else ''}"
     stem.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
     stem.with_suffix(".md").write_text(markdown(report))
     print(markdown(report))
