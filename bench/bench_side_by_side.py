@@ -118,7 +118,7 @@ def prepare(mb: float) -> Path:
                 [{f.name: r.get(f.name) for f in schema} for r in part], schema=schema)
             pq.write_table(table, folder / name / part_name(i, PARTITIONS))
     stats = {"documents": len(rows), "bytes": sum(len(r["text"].encode("utf-8")) for r in rows),
-             "corpus_build": json.loads((CORPUS / "BUILD.json").read_text()).get("digest")}
+             "corpus_build": json.loads((CORPUS / "BUILD.json").read_text()).get("corpus_digest")}
     done.write_text(json.dumps(stats))
     return folder
 
@@ -275,6 +275,7 @@ def main(argv=None) -> int:
     # in a subprocess: a child forked from a parent that held the corpus would inherit its peak RSS
     subprocess.run([sys.executable, __file__, "--prepare", str(args.mb)], cwd=REPO, check=True)
     stats = json.loads((folder / "PREPARED.json").read_text())
+    stats["corpus_build"] = json.loads((CORPUS / "BUILD.json").read_text()).get("corpus_digest")
     mb = stats["bytes"] / 1e6
     runs: dict = {step: {side: [] for side in SIDES} for step in steps}
     load = [os.getloadavg()[0]]
