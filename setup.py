@@ -22,6 +22,7 @@ setuptools.setup(
         "numpy==2.4.6",
         "fasttext-numpy2==0.10.4",
         "tokenizers==0.23.3",
+        "tiktoken==0.14.0",  # the byte-level BPE fast path of the tokenize stage (transforms/token_encoder.py)
         "mmh3==5.3.1",
         "xxhash==4.1.0",
         "zstandard==0.25.0",

@@ -32,23 +32,26 @@ A task holds one gold partition, or ``sort_memory_bytes`` of one shard, at a tim
 
 from __future__ import annotations
 
+import collections
 import dataclasses
-import itertools
 import json
 import math
 from typing import Iterable, Iterator
 
 import apache_beam as beam
 import numpy as np
+import pyarrow.parquet as pq
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.utils import shared
 
 from beam_pipeline.accounting import COUNTS, Tally
 from beam_pipeline.config import TokenizeConfig
 from beam_pipeline.hashing import sha256_bytes, stable_hash64
-from beam_pipeline.layers import join, read_bytes, read_partition_rows
+from beam_pipeline.layers import join, read_bytes
 from beam_pipeline.transforms.keys import StrKeyed
 from beam_pipeline.transforms.layer_io import WRITTEN, PartitionIndexes
 from beam_pipeline.transforms.shard_stream import SpillSorter, write_packed_shard
+from beam_pipeline.transforms.token_encoder import Encoder, load_encoder
 
 STAGE = "tokenize"
 VERSION = "1"
@@ -167,33 +170,44 @@ class TokenizePartitionFn(beam.DoFn):
         self._tokenizer = _TOKENIZERS.acquire(self._load, tag=self._sha256)
         self._tally = Tally(STAGE)
 
-    def _load(self):
-        from tokenizers import Tokenizer
-
+    def _load(self) -> Encoder:
         data = read_bytes(self._path)
         if sha256_bytes(data) != self._sha256:
             raise RuntimeError(f"tokenizer {self._path} changed during the run (sha256 mismatch)")
-        return Tokenizer.from_str(data.decode("utf-8"))
+        return load_encoder(data.decode("utf-8"), name=self._sha256)
 
     def process(self, index: int) -> Iterator:
-        rows = iter(read_partition_rows(self._gold[index], GOLD_COLUMNS))
-        per_domain: dict[str, int] = {}
-        while batch := list(itertools.islice(rows, self._batch_size)):
-            encodings = self._tokenizer.encode_batch([row["text"] for row in batch], add_special_tokens=False)
-            for row, encoding in zip(batch, encodings):
-                self._tally.entered(row["source"])
-                ids = np.asarray(encoding.ids, dtype=TOKEN_WIRE_DTYPE)
-                self._tally.passed(row["source"])
-                yield {
-                    "doc_id": row["doc_id"],
-                    "source": row["source"],
-                    "domain": row["domain"],
-                    "tokens": ids.tobytes(),
-                }
-                per_domain[row["domain"]] = per_domain.get(row["domain"], 0) + int(ids.size) + 1
+        per_domain: collections.Counter = collections.Counter()
+        for batch in read_partition_batches(self._gold[index], GOLD_COLUMNS, self._batch_size):
+            doc_ids, sources, domains = (batch.column(name).to_pylist() for name in GOLD_COLUMNS[:3])
+            ids, counts = self._tokenizer.encode_batch(batch.column("text").to_pylist())
+            data = ids.tobytes()  # TOKEN_WIRE_DTYPE
+            ends = (np.cumsum(counts) * TOKEN_WIRE_DTYPE.itemsize).tolist()
+            starts = [0, *ends[:-1]]
+            for doc_id, source, domain, start, end in zip(doc_ids, sources, domains, starts, ends):
+                yield {"doc_id": doc_id, "source": source, "domain": domain, "tokens": data[start:end]}
+            for domain, tokens in _sums_by(domains, counts + 1).items():
+                per_domain[domain] += tokens
+            for source, documents in collections.Counter(sources).items():
+                self._tally.entered(source, documents)
+                self._tally.passed(source, documents)
         for domain, tokens in sorted(per_domain.items()):
             yield beam.pvalue.TaggedOutput(_DOMAIN_TOKENS, (domain, tokens))
         yield from self._tally.tagged()
+
+
+def read_partition_batches(path: str, columns: list[str], rows: int) -> Iterator:
+    """The record batches (of at most ``rows`` rows) of a Parquet partition."""
+    with FileSystems.open(path) as f:
+        yield from pq.ParquetFile(f).iter_batches(batch_size=rows, columns=columns)
+
+
+def _sums_by(keys: list[str], values: np.ndarray) -> dict[str, int]:
+    """The sum of ``values`` per key."""
+    names, positions = np.unique(np.asarray(keys, dtype=object), return_inverse=True)
+    sums = np.zeros(len(names), dtype=np.int64)
+    np.add.at(sums, positions, values)
+    return {name: int(total) for name, total in zip(names.tolist(), sums.tolist())}
 
 
 def shard_count(domain_tokens: int, shard_tokens: int) -> int:

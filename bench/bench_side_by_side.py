@@ -1,0 +1,367 @@
+#!/usr/bin/env python3
+"""This project against datatrove (0.10.1, test-only), side by side, on the same real text.
+
+Three comparable steps, each run as a fresh subprocess per side (so the CPU seconds are those of the
+whole process tree: ``resource.getrusage(RUSAGE_CHILDREN)`` around the child, which counts every
+process the child waited for, datatrove's worker pool included):
+
+* ``filters``: heuristic filters + PII.
+  datatrove: ``JsonlReader`` -> ``GopherRepetitionFilter`` -> ``GopherQualityFilter`` ->
+  ``C4QualityFilter`` -> ``FineWebQualityFilter`` -> ``PIIFormatter`` (2 tasks, 2 workers; each
+  filter sees what the one before kept, as in a datatrove pipeline).
+  ours: the functions the ``heuristics`` and ``pii`` scorer stages call
+  (``filters.heuristics.score`` with the default options, ``filters.pii.counts``) plus the redaction
+  ``select`` applies (``filters.pii.redact``), on every document of the same JSONL.
+* ``minhash``: near dedup with MinHash LSH on word 5-grams, 14 bands x 8 rows (112 values).
+  datatrove: its four stages (signatures, buckets, cluster, filter + a ``JsonlWriter``) with its
+  default ``MinhashConfig`` (5-grams, 14 x 8).
+  ours: the ``near_dedup`` stage's job (``bench/bench_near_dedup_stage.py::run_stage``) on the same
+  documents as 2 partitions, ``minhash`` with ``num_perm: 112, threshold: 0.7`` (14 x 8), word
+  5-grams, ``verify: signature`` (datatrove does not verify candidates either), boilerplate lines off.
+* ``tokenize``: the same ``tokenizer.json`` (the sample's, a byte-level BPE of 8,192 tokens).
+  datatrove: ``JsonlReader`` -> ``DocumentTokenizer`` (EOS after each document, its default
+  shuffle, 2 tasks, 2 workers).
+  ours: the ``tokenize`` stage's job (``TokenizePackShard``: tokenize, global shuffle, pack into
+  8,192-token sequences, shard files + index) on the same documents as 2 gold partitions.
+
+datatrove's local executor runs with ``start_method="fork"`` (see ``datatrove_step``). Our jobs run on Beam's in-process DirectRunner (``in_memory``), as the stage benchmarks do.
+Runs are interleaved (run 1: every step, both sides, then run 2, ...; the side that goes first
+alternates) and the table gives medians; MB are MB (10^6 bytes) of UTF-8 text in, MB/s per core
+is MB / CPU seconds. Peak RSS is the largest resident set of any one process of the tree (at least the
+bench's own parent process's, which a forked child starts from: ~60 MB).
+
+The corpus: ``bench/build_corpus.py``'s (Debian documentation pages and their mirrored copies,
+built from pinned packages), its first ``--mb`` MB of text in file order.
+
+Usage::
+
+    .venv/bin/python bench/bench_side_by_side.py [--mb 20] [--runs 3] [--steps filters,minhash,tokenize]
+
+Results: bench/results/side-by-side-<date>.md and .json (with this command).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import glob
+import json
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CORPUS = REPO / "bench" / "work" / "corpus"
+WORK = REPO / "bench" / "work" / "side-by-side"
+RESULTS = REPO / "bench" / "results"
+TOKENIZER = REPO / "sample" / "tokenizer" / "tokenizer.json"
+STEPS = ("filters", "minhash", "tokenize")
+SIDES = ("datatrove", "ours")
+PARTITIONS = 2  # = cores: datatrove's tasks and workers, our partitions
+
+
+# --- the corpus -------------------------------------------------------------------------------------------
+
+
+def prepare(mb: float) -> Path:
+    """The first ``mb`` MB of the bench corpus as ``input/docs.jsonl`` (datatrove), ``documents/`` and ``gold/``
+    partitions (ours); reused when present."""
+    folder = WORK / f"{mb:g}mb"
+    done = folder / "PREPARED.json"
+    if done.exists():
+        return folder
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import zstandard
+
+    from beam_pipeline.hashing import bucket_of
+    from beam_pipeline.layers import part_name
+    from beam_pipeline.schemas import GOLD
+
+    if not (CORPUS / "BUILD.json").exists():
+        subprocess.run([sys.executable, str(REPO / "bench" / "build_corpus.py")], check=True)
+    shutil.rmtree(folder, ignore_errors=True)
+    (folder / "input").mkdir(parents=True)
+    files = sorted(glob.glob(str(CORPUS / "*" / "*.jsonl.zst")))
+    budget, rows = int(mb * 1e6), []
+    for path in files:
+        source = os.path.basename(os.path.dirname(path))
+        with open(path, "rb") as f:
+            data = zstandard.ZstdDecompressor().stream_reader(f).read()
+        for line in data.splitlines():
+            record = json.loads(line)
+            rows.append({"doc_id": f"{source}/{record['id']}", "source": source, "text": record["text"]})
+            budget -= len(record["text"].encode("utf-8"))
+            if budget <= 0:
+                break
+        if budget <= 0:
+            break
+    with open(folder / "input" / "docs.jsonl", "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps({"id": row["doc_id"], "text": row["text"]}) + "\n")
+    rows.sort(key=lambda r: r["doc_id"])
+    documents_schema = pa.schema([("doc_id", pa.string()), ("source", pa.string()), ("source_rank", pa.int32()),
+                                  ("date", pa.string()), ("text", pa.string())])
+    for name, schema, extra in (("documents", documents_schema, {"source_rank": 1, "date": None}),
+                                ("gold", GOLD, {"domain": "docs"})):
+        (folder / name).mkdir()
+        for i in range(PARTITIONS):
+            part = [{**{k: r[k] for k in ("doc_id", "source", "text")}, **extra}
+                    for r in rows if bucket_of(r["doc_id"], PARTITIONS) == i]
+            table = pa.Table.from_pylist(part, schema=schema) if name == "documents" else pa.Table.from_pylist(
+                [{f.name: r.get(f.name) for f in schema} for r in part], schema=schema)
+            pq.write_table(table, folder / name / part_name(i, PARTITIONS))
+    stats = {"documents": len(rows), "bytes": sum(len(r["text"].encode("utf-8")) for r in rows),
+             "corpus_build": json.loads((CORPUS / "BUILD.json").read_text()).get("corpus_digest")}
+    done.write_text(json.dumps(stats))
+    return folder
+
+
+# --- one side of one step, in the child process --------------------------------------------------------------
+
+
+def datatrove_step(step: str, folder: Path, out: Path) -> None:
+    from datatrove.executor import LocalPipelineExecutor
+    from datatrove.pipeline.readers import JsonlReader
+
+    def run(pipeline, tasks=PARTITIONS, name="x"):
+        # "fork", not its default "forkserver": the pool's workers are then this process's children, waited
+        # for when the pool closes, so their CPU seconds reach RUSAGE_CHILDREN (a forkserver's do not); it
+        # also spares each worker the imports a forkserver child repeats (less CPU for datatrove)
+        LocalPipelineExecutor(pipeline=pipeline, tasks=tasks, workers=min(tasks, PARTITIONS),
+                              logging_dir=str(out / "logs" / name), start_method="fork").run()
+
+    def reader():
+        # two files would let 2 tasks read in parallel: split the JSONL in 2 once
+        return JsonlReader(str(folder / "input" / "split"), glob_pattern="*.jsonl")
+
+    split = folder / "input" / "split"
+    if not split.exists():
+        split.mkdir()
+        lines = (folder / "input" / "docs.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+        for i in range(PARTITIONS):
+            (split / f"part-{i}.jsonl").write_text("".join(lines[i::PARTITIONS]), encoding="utf-8")
+    if step == "filters":
+        from datatrove.pipeline.filters import (C4QualityFilter, FineWebQualityFilter, GopherQualityFilter,
+                                                GopherRepetitionFilter)
+        from datatrove.pipeline.formatters import PIIFormatter
+
+        run([reader(), GopherRepetitionFilter(), GopherQualityFilter(), C4QualityFilter(), FineWebQualityFilter(),
+             PIIFormatter()])
+    elif step == "minhash":
+        from datatrove.pipeline.dedup import (MinhashDedupBuckets, MinhashDedupCluster, MinhashDedupFilter,
+                                              MinhashDedupSignature)
+        from datatrove.pipeline.dedup.minhash import MinhashConfig
+        from datatrove.pipeline.writers import JsonlWriter
+
+        config = MinhashConfig()  # 5-grams, 14 buckets x 8 hashes
+        run([reader(), MinhashDedupSignature(output_folder=str(out / "signatures"), config=config)], name="sig")
+        run([MinhashDedupBuckets(input_folder=str(out / "signatures"), output_folder=str(out / "buckets"),
+                                 config=config)], tasks=config.num_buckets, name="buckets")
+        run([MinhashDedupCluster(input_folder=str(out / "buckets"), output_folder=str(out / "remove_ids"),
+                                 config=config)], tasks=1, name="cluster")
+        run([reader(), MinhashDedupFilter(input_folder=str(out / "remove_ids")),
+             JsonlWriter(str(out / "deduped"))], name="filter")
+    elif step == "tokenize":
+        from datatrove.pipeline.tokens import DocumentTokenizer
+
+        run([reader(), DocumentTokenizer(output_folder=str(out / "tokens"), tokenizer_name_or_path=str(TOKENIZER),
+                                         eos_token="<|endoftext|>")])
+
+
+def ours_step(step: str, folder: Path, out: Path) -> None:
+    if step == "filters":
+        from beam_pipeline.config import HeuristicsConfig, PiiConfig
+        from beam_pipeline.filters import heuristics, pii
+
+        options, kinds = HeuristicsConfig().score_options(), PiiConfig().kinds
+        with open(folder / "input" / "docs.jsonl", encoding="utf-8") as f:
+            for line in f:
+                text = json.loads(line)["text"]
+                heuristics.score(text, "en", **options)
+                pii.counts(text, kinds)
+                pii.redact(text)
+    elif step == "minhash":
+        sys.path.insert(0, str(REPO / "bench"))
+        from bench_near_dedup_stage import run_stage
+
+        from beam_pipeline.config import NearDedupConfig
+
+        config = NearDedupConfig.model_validate({
+            "enabled": True, "method": "minhash", "shingles": {"kind": "word", "size": 5},
+            "minhash": {"num_perm": 112, "threshold": 0.7}, "verify": "signature", "lines": {"enabled": False}})
+        run_stage(str(out), config, sorted(glob.glob(str(folder / "documents" / "part-*.parquet"))))
+    elif step == "tokenize":
+        import apache_beam as beam
+        from apache_beam.options.pipeline_options import PipelineOptions
+
+        from beam_pipeline.build import StageTransform
+        from beam_pipeline.config import TokenizeConfig
+        from beam_pipeline.layers import Layer
+        from beam_pipeline.transforms.layer_io import LayerSpec
+        from beam_pipeline.transforms.tokenize_shard import SHARDS, TokenizePackShard, inspect_tokenizer
+
+        config = TokenizeConfig(tokenizer=str(TOKENIZER), eos_token="<|endoftext|>", pad_token="<|pad|>",
+                                seq_len=8192)
+        info = inspect_tokenizer(config)
+        gold = tuple(sorted(glob.glob(str(folder / "gold" / "part-*.parquet"))))
+        layer = Layer(str(out), "tokenize", "bench")
+        spec = LayerSpec(layer=layer, version="bench", config={}, inputs={}, outputs={}, partitions=len(gold),
+                         rows_match={}, max_dead_letter_fraction=1.0, finalize=None)
+
+        def expand(pbegin, layer):
+            return pbegin | TokenizePackShard(config, info, seed=0, directory=layer.output_path(SHARDS),
+                                              gold_paths=gold)
+
+        options = PipelineOptions(["--runner=DirectRunner", "--direct_running_mode=in_memory"])
+        with beam.Pipeline(options=options) as p:
+            _ = p | "Stage" >> StageTransform(spec, expand)
+
+
+def child(side: str, step: str, folder: Path, out: Path) -> None:
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    (datatrove_step if side == "datatrove" else ours_step)(step, folder, out)
+    peak = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    print(json.dumps({"peak_rss_mb": round(peak / 1024)}))
+
+
+# --- the parent: interleaved runs, medians, the report ------------------------------------------------------
+
+
+def measure(side: str, step: str, folder: Path, datatrove_python: str, label: str = "") -> dict:
+    out = WORK / "out" / f"{side}-{step}{'-' + label if label else ''}"
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    python = datatrove_python if side == "datatrove" else sys.executable
+    done = subprocess.run([python, __file__, "--child", side, step, str(folder), str(out)], cwd=REPO,
+                          capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(f"{side} {step} failed:\n{done.stderr[-4000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    shutil.rmtree(out, ignore_errors=True)
+    peak = json.loads(done.stdout.strip().splitlines()[-1])["peak_rss_mb"]
+    return {"cpu_seconds": round(cpu, 2), "wall_seconds": round(wall, 2), "peak_rss_mb": peak}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--mb", type=float, default=20, help="MB of text from the bench corpus (default 20)")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--steps", default=",".join(STEPS))
+    parser.add_argument("--datatrove-python", default=str(REPO / "bench" / "work" / "datatrove-venv" / "bin" / "python"),
+                        help="the bench-only environment with datatrove (make bench-side-by-side installs it)")
+    parser.add_argument("--label", default="", help="suffix of the result files (side-by-side-<date>-<label>)")
+    parser.add_argument("--child", nargs=4, metavar=("SIDE", "STEP", "FOLDER", "OUT"), help=argparse.SUPPRESS)
+    parser.add_argument("--prepare", type=float, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.prepare:
+        prepare(args.prepare)
+        return 0
+    if args.child:
+        side, step, folder, out = args.child
+        child(side, step, Path(folder), Path(out))
+        return 0
+    steps = [s for s in args.steps.split(",") if s]
+    folder = WORK / f"{args.mb:g}mb"
+    # in a subprocess: a child forked from a parent that held the corpus would inherit its peak RSS
+    subprocess.run([sys.executable, __file__, "--prepare", str(args.mb)], cwd=REPO, check=True)
+    stats = json.loads((folder / "PREPARED.json").read_text())
+    stats["corpus_build"] = json.loads((CORPUS / "BUILD.json").read_text()).get("corpus_digest")
+    mb = stats["bytes"] / 1e6
+    runs: dict = {step: {side: [] for side in SIDES} for step in steps}
+    load = [os.getloadavg()[0]]
+    for run in range(args.runs):
+        for step in steps:
+            for side in (SIDES if run % 2 == 0 else SIDES[::-1]):
+                result = measure(side, step, folder, args.datatrove_python, args.label)
+                runs[step][side].append(result)
+                print(f"run {run + 1} {step:9s} {side:10s} cpu {result['cpu_seconds']:7.1f} s  wall "
+                      f"{result['wall_seconds']:6.1f} s  {mb / result['cpu_seconds']:5.2f} MB/s/core  "
+                      f"peak {result['peak_rss_mb']} MB", flush=True)
+                load.append(os.getloadavg()[0])
+    summary = summarize(runs, mb)
+    command = " ".join([".venv/bin/python bench/bench_side_by_side.py", *(sys.argv[1:] if argv is None else argv)])
+    report = {"command": command, "date": datetime.date.today().isoformat(), "corpus": stats, "mb": round(mb, 2),
+              "cores": os.cpu_count(), "load_average_1min": {"min": min(load), "max": max(load)},
+              "python": platform.python_version(),
+              "versions": {**versions(), "datatrove": datatrove_version(args.datatrove_python)}, "runs": runs, "summary": summary}
+    RESULTS.mkdir(exist_ok=True)
+    stem = RESULTS / f"side-by-side-{datetime.date.today():%Y%m%d}{'-' + args.label if args.label else ''}"
+    stem.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
+    stem.with_suffix(".md").write_text(markdown(report))
+    print(markdown(report))
+    return 0
+
+
+def versions() -> dict:
+    from importlib.metadata import version
+
+    return {name: version(name) for name in ("apache-beam", "tokenizers", "tiktoken", "numpy")}
+
+
+def datatrove_version(python: str) -> str:
+    code = "from importlib.metadata import version; print(version('datatrove'))"
+    return subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def summarize(runs: dict, mb: float) -> dict:
+    summary = {}
+    for step, sides in runs.items():
+        summary[step] = {side: {key: statistics.median(r[key] for r in results) for key in results[0]}
+                         for side, results in sides.items()}
+        for side in SIDES:
+            summary[step][side]["mb_per_core_second"] = round(mb / summary[step][side]["cpu_seconds"], 2)
+        summary[step]["cpu_ratio"] = round(summary[step]["datatrove"]["cpu_seconds"]
+                                           / summary[step]["ours"]["cpu_seconds"], 2)
+    if len(runs) == len(STEPS):
+        total = {side: sum(summary[s][side]["cpu_seconds"] for s in STEPS) for side in SIDES}
+        summary["end_to_end"] = {**{side: {"cpu_seconds": round(total[side], 2),
+                                           "mb_per_core_second": round(mb / total[side], 2)} for side in SIDES},
+                                 "cpu_ratio": round(total["datatrove"] / total["ours"], 2)}
+    return summary
+
+
+def markdown(report: dict) -> str:
+    s = report["summary"]
+    lines = [f"# Side by side with datatrove, {report['date']}", "",
+             f"Command: `{report['command']}`", "",
+             f"{report['mb']} MB of text, {report['corpus']['documents']:,} documents (bench/build_corpus.py's corpus, "
+             f"digest {report['corpus']['corpus_build']}); {report['cores']} cores, shared (1-min load average "
+             f"{report['load_average_1min']['min']:.1f}-{report['load_average_1min']['max']:.1f}); "
+             + ", ".join(f"{k} {v}" for k, v in report["versions"].items()) + ".",
+             "",
+             "Medians of the interleaved runs. CPU: seconds of the whole process tree of each side's fresh "
+             "subprocess; MB/s/core = MB / CPU seconds; ratio = datatrove CPU / our CPU.", "",
+             "| step | datatrove CPU s | ours CPU s | datatrove MB/s/core | ours MB/s/core | ratio | "
+             "datatrove wall s | ours wall s | datatrove peak RSS MB | ours peak RSS MB |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for step in [k for k in s if k != "end_to_end"]:
+        d, o = s[step]["datatrove"], s[step]["ours"]
+        lines.append(f"| {step} | {d['cpu_seconds']:.1f} | {o['cpu_seconds']:.1f} | {d['mb_per_core_second']:.2f} | "
+                     f"{o['mb_per_core_second']:.2f} | {s[step]['cpu_ratio']:.2f}x | {d['wall_seconds']:.1f} | "
+                     f"{o['wall_seconds']:.1f} | {d['peak_rss_mb']:.0f} | {o['peak_rss_mb']:.0f} |")
+    if "end_to_end" in s:
+        d, o = s["end_to_end"]["datatrove"], s["end_to_end"]["ours"]
+        lines.append(f"| **end to end** (sum) | {d['cpu_seconds']:.1f} | {o['cpu_seconds']:.1f} | "
+                     f"{d['mb_per_core_second']:.2f} | {o['mb_per_core_second']:.2f} | "
+                     f"**{s['end_to_end']['cpu_ratio']:.2f}x** | | | | |")
+    lines += ["", "Every run:", "", "| run | step | side | CPU s | wall s | peak RSS MB |", "|---|---|---|---:|---:|---:|"]
+    for step, sides in report["runs"].items():
+        for side, results in sides.items():
+            for i, r in enumerate(results):
+                lines.append(f"| {i + 1} | {step} | {side} | {r['cpu_seconds']} | {r['wall_seconds']} | "
+                             f"{r['peak_rss_mb']} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
