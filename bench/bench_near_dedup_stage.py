@@ -6,6 +6,7 @@ Usage::
     .venv/bin/python bench/bench_near_dedup_stage.py --documents '<root>/layers/ingest/<key>/documents/part-*.parquet'
     .venv/bin/python bench/bench_near_dedup_stage.py --labeled        # bench_near_dedup's labeled set, 6 configs
     .venv/bin/python bench/bench_near_dedup_stage.py --recall         # near_dup_recall's labeled set, defaults
+    .venv/bin/python bench/bench_near_dedup_stage.py --corpus bench/work/corpus --corpus-mb 100   # bench/build_corpus.py
 
 Each run builds the stage and writes its outputs in one job on the in-process
 DirectRunner (``in_memory``), and reports the process's CPU seconds
@@ -22,6 +23,11 @@ text with planted near duplicates) as 4 partitions and runs it with
 spans. ``--recall`` writes the labeled set of ``bench/near_dup_recall.py``
 (773 documents: planted copies of graded strength and hard negatives) as 4
 partitions and runs it with the defaults (``near_dedup: {enabled: true}``).
+``--corpus`` takes the corpus of ``bench/build_corpus.py`` (both sources, files
+in name order, records in file order, up to ``--corpus-mb`` MB of UTF-8 text),
+writes it as 4 documents partitions (doc_id: sha256 of the record id, source:
+the source directory, ranks 1 and 2, no date) and runs the ``near_dedup``
+section of ``--config``. Every run prints the MB/s per core of its CPU seconds.
 
 The spill-file implementation this stage replaced can be measured with the
 same script: export its code (``git archive 1d4bd26 | tar -x -C /tmp/old``)
@@ -159,17 +165,49 @@ def recall_partitions(directory: str, partitions: int = 4) -> list[str]:
     return _write_partitions(rows, directory, partitions, bench_near_dedup.DOCS_SCHEMA)
 
 
+def corpus_partitions(corpus: str, megabytes: float, directory: str, partitions: int = 4) -> list[str]:
+    """The first ``megabytes`` MB of text of a bench/build_corpus.py corpus as documents partitions."""
+    import io
+
+    import zstandard
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(beam_pipeline.__file__)), "bench"))
+    import bench_near_dedup
+
+    rows, total, limit = [], 0, megabytes * 1e6
+    for rank, source in enumerate(("debian-docs", "docs-mirror"), 1):
+        for path in sorted(glob.glob(os.path.join(corpus, source, "*.jsonl.zst"))):
+            with open(path, "rb") as raw:
+                for line in io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(raw), encoding="utf-8"):
+                    if total >= limit:
+                        break
+                    record = json.loads(line)
+                    total += len(record["text"].encode("utf-8"))
+                    rows.append({"doc_id": hashlib.sha256(f"{source}:{record['id']}".encode()).hexdigest(),
+                                 "source": source, "source_rank": rank, "date": None, "text": record["text"]})
+    rows.sort(key=lambda d: d["doc_id"])
+    print(f"corpus: {len(rows)} documents, {total / 1e6:.1f} MB of text")
+    return _write_partitions(rows, directory, partitions, bench_near_dedup.DOCS_SCHEMA)
+
+
+def text_megabytes(paths: list[str]) -> float:
+    return sum(len((row["text"] or "").encode("utf-8")) for path in paths
+               for row in pq.read_table(path, columns=["text"]).to_pylist()) / 1e6
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--documents", help="glob of an ingest layer's documents partitions")
     parser.add_argument("--config", default=SAMPLE_CONFIG, help="corpus config whose near_dedup section is used")
     parser.add_argument("--labeled", action="store_true", help="bench_near_dedup's labeled set, 6 configs")
     parser.add_argument("--recall", action="store_true", help="near_dup_recall's labeled set, defaults")
+    parser.add_argument("--corpus", help="a bench/build_corpus.py corpus directory (bench/work/corpus)")
+    parser.add_argument("--corpus-mb", type=float, default=100.0, help="MB of its text to use")
     parser.add_argument("--repeat", type=int, default=1, help="runs per config (in this process)")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
-    if not args.documents and not args.labeled and not args.recall:
-        parser.error("give --documents, --labeled or --recall")
+    if not args.documents and not args.labeled and not args.recall and not args.corpus:
+        parser.error("give --documents, --labeled, --recall or --corpus")
     work = tempfile.mkdtemp(prefix="bench-near-dedup-stage-")
     code = "spill files" if SPILL_FILE_CODE else "runner shuffles"
     print(f"code: {os.path.dirname(beam_pipeline.__file__)} ({code}); load average {os.getloadavg()[0]:.1f}")
@@ -183,12 +221,20 @@ def main(argv=None) -> int:
     if args.recall:
         runs.append(("recall set, defaults", NearDedupConfig(enabled=True),
                      recall_partitions(os.path.join(work, "recall"))))
+    if args.corpus:
+        runs.append(("corpus", load_config(args.config).near_dedup,
+                     corpus_partitions(args.corpus, args.corpus_mb, os.path.join(work, "corpus"))))
     results = {}
     for index, (name, config, paths) in enumerate(runs):
+        megabytes = text_megabytes(paths)
         for attempt in range(args.repeat):
             result = measure(os.path.join(work, f"run-{index}-{attempt}"), config, paths)
+            result["text_mb"] = round(megabytes, 2)
+            result["mb_per_cpu_second"] = round(megabytes / result["cpu_seconds"], 2)
+            result["load_average"] = round(os.getloadavg()[0], 1)
             results.setdefault(name, []).append(result)
-            print(f"{name}: CPU {result['cpu_seconds']:.2f} s, wall {result['wall_seconds']:.2f} s, "
+            print(f"{name}: CPU {result['cpu_seconds']:.2f} s ({result['mb_per_cpu_second']:.2f} MB/s per core "
+                  f"on {megabytes:.1f} MB), wall {result['wall_seconds']:.2f} s, load {result['load_average']}, "
                   f"digests {json.dumps(result['digests'])}", flush=True)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

@@ -9,10 +9,22 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from beam_pipeline.dedup.repetition import (countable_line_keys, line_key, line_keys, merge_ranges, strip_text,
-                                      stripped_document, word_windows)
-from beam_pipeline.transforms.line_dedup import RepeatedLines, RepeatedSpans, non_first_occurrences, \
-    partition_line_counts
+from beam_pipeline.dedup.repetition import (
+    countable_line_keys,
+    line_key,
+    line_keys,
+    merge_ranges,
+    strip_text,
+    stripped_document,
+    word_windows,
+)
+from beam_pipeline.transforms.line_dedup import (
+    RepeatedLines,
+    RepeatedSpans,
+    SumCountBlocksFn,
+    non_first_occurrences,
+    partition_line_counts,
+)
 
 OPTIONS = PipelineOptions(["--runner=DirectRunner", "--direct_running_mode=in_memory"])
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -116,6 +128,23 @@ def test_repeated_lines_give_boilerplate_and_template_keys_from_one_count(tmp_pa
 def test_partition_line_counts_count_documents_not_lines():
     keys, counts = partition_line_counts(["a long enough line\na long enough line\nshort", "a long enough line"], 10)
     assert keys.tolist() == [line_key("a long enough line")] and counts.tolist() == [2]
+
+
+def test_summed_count_blocks_equal_the_per_key_sums():
+    """The blocks the runner combines per bucket add up to what summing each key alone gives."""
+    texts = [row["text"] for row in pq.read_table(WIKI, columns=["text"]).to_pylist()]
+    halves = [partition_line_counts(texts[i::3], 1) for i in range(3)]
+    expected = {}
+    for keys, counts in halves:
+        for key, count in zip(keys.tolist(), counts.tolist()):
+            expected[key] = expected.get(key, 0) + count
+    assert any(count > 1 for count in expected.values())  # some keys are in more than one block
+    combine = SumCountBlocksFn()
+    accumulator = combine.add_input(combine.create_accumulator(), halves[0])
+    accumulator = combine.merge_accumulators([accumulator, combine.add_input(combine.create_accumulator(), halves[1]),
+                                              halves[2]])
+    keys, counts = combine.extract_output(accumulator)
+    assert keys.tolist() == sorted(expected) and counts.tolist() == [expected[k] for k in sorted(expected)]
 
 
 def test_documents_without_text_are_counted_as_empty(tmp_path):

@@ -848,11 +848,11 @@ def sign_document(
         "shingle_count": int(distinct.size),
     }
     if params.use_minhash:
-        sig = minhash.signature(shingles, params.num_perm, params.seed)
+        sig = minhash.signature(distinct, params.num_perm, params.seed)  # a minimum over the set: repeats add nothing
         row["minhash"] = minhash.to_bytes(sig)
         row["band_keys"] = minhash.band_keys(sig, params.bands, params.rows, params.seed)
     if params.use_simhash:
-        fingerprint = simhash.fingerprint(shingles)
+        fingerprint = simhash.fingerprint(distinct)
         row["simhash"] = fingerprint
         row["simhash_keys"] = simhash.block_keys(fingerprint, params.max_hamming, params.blocks, params.seed)
     if params.exact_sets:
