@@ -87,7 +87,7 @@ def test_reader_counts_hold_end_to_end(adversarial_build, filename):
 
 def test_every_stage_balances(adversarial_build):
     _, stages = adversarial_build
-    assert list(stages) == ["ingest", "exact_dedup", "near_dedup", "language", "heuristics", "blocklist", "quality",
+    assert list(stages) == ["ingest", "language", "heuristics", "blocklist", "exact_dedup", "near_dedup", "quality",
                             "safety", "pii", "decontamination", "select", "tokenize"]
     for name, stage in stages.items():
         for c in [stage["counts"], *stage["counts"]["by_source"].values()]:

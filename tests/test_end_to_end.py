@@ -15,7 +15,8 @@ from beam_pipeline.manifest import shard_leaf
 from conftest import IN_PROCESS, SAMPLE_CONFIG
 
 SCORERS = ["language", "heuristics", "blocklist", "quality", "safety", "pii", "decontamination"]  # sample cascade
-STAGES = ["ingest", "exact_dedup", "near_dedup", *SCORERS, "select", "ngram_index", "tokenize"]
+# the cascade as it runs: dedup after the cheap scorers, before the quality classifier (the seed's order)
+STAGES = ["ingest", *SCORERS[:3], "exact_dedup", "near_dedup", *SCORERS[3:], "select", "ngram_index", "tokenize"]
 
 
 def test_every_stage_accounts_for_every_record(built):

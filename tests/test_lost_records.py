@@ -27,8 +27,21 @@ TEXTS = [f"Document {i} describes the rivers, hills and weather of valley number
          for i in range(30)]
 
 
-def write_corpus(tmp_path) -> str:
-    return tiny_corpus(tmp_path, "lost", TEXTS)
+def write_corpus(tmp_path, gated: bool = True) -> str:
+    config = tiny_corpus(tmp_path, "lost", TEXTS)
+    if not gated:  # every document into every stage (docs/filters.md, "Gates")
+        with open(config) as f:
+            text = f.read().replace("cascade: [heuristics]", "cascade: {stages: [heuristics], gate: false}")
+        with open(config, "w") as f:
+            f.write(text)
+    return config
+
+
+def dataset_id_of(config: str, root: str) -> str:
+    """The dataset id of a clean build of ``config``."""
+    assert build(config, root) == 0
+    (path,) = glob.glob(os.path.join(root, "runs", "*", "metrics.json"))
+    return json.load(open(path))["dataset_id"]
 
 
 def build(config: str, root: str, *extra: str) -> int:
@@ -134,25 +147,31 @@ def test_a_row_lost_before_writing_reruns_the_stage(lose_once_before_writing, cl
     assert f"dataset_id  {clean_dataset_id}" in out
 
 
-@pytest.mark.parametrize("side,message", [
-    ("documents", "annotations for doc_id {} but no document (records were lost on the way)"),
-    ("exact", "document {} has no exact row (records were lost on the way)"),  # exact annotates every document
+@pytest.mark.parametrize("stage,join,side,gated,message", [
+    # dedup's gate joins the documents to the heuristics layer before it in the cascade
+    ("exact_dedup", "exact_dedup gate", "documents", True,
+     "annotations for doc_id {} but no document (records were lost on the way)"),
+    # ungated, exact dedup annotates every document: select's join requires its row
+    ("select", "select", "exact", False, "document {} has no exact row (records were lost on the way)"),
 ])
-def test_a_row_missing_from_a_join_reruns_the_stage(side, message, monkeypatch, clean_dataset_id, tmp_path, capsys):
-    """A scorer joins the documents to earlier annotations. A lost document leaves annotations
+def test_a_row_missing_from_a_join_reruns_the_stage(stage, join, side, gated, message, monkeypatch, tmp_path, capsys):
+    """A stage joins the documents to earlier annotations. A lost document leaves annotations
     without their document; a lost row of a layer that annotates every document leaves a document
-    without it (not an absent score). Either way the scorer raises, and the driver reruns the job."""
-    lost = lose_first_row_joined(monkeypatch, "heuristics", side)
-    config = write_corpus(tmp_path)
+    without it (not an absent score). Either way the stage raises, and the driver reruns the job."""
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    expected = dataset_id_of(write_corpus(clean, gated), str(clean / "out"))
+    lost = lose_first_row_joined(monkeypatch, join, side)
+    config = write_corpus(tmp_path, gated)
     root = str(tmp_path / "out")
     assert build(config, root) == 0
     assert len(lost) == 1
     out = capsys.readouterr().out
     warning = next(line for line in out.splitlines()
-                   if "[heuristics] WARNING: attempt 1 of 3: stage heuristics failed:" in line)
+                   if f"[{stage}] WARNING: attempt 1 of 3: stage {stage} failed:" in line)
     assert message.format(lost[0]) in warning
-    assert run_metrics(root)["heuristics"]["attempts"] == 2
-    assert f"dataset_id  {clean_dataset_id}" in out
+    assert run_metrics(root)[stage]["attempts"] == 2
+    assert f"dataset_id  {expected}" in out
 
 
 def test_with_one_attempt_a_loss_fails_the_build(lose_once_after_counting, tmp_path, capsys):

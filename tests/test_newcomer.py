@@ -52,7 +52,7 @@ def test_documented_command_blocks_run_as_written_on_the_demo(built, tmp_path):
             assert not unexpected, f"{path}:{block['line']}:\n{block['text']}\n{result.stderr[-3000:]}"
             printed += result.stdout
     # what the README's commands did, checked against the data
-    assert "dataset_id  738a689ad93c4d2d1a0b1b15aaa91a630bcba70d6430db1361700c4bfa4acbea" in printed  # takedown
+    assert "dataset_id  cc8c7dc5f85a34bd4a08678ef91add2b088a4275756f442f193b2da3837f1a95" in printed  # takedown
     assert "changed  encyclopedic-00002-of-00003" in printed  # diff: the one shard the takedown rebuilt
     takedown = os.path.join(workdir, "out", "demo", "datasets")
     assert len(os.listdir(takedown)) == 2 and open(os.path.join(takedown, SAMPLE_DATASET_ID, "SUPERSEDED_BY")).read()

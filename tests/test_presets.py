@@ -74,7 +74,7 @@ def scored():
 def decisions(config, rows) -> list:
     """First reason per row, the cascade's other stages taken as having scored every document."""
     plan = plan_of(config)
-    rows = [{**{stage: {} for stage in plan.cascade}, **row} for row in rows]
+    rows = [{**{plan.row_name(i): {} for i in range(len(plan.cascade))}, **row} for row in rows]
     source = config.sources[0].name
     return [plan.first_reason(source, row) for row in rows]
 

@@ -93,7 +93,8 @@ def gather(ref: RunRef, *, report_config: dict | None = None, detail: bool = Tru
         **(report_config or {}),
     }
     stages = _stages(ref)
-    flow_warnings = stage_flow(stages)
+    cascade = config.get("cascade") or {}
+    flow_warnings = stage_flow(stages, members=frozenset(cascade.get("stages", [])))
     data: dict[str, Any] = {
         "name": manifest.get("name"),
         "run": _run_info(ref, stages),
@@ -240,7 +241,7 @@ def _snapshot_summary(ref: RunRef) -> dict | None:
     }
 
 
-def stage_flow(stages: list[dict]) -> list[str]:
+def stage_flow(stages: list[dict], members: frozenset[str] = frozenset()) -> list[str]:
     """What each stage removed from the flow of records, from the counts alone; the warnings.
 
     A stage's records go on to the next stage, whose ``in`` says what it kept:
@@ -258,7 +259,9 @@ def stage_flow(stages: list[dict]) -> list[str]:
     n}, dead letters as ``dead_letter``), ``dropped_total``, ``gated`` ({reason:
     n} not scored), ``scored`` (None for a stage that drops) and ``after``
     (records in the flow after it), and the same per source in ``by_source``.
-    Counts that fit neither reading are reported, and taken as drops.
+    Counts that fit neither reading are reported, and taken as drops. A stage
+    that filtered nothing fits both: it scores when it is one of ``members``
+    (the cascade's stages, scorers and dedup), else it drops (nothing).
     """
     warnings = []
     for i, stage in enumerate(stages):
@@ -271,10 +274,10 @@ def stage_flow(stages: list[dict]) -> list[str]:
                 f"filtered + {stage['dead_letter']:,} dead letters"
             )
         removed = stage["in"] - next_in
-        if removed == filtered + stage["dead_letter"]:
-            kind = "drops"
-        elif removed == stage["dead_letter"]:
+        if removed == stage["dead_letter"] and (filtered or stage["name"] in members):
             kind = "scores"
+        elif removed == filtered + stage["dead_letter"]:
+            kind = "drops"
         else:
             kind = "drops"
             warnings.append(
