@@ -30,6 +30,7 @@ load, and any difference selects ``tokenizers``.
 
 from __future__ import annotations
 
+import abc
 import functools
 import itertools
 import json
@@ -54,14 +55,15 @@ def _byte_of_char() -> dict[str, int]:
     return {chr(c): b for b, c in zip(printable, chars)}
 
 
-class Encoder:
+class Encoder(abc.ABC):
     """``encode_batch(texts) -> (ids, counts)``: the ids of every text, concatenated (little-endian uint32),
     and the number of ids of each text."""
 
     engine = ""
 
+    @abc.abstractmethod
     def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        raise NotImplementedError
+        """The ids of ``texts`` (see the class)."""
 
 
 class TokenizersEncoder(Encoder):
