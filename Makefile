@@ -29,7 +29,7 @@ $(STAMP): requirements/runtime.txt requirements/dev.txt requirements/test.txt se
 ## wheels, so a separate step of `make test`, never of `make demo` (requirements/torch.in says why).
 TORCH_STAMP := $(VENV)/.torch
 $(TORCH_STAMP): requirements/torch.txt $(STAMP)
-	$(PY) -m pip install --quiet --require-hashes --no-deps -r requirements/torch.txt
+	$(PY) -m pip install --quiet --no-cache-dir --require-hashes --no-deps -r requirements/torch.txt
 	touch $(TORCH_STAMP)
 
 ## Re-resolve the locks (with hashes) from setup.py and requirements/*.in; versions already in a

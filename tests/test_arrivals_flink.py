@@ -65,7 +65,7 @@ def test_streaming_on_flink_lands_slow_writes_once_whole_and_two_names_as_one_ob
     try:
         wait_for(lambda: len(log_of(root)) == 2, 120, interval=0.2, what="the first window to commit on Flink")
         slow = [landing / f"slow-{i}.txt" for i in range(2)]
-        for i in range(40):  # 8 s of appends, never 0.5 s without a change
+        for i in range(60):  # 12 s of appends (three windows), never 0.5 s without a change
             for path in slow:
                 with open(path, "a") as f:
                     f.write(f"piece {i} of {path.name}: " + "words " * 30 + "\n")

@@ -85,7 +85,10 @@ def test_verbose_puts_beams_log_lines_on_the_console_too(tmp_path):
 
 
 def test_a_terminal_gets_a_progress_bar_redrawn_in_place(tmp_path):
-    config = tiny_corpus(tmp_path, "console", TEXTS)
+    # 25 times the console corpus: its stages each run for seconds, so the bar (redrawn every 0.5 s here)
+    # is caught mid-stage however fast the machine is (400 documents built in 6.5 s, a stage per poll)
+    texts = [f"Copy {copy} of the console corpus. {text}" for copy in range(25) for text in TEXTS]
+    config = tiny_corpus(tmp_path, "console", texts)
     leader, follower = pty.openpty()
     process = subprocess.Popen([sys.executable, "-m", "beam_pipeline", "run", "--config", config,
                                 "--progress_interval", "0.5", *DEFAULT_RUNNER],
