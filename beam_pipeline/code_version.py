@@ -87,7 +87,7 @@ def stage_code(stage: str) -> dict:
         root_tree = _scorer_module_tree(scorer_class)
         modules = closure(imports_of(root_tree, package_of=SCORER_MODULE)) - {SCORER_MODULE}
         trees = {name: _module_fingerprint(name) for name in _package_modules(modules)}
-        trees[f"{SCORER_MODULE}:{scorer_class}"] = _fingerprint(root_tree)
+        trees[f"{SCORER_MODULE}:{scorer_class}"] = _digest(root_tree)
     libraries = _library_versions(frozenset(modules))
     python = f"{sys.version_info.major}.{sys.version_info.minor}"
     return {
@@ -130,15 +130,16 @@ def _source_path(module: str) -> str:
     return path
 
 
-def _parse(module: str) -> ast.Module:
-    with open(_source_path(module), "rb") as f:
-        return ast.parse(f.read(), filename=_source_path(module))
-
-
 @functools.cache
 def _tree(module: str) -> ast.Module:
-    """The module's syntax tree, shared: never modified (:func:`_fingerprint` works on a fresh parse)."""
-    return _parse(module)
+    """The module's syntax tree without its docstrings, parsed once and shared: never modified after.
+
+    Docstrings hold no imports, so :func:`imports_of` reads the same tree the fingerprint digests.
+    """
+    with open(_source_path(module), "rb") as f:
+        tree = ast.parse(f.read(), filename=_source_path(module))
+    _drop_docstrings(tree)
+    return tree
 
 
 @functools.cache
@@ -205,17 +206,23 @@ def _package_modules(modules: set[str]) -> set[str]:
 
 @functools.cache
 def _module_fingerprint(module: str) -> str:
-    return _fingerprint(_parse(module))
+    return _digest(_tree(module))
 
 
 def _fingerprint(tree: ast.Module) -> str:
     """Digest of a module's code: its syntax tree without docstrings (comments are not in the tree).
     Removes the docstrings from ``tree`` itself."""
     _drop_docstrings(tree)
+    return _digest(tree)
+
+
+def _digest(tree: ast.Module) -> str:
+    """Digest of a syntax tree whose docstrings are removed already."""
     return digest_json(ast.dump(tree, annotate_fields=False, include_attributes=False))
 
 
 def _drop_docstrings(tree: ast.AST) -> None:
+    """Removes the docstrings of the module, its classes and functions from ``tree`` itself."""
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             body = node.body
@@ -233,7 +240,7 @@ def _scorer_module_tree(keep: str) -> ast.Module:
     from beam_pipeline.transforms.score import SCORERS
 
     others = {cls.__name__ for cls in SCORERS.values()} - {keep}
-    tree = _parse(SCORER_MODULE)
+    tree = _tree(SCORER_MODULE)  # shared: the new module takes its nodes and changes none of them
     return ast.Module(
         body=[node for node in tree.body if not (isinstance(node, ast.ClassDef) and node.name in others)],
         type_ignores=[],
