@@ -697,9 +697,14 @@ def partition_count(input_bytes: int, target_partition_bytes: int, min_partition
 
     A layer writer holds one partition's rows in memory to sort them, so the
     partition count grows with the input: that is what keeps a worker's memory
-    flat as the corpus grows (bench/results/scale-*.md).
+    flat as the corpus grows (bench/results/scale-*.md). The count is a
+    multiple of ``min_partitions`` (one partition per ``target_partition_bytes``,
+    rounded up): a per-partition stage then gives each of ``min_partitions``
+    workers (or of a divisor of it) the same number of partitions, where 5
+    partitions on 2 workers would leave one idle for a fifth of the stage.
     """
-    return max(min_partitions, math.ceil(input_bytes / target_partition_bytes))
+    per_target = math.ceil(input_bytes / target_partition_bytes)
+    return max(1, math.ceil(per_target / min_partitions)) * min_partitions
 
 
 def root_cause(err: BaseException) -> str:

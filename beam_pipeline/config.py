@@ -357,7 +357,13 @@ class LayoutConfig(_Strict):
         description="Uncompressed input bytes per layer partition (sets the partition count; a worker "
         "holds one partition in memory to sort it).",
     )
-    min_partitions: int = Field(4, ge=1, le=100_000)
+    min_partitions: int = Field(
+        4,
+        ge=1,
+        le=100_000,
+        description="At least this many partitions, and the count is a multiple of it: set it to the number of "
+        "workers (or a multiple) so each gets the same share of a per-partition stage.",
+    )
 
 
 class AccountingConfig(_Strict):

@@ -110,9 +110,20 @@ def test_partition_count_grows_with_the_estimated_text():
                                             {"path": "/d/y.jsonl", "size": 50 << 20}]},
                             "b": {"files": [{"path": "s3://b/z.parquet", "size": 25 << 20}]}}}
     assert estimated_text_bytes(manifest) == (400 + 50 + 100) << 20  # compressed files count 4x
-    assert partition_count(estimated_text_bytes(manifest), 64 << 20, 4) == 9
+    # 550 MiB: 9 partitions of at most 64 MiB, rounded up to a multiple of min_partitions (equal shares for
+    # min_partitions workers or a divisor of it: 9 partitions on 2 workers would leave one idle a ninth of a stage)
+    assert partition_count(estimated_text_bytes(manifest), 64 << 20, 4) == 12
+    assert partition_count(estimated_text_bytes(manifest), 64 << 20, 2) == 10
+    assert partition_count(estimated_text_bytes(manifest), 64 << 20, 1) == 9
     assert partition_count(estimated_text_bytes(manifest), 1 << 30, 4) == 4  # min_partitions
-    assert partition_count(2 * estimated_text_bytes(manifest), 64 << 20, 4) == 18
+    assert partition_count(2 * estimated_text_bytes(manifest), 64 << 20, 4) == 20
+    assert partition_count(0, 64 << 20, 3) == 3
+    for size in range(0, 2000 << 20, 37 << 20):
+        for minimum in (1, 2, 3, 4, 8):
+            count = partition_count(size, 64 << 20, minimum)
+            assert count % minimum == 0 and count >= minimum and count * (64 << 20) >= size
+            needed = -(-size // (64 << 20))
+            assert count == minimum or count < needed + minimum  # never a whole round more than needed
 
 
 # --- partition-wise joins (transforms/layer_io.py) --------------------------------------
