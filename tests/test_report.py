@@ -35,11 +35,15 @@ def ledger(root: str, stage: dict) -> dict:
 
 # --- numbers come from the run ------------------------------------------------
 
-def test_run_writes_its_report(built, run_dir):
+def test_run_writes_its_report(built, run_dir, tmp_path):
     path = os.path.join(run_dir, "report.html")
     assert os.path.getsize(path) > 10_000
     page = open(path, encoding="utf-8").read()
     assert built["metrics"]["dataset_id"] in page and built["metrics"]["run_id"] in page
+    # the job draws the plots in parallel tasks (transforms/publish.py: WriteReport); `report` draws them one
+    # after another: the same bytes
+    again = write_report(run_dir, output=str(tmp_path / "again.html"))
+    assert open(again, encoding="utf-8").read() == page
 
 
 def test_stage_counts_are_the_metrics(built, data):

@@ -16,19 +16,32 @@ from __future__ import annotations
 from beam_pipeline.layers import join, write_bytes_atomic
 from beam_pipeline.report.locate import ReportError, RunRef, locate
 
-__all__ = ["ReportError", "RunRef", "locate", "write_report", "write_compare"]
+__all__ = ["ReportError", "RunRef", "locate", "report_numbers", "write_compare", "write_report", "write_report_page"]
 
 
 def write_report(target: str, *, output: str | None = None, report_config: dict | None = None) -> str:
     """Write the report of the run or dataset ``target``; return its path."""
-    from beam_pipeline.report import html, plots
+    from beam_pipeline.report import plots
+
+    ref, data = report_numbers(target, report_config=report_config)
+    return write_report_page(ref, data, plots.run_plots(data), output=output)
+
+
+def report_numbers(target, *, report_config: dict | None = None) -> tuple[RunRef, dict]:
+    """(the run, its gathered numbers): the first step of :func:`write_report`."""
     from beam_pipeline.report.gather import gather
 
     ref = target if isinstance(target, RunRef) else locate(target)
-    data = gather(ref, report_config=report_config)
-    page = html.render_run(data, plots.run_plots(data))
+    return ref, gather(ref, report_config=report_config)
+
+
+def write_report_page(ref: RunRef, data: dict, figures: dict, *, output: str | None = None) -> str:
+    """The page of the numbers and their plots (``plots.by_section``), written; its path. The last step of
+    :func:`write_report`."""
+    from beam_pipeline.report import html
+
     path = output or ref.report_path
-    write_bytes_atomic(path, page.encode("utf-8"))
+    write_bytes_atomic(path, html.render_run(data, figures).encode("utf-8"))
     return path
 
 

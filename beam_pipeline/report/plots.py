@@ -554,17 +554,44 @@ def shard_sizes(data: dict, colors: Palette) -> Plot | None:
     return _finish(fig, "shards", "Shard sizes", "Tokens per shard, by domain bucket")
 
 
+#: The run report's plots other than the histograms, by section.
+SECTIONS = {
+    "funnel": funnel,
+    "drops": drops_by_source,
+    "language": language,
+    "clusters": cluster_sizes,
+    "mixture": mixture,
+    "shards": shard_sizes,
+}
+HISTOGRAM_PREFIX = "hist-"
+
+
 def run_plots(data: dict) -> dict[str, object]:
     """Every plot of a run report by section; histograms as a list."""
-    colors = palette_for(data)
+    return by_section({name: draw(name, data) for name in plot_names(data)}, data)
+
+
+def plot_names(data: dict) -> list[str]:
+    """The names of a run report's plots: its sections, then ``hist-<i>`` per histogram. Each is drawn
+    on its own (:func:`draw`), so the build's job draws them in parallel."""
+    return [*SECTIONS, *(f"{HISTOGRAM_PREFIX}{i}" for i in range(len(data.get("histograms") or [])))]
+
+
+def draw(name: str, data: dict) -> Plot | None:
+    """One plot of a run report (a name of :func:`plot_names`). Its colors come from a fresh
+    :func:`palette_for`, so its bytes do not depend on which plots were drawn before it, or where."""
+    if name.startswith(HISTOGRAM_PREFIX):
+        index = int(name[len(HISTOGRAM_PREFIX) :])
+        return histogram(data["histograms"][index], index)
+    return SECTIONS[name](data, palette_for(data))
+
+
+def by_section(drawn: dict[str, Plot | None], data: dict) -> dict[str, object]:
+    """{plot name: Plot} -> what the page renders: each section's plot, and the histograms as a list."""
+    count = len(data.get("histograms") or [])
     return {
-        "funnel": funnel(data, colors),
-        "drops": drops_by_source(data, colors),
-        "histograms": [histogram(h, i) for i, h in enumerate(data.get("histograms") or [])],
-        "language": language(data, colors),
-        "clusters": cluster_sizes(data, colors),
-        "mixture": mixture(data, colors),
-        "shards": shard_sizes(data, colors),
+        **{name: drawn[name] for name in SECTIONS},
+        "histograms": [drawn[f"{HISTOGRAM_PREFIX}{i}"] for i in range(count)],
     }
 
 

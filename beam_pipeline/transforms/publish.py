@@ -78,9 +78,7 @@ class PublishDataset(beam.PTransform):
             beam.pvalue.AsSingleton(lineage),
             *ledgers,
         )
-        report = metrics | "WriteReport" >> beam.ParDo(
-            WriteReportFn(self._config.output_root, self._run_id, self._run_dir)
-        )
+        report = metrics | "WriteReport" >> WriteReport(self._run_dir)
         return metrics | "RemoveTemporaries" >> beam.Map(
             _remove_temporaries, self._config.output_root, self._run_dir, beam.pvalue.AsList(report)
         )
@@ -249,24 +247,78 @@ def _remove_temporaries(metrics: dict, root: str, run_dir: str, _report) -> dict
     return metrics
 
 
-class WriteReportFn(beam.DoFn):
-    """The run's metrics -> runs/<run_id>/report.html; a report that fails is logged, never fatal."""
+class WriteReport(beam.PTransform):
+    """The run's metrics -> runs/<run_id>/report.html (its path; nothing when a step fails).
 
-    def __init__(self, root: str, run_id: str, run_dir: str | None = None):
-        self._root = root
-        self._run_id = run_id
-        self._run_dir = run_dir or join(root, "runs", run_id)
+    The numbers are gathered once; the plots (one task each, ``report.plots.plot_names``) are spread over
+    the workers by a reshuffle and drawn in parallel; the page is written last, from the same functions
+    as ``python -m beam_pipeline report``, so both give the same bytes. A failing step is logged, never
+    fatal: the dataset is published by then.
+    """
 
-    def process(self, _metrics: dict) -> Iterator[str]:
-        from beam_pipeline.report import write_report
+    def __init__(self, run_dir: str):
+        super().__init__()
+        self._metrics_path = join(run_dir, "metrics.json")
 
-        metrics_path = join(self._run_dir, "metrics.json")
+    def expand(self, metrics):
+        gathered = metrics | "GatherNumbers" >> beam.ParDo(_ReportStepFn(self._metrics_path, _gather_numbers))
+        numbers = beam.pvalue.AsSingleton(gathered, default_value=None)
+        return (
+            gathered
+            | "PlotNames" >> beam.FlatMap(_plot_names)
+            | "SpreadPlots" >> beam.Reshuffle()
+            | "DrawPlot" >> beam.ParDo(_ReportStepFn(self._metrics_path, _draw_plot), numbers)
+            | "AllPlots" >> beam.combiners.ToList()
+            | "WritePage" >> beam.ParDo(_ReportStepFn(self._metrics_path, _write_page), numbers)
+        )
+
+
+def _gather_numbers(metrics_path: str, _metrics: dict) -> tuple:
+    from beam_pipeline.report import report_numbers
+
+    return report_numbers(metrics_path)
+
+
+def _plot_names(gathered: tuple) -> list[str]:
+    from beam_pipeline.report import plots
+
+    return plots.plot_names(gathered[1])
+
+
+def _draw_plot(_metrics_path: str, name: str, gathered: tuple | None) -> tuple | None:
+    from beam_pipeline.report import plots
+
+    return None if gathered is None else (name, plots.draw(name, gathered[1]))
+
+
+def _write_page(_metrics_path: str, drawn: list, gathered: tuple | None) -> str | None:
+    from beam_pipeline.report import plots, write_report_page
+
+    if gathered is None:  # the numbers could not be gathered: logged by that step
+        return None
+    (ref, data), figures = gathered, dict(drawn)
+    if set(figures) != set(plots.plot_names(data)):  # a plot failed: logged by its step
+        return None
+    return write_report_page(ref, data, plots.by_section(figures, data))
+
+
+class _ReportStepFn(beam.DoFn):
+    """One step of :class:`WriteReport`: its result, or a logged warning and nothing."""
+
+    def __init__(self, metrics_path: str, step):
+        self._metrics_path = metrics_path
+        self._step = step
+
+    def process(self, element, *side) -> Iterator:
         try:
-            yield write_report(metrics_path)
+            result = self._step(self._metrics_path, element, *side)
         except Exception as err:  # noqa: BLE001 - the dataset is published; a report bug must not hide that
             _LOGGER.warning(
                 "the run report could not be written: %s: %s; retry with: python -m beam_pipeline report %s",
                 type(err).__name__,
                 err,
-                metrics_path,
+                self._metrics_path,
             )
+            return
+        if result is not None:
+            yield result
