@@ -104,7 +104,7 @@ class IngestSnapshot(beam.PTransform):
         n = self._partitions
         read = (
             pbegin
-            | "SnapshotFiles" >> beam.Create(self._files)
+            | "SnapshotFiles" >> beam.Create(self._files, reshuffle=False)
             | "SpreadFiles" >> beam.Reshuffle()
             | "ReadAndNormalize"
             >> beam.ParDo(ReadRecordsFn(self._sources, self._max_record_bytes)).with_outputs(

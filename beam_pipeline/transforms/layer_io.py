@@ -135,7 +135,8 @@ class PartitionIndexes(beam.PTransform):
         self._after = tuple(after)
 
     def expand(self, pbegin):
-        indexes = pbegin | "Indexes" >> beam.Create(list(range(self._count))).with_output_types(int)
+        # reshuffle=False: SpreadIndexes is the one reshuffle (Create's own would add a second, a stage for nothing)
+        indexes = pbegin | "Indexes" >> beam.Create(list(range(self._count)), reshuffle=False).with_output_types(int)
         if self._after:
             indexes = indexes | "AfterInputsCommitted" >> beam.Map(_first, *_after(self._after)).with_output_types(int)
         return indexes | "SpreadIndexes" >> beam.Reshuffle()

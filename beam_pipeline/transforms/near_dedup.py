@@ -325,7 +325,8 @@ class AnnotateNearDuplicates(beam.PTransform):
                         (layer, path)
                         for layer, previous in enumerate(self._previous, 1)
                         for path in previous.signature_paths
-                    ]
+                    ],
+                    reshuffle=False,
                 )
                 | "SpreadPreviousPartitions" >> beam.Reshuffle()
                 | "ReadPreviousSignatures"

@@ -70,7 +70,7 @@ class ReadWebArchives(beam.PTransform):
     def expand(self, pbegin):
         splits = (
             pbegin
-            | "WebArchiveFiles" >> beam.Create(self._files)
+            | "WebArchiveFiles" >> beam.Create(self._files, reshuffle=False)
             | "SpreadWebArchives" >> beam.Reshuffle()
             | "VerifyAndSplit" >> beam.ParDo(_VerifyAndSplitFn(self._sources))
             | "SpreadSplits" >> beam.Reshuffle()
