@@ -148,7 +148,8 @@ def test_locks_are_hashed_and_split_runtime_from_test_tools():
     assert lock_pins("test.txt")["datatrove"] and lock_pins("torch.txt")["torch"]
     makefile = open(os.path.join(REPO, "Makefile")).read()
     for name in ("runtime.txt", "dev.txt", "test.txt", "torch.txt"):
-        assert re.search(rf"pip install --quiet --require-hashes (--no-deps )?-r requirements/{name}", makefile), name
+        assert re.search(rf"pip install --quiet (--no-cache-dir )?--require-hashes (--no-deps )?-r requirements/{name}",
+                         makefile), name
     assert not os.path.exists(os.path.join(REPO, "requirements", "lock.txt"))
 
 
