@@ -215,3 +215,37 @@ def test_chunk_cache_cleared_when_full_gives_the_same_words(texts, monkeypatch):
     generation = reference_tokenizer.VOCABULARY.generation
     assert [reference_tokenizer.words(text) for text in sample] == expected
     assert reference_tokenizer.VOCABULARY.generation > generation + 1
+
+
+def plain_sentences(line):
+    """The sentencizer's count of one line from its tokens, each token classed on its own (no cache)."""
+    classes = "".join(map(reference_tokenizer._token_class, reference_tokenizer.tokens(line)))
+    return 1 + len(re.findall("F[FP]*W", classes))
+
+
+def test_sentence_counts_equal_the_per_token_classes(texts):
+    """The per-token-id class table and the ASCII shortcut for one-sentence lines count what classing every
+    token of every kept line does."""
+    lines = [
+        line
+        for text in texts
+        for line, outcome in heuristics_reference._c4_lines(text.splitlines())
+        if outcome == "kept"
+    ]
+    lines += ["Ünïcode. Line", "日本語。次の文", "a\u2026 b? c", "x\u0964 y", "ascii only? yes! sure. ok"]
+    assert len(lines) > 10_000
+    assert [reference_tokenizer.sentence_count(line) for line in lines] == list(map(plain_sentences, lines))
+    assert reference_tokenizer.sentence_total(lines) == sum(map(plain_sentences, lines))
+
+
+@pytest.mark.parametrize("cache_size", [reference_tokenizer.CACHE_SIZE, 3_000])
+def test_word_ids_equal_each_chunks_tokens(texts, monkeypatch, cache_size):
+    """A document's token ids come from flat per-chunk arrays (and survive the cache's new generations):
+    they are the ids of each chunk's tokens, tokenized one chunk at a time."""
+    monkeypatch.setattr(reference_tokenizer, "VOCABULARY", reference_tokenizer._Vocabulary())
+    monkeypatch.setattr(reference_tokenizer, "CACHE_SIZE", cache_size)
+    for text in texts[:300]:
+        ids = reference_tokenizer.word_ids(text).tolist()
+        strings = reference_tokenizer.VOCABULARY.strings
+        plain = [token for chunk in text.split() for token in reference_tokenizer._tokenize_chunk(chunk)]
+        assert [strings[i] for i in ids] == plain
