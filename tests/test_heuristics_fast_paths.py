@@ -249,3 +249,37 @@ def test_word_ids_equal_each_chunks_tokens(texts, monkeypatch, cache_size):
         strings = reference_tokenizer.VOCABULARY.strings
         plain = [token for chunk in text.split() for token in reference_tokenizer._tokenize_chunk(chunk)]
         assert [strings[i] for i in ids] == plain
+
+
+def plain_reference_ngrams(words, text):
+    """datatrove's n-gram scores written out: a Counter's most common n-gram (the first seen among equals)
+    and ``find_all_duplicate``'s scan over every position (n-grams as tuples of tokens)."""
+    out = {}
+    for n in heuristics_reference.TOP_NGRAM_SIZES:
+        grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
+        if not grams:
+            out[f"ref_rep_top_{n}gram"] = 0.0
+            continue
+        gram, count = Counter(grams).most_common(1)[0]
+        out[f"ref_rep_top_{n}gram"] = len(" ".join(gram)) * count / len(text)
+    for n in heuristics_reference.DUP_NGRAM_SIZES:
+        seen, chars, at = set(), 0, 0
+        while at < len(words) - n + 1:
+            gram = tuple(words[at : at + n])
+            if gram in seen:
+                chars += sum(map(len, gram))
+                at += n
+            else:
+                seen.add(gram)
+                at += 1
+        out[f"ref_rep_dup_{n}gram"] = chars / len(text)
+    return out
+
+
+def test_reference_ngram_columns_equal_the_plain_scan(texts):
+    """Top and duplicate n-grams (candidates only, no sort once nothing repeats) against the plain scan, on
+    sample documents and on texts where nothing, or only short n-grams, repeat."""
+    for text in texts[::6] + ["one two three four five six", "a b a b c d e f g h i j k", "x y", "lone"]:
+        fast = heuristics_reference.score(text, "en")
+        plain = plain_reference_ngrams(reference_tokenizer.words(text), text)
+        assert {name: fast[name] for name in plain} == plain, text[:60]
