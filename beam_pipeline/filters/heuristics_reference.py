@@ -282,12 +282,11 @@ def _ngram_scores(tokens: _Tokens, text_length: int) -> dict:
                 break
             rolling = rolling[:-1] * _MULTIPLIER + base[n - 1 :]
             repeats = np.zeros(len(rolling), dtype=bool)
-            values, inverse, counts = np.unique(rolling[candidates], return_inverse=True, return_counts=True)
-            repeated = candidates[counts[inverse] > 1]
+            occurrences = _occurrences(rolling[candidates])
+            repeated = candidates[occurrences > 1]
             repeats[repeated] = True
             if n in TOP_NGRAM_SIZES:
                 if repeated.size:
-                    occurrences = counts[inverse]
                     top = int(occurrences.max())
                     at = int(candidates[occurrences == top][0])
                 else:  # every n-gram once: the first one is the top
@@ -297,6 +296,20 @@ def _ngram_scores(tokens: _Tokens, text_length: int) -> dict:
             else:
                 out[name] = _skipping_duplicates(rolling, repeated, cumulative, n) / text_length
     return out
+
+
+def _occurrences(keys: np.ndarray) -> np.ndarray:
+    """How many elements of ``keys`` equal each one (``counts[inverse]`` of ``np.unique``, in fewer steps)."""
+    order = np.argsort(keys)
+    ordered = keys[order]
+    starts = np.empty(len(keys), dtype=bool)
+    starts[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
+    run_starts = np.flatnonzero(starts)
+    run_sizes = np.diff(run_starts, append=len(keys))
+    occurrences = np.empty(len(keys), dtype=np.int64)
+    occurrences[order] = np.repeat(run_sizes, run_sizes)
+    return occurrences
 
 
 def _ngram_column(n: int) -> str:

@@ -505,7 +505,7 @@ class _TokenClasses:
     """:func:`_token_class` of every token of :data:`VOCABULARY`, by token id (extended as the vocabulary
     grows, reset with its generation): a new chunk's classes are its token ids' classes."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.generation = -1
         self.classes: list[str] = []
 
@@ -553,16 +553,19 @@ def sentence_total(lines: list[str]) -> int:
     (which no sentence break spans), searched once; lines of single-spaced chunks take their classes
     from the chunk cache."""
     classes: list[str] = []
+    cached = _class_cache.__getitem__
     for line in lines:
         if _one_sentence(line):
             continue  # one sentence (see sentence_count)
         chunks = line.split()
         if " ".join(chunks) == line:
-            classes.extend(_chunk_classes(chunks))
+            try:
+                classes.append("".join(map(cached, chunks)))
+            except KeyError:  # a chunk not classed yet
+                classes.append("".join(_chunk_classes(chunks)))
         else:
-            classes.extend(_spaced_classes(line, _chunk_classes(chunks)))
-        classes.append("|")
-    return len(lines) + len(_SENTENCE_BREAK.findall("".join(classes)))
+            classes.append("".join(_spaced_classes(line, _chunk_classes(chunks))))
+    return len(lines) + len(_SENTENCE_BREAK.findall("|".join(classes)))
 
 
 def _spaced_classes(text: str, chunk_classes: list[str]):
