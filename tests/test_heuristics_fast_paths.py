@@ -215,3 +215,71 @@ def test_chunk_cache_cleared_when_full_gives_the_same_words(texts, monkeypatch):
     generation = reference_tokenizer.VOCABULARY.generation
     assert [reference_tokenizer.words(text) for text in sample] == expected
     assert reference_tokenizer.VOCABULARY.generation > generation + 1
+
+
+def plain_sentences(line):
+    """The sentencizer's count of one line from its tokens, each token classed on its own (no cache)."""
+    classes = "".join(map(reference_tokenizer._token_class, reference_tokenizer.tokens(line)))
+    return 1 + len(re.findall("F[FP]*W", classes))
+
+
+def test_sentence_counts_equal_the_per_token_classes(texts):
+    """The per-token-id class table and the ASCII shortcut for one-sentence lines count what classing every
+    token of every kept line does."""
+    lines = [
+        line
+        for text in texts
+        for line, outcome in heuristics_reference._c4_lines(text.splitlines())
+        if outcome == "kept"
+    ]
+    lines += ["Ünïcode. Line", "日本語。次の文", "a\u2026 b? c", "x\u0964 y", "ascii only? yes! sure. ok"]
+    assert len(lines) > 10_000
+    assert [reference_tokenizer.sentence_count(line) for line in lines] == list(map(plain_sentences, lines))
+    assert reference_tokenizer.sentence_total(lines) == sum(map(plain_sentences, lines))
+
+
+@pytest.mark.parametrize("cache_size", [reference_tokenizer.CACHE_SIZE, 3_000])
+def test_word_ids_equal_each_chunks_tokens(texts, monkeypatch, cache_size):
+    """A document's token ids come from flat per-chunk arrays (and survive the cache's new generations):
+    they are the ids of each chunk's tokens, tokenized one chunk at a time."""
+    monkeypatch.setattr(reference_tokenizer, "VOCABULARY", reference_tokenizer._Vocabulary())
+    monkeypatch.setattr(reference_tokenizer, "CACHE_SIZE", cache_size)
+    for text in texts[:300]:
+        ids = reference_tokenizer.word_ids(text).tolist()
+        strings = reference_tokenizer.VOCABULARY.strings
+        plain = [token for chunk in text.split() for token in reference_tokenizer._tokenize_chunk(chunk)]
+        assert [strings[i] for i in ids] == plain
+
+
+def plain_reference_ngrams(words, text):
+    """datatrove's n-gram scores written out: a Counter's most common n-gram (the first seen among equals)
+    and ``find_all_duplicate``'s scan over every position (n-grams as tuples of tokens)."""
+    out = {}
+    for n in heuristics_reference.TOP_NGRAM_SIZES:
+        grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
+        if not grams:
+            out[f"ref_rep_top_{n}gram"] = 0.0
+            continue
+        gram, count = Counter(grams).most_common(1)[0]
+        out[f"ref_rep_top_{n}gram"] = len(" ".join(gram)) * count / len(text)
+    for n in heuristics_reference.DUP_NGRAM_SIZES:
+        seen, chars, at = set(), 0, 0
+        while at < len(words) - n + 1:
+            gram = tuple(words[at : at + n])
+            if gram in seen:
+                chars += sum(map(len, gram))
+                at += n
+            else:
+                seen.add(gram)
+                at += 1
+        out[f"ref_rep_dup_{n}gram"] = chars / len(text)
+    return out
+
+
+def test_reference_ngram_columns_equal_the_plain_scan(texts):
+    """Top and duplicate n-grams (candidates only, no sort once nothing repeats) against the plain scan, on
+    sample documents and on texts where nothing, or only short n-grams, repeat."""
+    for text in texts[::6] + ["one two three four five six", "a b a b c d e f g h i j k", "x y", "lone"]:
+        fast = heuristics_reference.score(text, "en")
+        plain = plain_reference_ngrams(reference_tokenizer.words(text), text)
+        assert {name: fast[name] for name in plain} == plain, text[:60]

@@ -325,6 +325,11 @@ def _apply_special_cases(tokens: list[str]) -> list[str]:
 class _Vocabulary:
     """Tokens interned as ints, and each chunk's token ids (spaCy caches chunks the same way).
 
+    Each chunk also gets a chunk id, and its token ids are kept in flat
+    arrays (``first[chunk id]`` is where its ``sizes[chunk id]`` token ids
+    start in ``flat``), so that a document's token ids are one dict lookup
+    per chunk and a few array operations (:meth:`token_ids`).
+
     Cleared as a whole (a new *generation*) before it would outgrow
     :data:`CACHE_SIZE` chunks, only between documents, so a document's ids
     are always consistent.
@@ -336,8 +341,13 @@ class _Vocabulary:
 
     def clear(self) -> None:
         self.chunks: dict[str, tuple[int, ...]] = {}
+        self.chunk_ids: dict[str, int] = {}
         self.ids: dict[str, int] = {}
         self.strings: list[str] = []
+        self.first = np.zeros(1024, np.int64)
+        self.sizes = np.zeros(1024, np.int64)
+        self.flat = np.zeros(4096, np.int64)
+        self.flat_size = 0
         self.generation += 1
 
     def intern(self, token: str) -> int:
@@ -360,7 +370,41 @@ class _Vocabulary:
             ids[token] = len(strings)
             strings.append(token)
         lookup = ids.__getitem__
-        self.chunks.update(zip(missing, (tuple(map(lookup, tokens)) for tokens in split)))
+        token_ids = [tuple(map(lookup, tokens)) for tokens in split]
+        self.chunks.update(zip(missing, token_ids))
+        # the flat arrays
+        start = len(self.chunk_ids)
+        end = start + len(missing)
+        self.chunk_ids.update(zip(missing, range(start, end)))
+        sizes = np.fromiter(map(len, token_ids), np.int64, len(missing))
+        flat = np.fromiter(chain.from_iterable(token_ids), np.int64, int(sizes.sum()))
+        if end > len(self.sizes):
+            self.first = _grown(self.first, end)
+            self.sizes = _grown(self.sizes, end)
+        if self.flat_size + len(flat) > len(self.flat):
+            self.flat = _grown(self.flat, self.flat_size + len(flat))
+        self.sizes[start:end] = sizes
+        self.first[start:end] = self.flat_size + np.cumsum(sizes) - sizes
+        self.flat[self.flat_size : self.flat_size + len(flat)] = flat
+        self.flat_size += len(flat)
+
+    def token_ids(self, chunk_ids: np.ndarray) -> np.ndarray:
+        """The token ids of a sequence of chunks (by chunk id), concatenated."""
+        sizes = self.sizes[chunk_ids]
+        if not sizes.size:
+            return np.zeros(0, np.int64)
+        ends = np.cumsum(sizes)
+        # output position j of chunk k reads flat[first[k] + j - (ends[k] - sizes[k])]
+        shift = np.repeat(self.first[chunk_ids] - (ends - sizes), sizes)
+        shift += np.arange(int(ends[-1]))
+        return self.flat[shift]
+
+
+def _grown(array: np.ndarray, size: int) -> np.ndarray:
+    """``array`` copied into one of at least ``size`` elements (doubling, so that growing is amortized)."""
+    grown = np.zeros(max(size, 2 * len(array)), array.dtype)
+    grown[: len(array)] = array
+    return grown
 
 
 VOCABULARY = _Vocabulary()
@@ -416,10 +460,11 @@ def word_ids(text: str, chunks: list[str] | None = None) -> np.ndarray:
     ``text.split()`` when the caller has it already."""
     chunks = text.split() if chunks is None else chunks
     try:  # every chunk seen before: no set of the chunks to build
-        return np.fromiter(chain.from_iterable(map(VOCABULARY.chunks.__getitem__, chunks)), dtype=np.int64)
+        chunk_ids = np.fromiter(map(VOCABULARY.chunk_ids.__getitem__, chunks), np.int64, len(chunks))
     except KeyError:
         VOCABULARY.fill(chunks)
-        return np.fromiter(chain.from_iterable(map(VOCABULARY.chunks.__getitem__, chunks)), dtype=np.int64)
+        chunk_ids = np.fromiter(map(VOCABULARY.chunk_ids.__getitem__, chunks), np.int64, len(chunks))
+    return VOCABULARY.token_ids(chunk_ids)
 
 
 def words(text: str) -> list[str]:
@@ -456,16 +501,51 @@ def _token_class(token: str) -> str:
     return "P" if all(unicodedata.category(c).startswith("P") for c in token) else "W"
 
 
+class _TokenClasses:
+    """:func:`_token_class` of every token of :data:`VOCABULARY`, by token id (extended as the vocabulary
+    grows, reset with its generation): a new chunk's classes are its token ids' classes."""
+
+    def __init__(self) -> None:
+        self.generation = -1
+        self.classes: list[str] = []
+
+    def of(self, chunk: str) -> str:
+        ids = VOCABULARY.chunks.get(chunk)
+        if ids is None:
+            VOCABULARY.fill((chunk,))  # may start a new generation: look the ids up after it
+            ids = VOCABULARY.chunks[chunk]
+        if self.generation != VOCABULARY.generation:
+            self.generation = VOCABULARY.generation
+            self.classes = []
+        strings = VOCABULARY.strings
+        if len(strings) > len(self.classes):
+            self.classes.extend(map(_token_class, strings[len(self.classes) :]))
+        return "".join(map(self.classes.__getitem__, ids))
+
+
+_TOKEN_CLASSES = _TokenClasses()
+
+
 def _chunk_classes(chunks: list[str]) -> list[str]:
     """The token classes of each chunk (cached per chunk)."""
     classes = list(map(_class_cache.get, chunks))
     if None in classes:
         if len(_class_cache) + len(chunks) > CACHE_SIZE:
             _class_cache.clear()
+        of = _TOKEN_CLASSES.of
         for chunk in set(chunks).difference(_class_cache):
-            _class_cache[chunk] = "".join(map(_token_class, chunk_tokens(chunk)))
+            _class_cache[chunk] = of(chunk)
         classes = list(map(_class_cache.__getitem__, chunks))
     return classes
+
+
+def _one_sentence(line: str) -> bool:
+    """True when ``line`` has no sentence-final character but maybe its last one (see sentence_count):
+    an ASCII line can only have . ! ? (str.find), another one is searched with the regex."""
+    end = len(line) - 1
+    if line.isascii():
+        return line.find(".", 0, end) < 0 and line.find("!", 0, end) < 0 and line.find("?", 0, end) < 0
+    return _FINAL_CHARACTER.search(line, 0, end) is None
 
 
 def sentence_total(lines: list[str]) -> int:
@@ -473,16 +553,19 @@ def sentence_total(lines: list[str]) -> int:
     (which no sentence break spans), searched once; lines of single-spaced chunks take their classes
     from the chunk cache."""
     classes: list[str] = []
+    cached = _class_cache.__getitem__
     for line in lines:
-        if _FINAL_CHARACTER.search(line, 0, len(line) - 1) is None:
+        if _one_sentence(line):
             continue  # one sentence (see sentence_count)
         chunks = line.split()
         if " ".join(chunks) == line:
-            classes.extend(_chunk_classes(chunks))
+            try:
+                classes.append("".join(map(cached, chunks)))
+            except KeyError:  # a chunk not classed yet
+                classes.append("".join(_chunk_classes(chunks)))
         else:
-            classes.extend(_spaced_classes(line, _chunk_classes(chunks)))
-        classes.append("|")
-    return len(lines) + len(_SENTENCE_BREAK.findall("".join(classes)))
+            classes.append("".join(_spaced_classes(line, _chunk_classes(chunks))))
+    return len(lines) + len(_SENTENCE_BREAK.findall("|".join(classes)))
 
 
 def _spaced_classes(text: str, chunk_classes: list[str]):
