@@ -131,12 +131,13 @@ def test_the_workers_get_no_option_they_would_discard(caplog):
 
 
 def test_the_demo_console_has_progress_and_no_beam_warnings(tmp_path):
-    """``make demo``'s command (the sample, the default local runner), with progress every 5 s rather than
-    30 so that lines appear however fast the machine builds the sample."""
+    """``make demo``'s command (the sample, the default local runner), with progress every second rather
+    than every 30 s so that lines appear however fast the machine builds the sample (it takes ~25 s: at 5 s
+    a round could fall between stages every time)."""
     from tests.test_newcomer import SAMPLE_DATASET_ID
 
     result = run_cli(["run", "--config", "sample/corpus.yaml", "--output_root", str(tmp_path / "demo"),
-                      "--progress_interval", "5"])
+                      "--progress_interval", "1"])
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"dataset_id  {SAMPLE_DATASET_ID}" in result.stdout.splitlines()
     assert result.stderr == "", result.stderr[-3000:]
