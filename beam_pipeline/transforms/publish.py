@@ -254,6 +254,11 @@ class WriteReport(beam.PTransform):
     the workers by a reshuffle and drawn in parallel; the page is written last, from the same functions
     as ``python -m beam_pipeline report``, so both give the same bytes. A failing step is logged, never
     fatal: the dataset is published by then.
+
+    The numbers travel with each task rather than as a side input: the steps form a chain, with no
+    second route back to the metrics. A Flink batch job's plan is traversed once per route from each sink
+    (its optimizer's range-partition pass does not remember visited nodes), so every extra route near
+    the end of the job multiplies that work for the whole graph (docs/flink.md).
     """
 
     def __init__(self, run_dir: str):
@@ -261,15 +266,14 @@ class WriteReport(beam.PTransform):
         self._metrics_path = join(run_dir, "metrics.json")
 
     def expand(self, metrics):
-        gathered = metrics | "GatherNumbers" >> beam.ParDo(_ReportStepFn(self._metrics_path, _gather_numbers))
-        numbers = beam.pvalue.AsSingleton(gathered, default_value=None)
         return (
-            gathered
-            | "PlotNames" >> beam.FlatMap(_plot_names)
+            metrics
+            | "GatherNumbers" >> beam.ParDo(_ReportStepFn(self._metrics_path, _gather_numbers))
+            | "PlotTasks" >> beam.FlatMap(_plot_tasks)
             | "SpreadPlots" >> beam.Reshuffle()
-            | "DrawPlot" >> beam.ParDo(_ReportStepFn(self._metrics_path, _draw_plot), numbers)
+            | "DrawPlot" >> beam.ParDo(_ReportStepFn(self._metrics_path, _draw_plot))
             | "AllPlots" >> beam.combiners.ToList()
-            | "WritePage" >> beam.ParDo(_ReportStepFn(self._metrics_path, _write_page), numbers)
+            | "WritePage" >> beam.ParDo(_ReportStepFn(self._metrics_path, _write_page))
         )
 
 
@@ -279,24 +283,27 @@ def _gather_numbers(metrics_path: str, _metrics: dict) -> tuple:
     return report_numbers(metrics_path)
 
 
-def _plot_names(gathered: tuple) -> list[str]:
+def _plot_tasks(gathered: tuple) -> list[tuple]:
+    """(the run, its numbers) -> (plot name, the run, its numbers) per plot."""
     from beam_pipeline.report import plots
 
-    return plots.plot_names(gathered[1])
+    return [(name, *gathered) for name in plots.plot_names(gathered[1])]
 
 
-def _draw_plot(_metrics_path: str, name: str, gathered: tuple | None) -> tuple | None:
+def _draw_plot(_metrics_path: str, task: tuple) -> tuple:
     from beam_pipeline.report import plots
 
-    return None if gathered is None else (name, plots.draw(name, gathered[1]))
+    name, ref, data = task
+    return name, plots.draw(name, data), ref, data
 
 
-def _write_page(_metrics_path: str, drawn: list, gathered: tuple | None) -> str | None:
+def _write_page(_metrics_path: str, drawn: list) -> str | None:
     from beam_pipeline.report import plots, write_report_page
 
-    if gathered is None:  # the numbers could not be gathered: logged by that step
+    if not drawn:  # the numbers could not be gathered, or no plot could be drawn: logged by that step
         return None
-    (ref, data), figures = gathered, dict(drawn)
+    _, _, ref, data = drawn[0]
+    figures = {name: plot for name, plot, _, _ in drawn}
     if set(figures) != set(plots.plot_names(data)):  # a plot failed: logged by its step
         return None
     return write_report_page(ref, data, plots.by_section(figures, data))
@@ -309,9 +316,9 @@ class _ReportStepFn(beam.DoFn):
         self._metrics_path = metrics_path
         self._step = step
 
-    def process(self, element, *side) -> Iterator:
+    def process(self, element) -> Iterator:
         try:
-            result = self._step(self._metrics_path, element, *side)
+            result = self._step(self._metrics_path, element)
         except Exception as err:  # noqa: BLE001 - the dataset is published; a report bug must not hide that
             _LOGGER.warning(
                 "the run report could not be written: %s: %s; retry with: python -m beam_pipeline report %s",
