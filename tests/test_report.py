@@ -390,3 +390,24 @@ def test_report_config_is_optional_validated_and_not_part_of_the_digest():
         parse_config({**raw, "report": {"target_tokens": 0}}, base_dir=os.path.dirname(SAMPLE_CONFIG))
     with pytest.raises(ConfigError, match="report.epochs: unknown field"):
         parse_config({**raw, "report": {"epochs": 4}}, base_dir=os.path.dirname(SAMPLE_CONFIG))
+
+
+def test_the_jobs_report_step_logs_a_failure_and_writes_nothing(tmp_path, caplog):
+    """transforms/publish.py: WriteReport. A run folder without metrics (the numbers cannot be gathered):
+    a warning naming the retry command, no page, no output; the job itself succeeds."""
+    import logging
+
+    import apache_beam as beam
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from beam_pipeline.transforms.publish import WriteReport
+
+    caplog.set_level(logging.WARNING)
+    run_dir = str(tmp_path / "runs" / "0123456789abcdef")
+    os.makedirs(run_dir)
+    with beam.Pipeline(runner="DirectRunner") as p:
+        written = p | beam.Create([{}]) | WriteReport(run_dir)
+        assert_that(written, equal_to([]))
+    assert "the run report could not be written" in caplog.text
+    assert f"python -m beam_pipeline report {run_dir}/metrics.json" in caplog.text
+    assert not os.path.exists(os.path.join(run_dir, "report.html"))
