@@ -32,9 +32,11 @@ BEAM_CHATTER = ("WARNING:apache_beam", "Worker: severity", "Discarding unparseab
 
 
 def _corpus_with_a_dead_letter(tmp_path) -> str:
-    config = tiny_corpus(tmp_path, "console", TEXTS, extra_yaml="accounting: {max_dead_letter_fraction: 0.5}\n")
+    # 25 copies (10,000 documents): stages run across several progress rounds however fast the machine is
+    texts = [f"Copy {copy} of the console corpus. {text}" for copy in range(25) for text in TEXTS]
+    config = tiny_corpus(tmp_path, "console", texts, extra_yaml="accounting: {max_dead_letter_fraction: 0.5}\n")
     with open(tmp_path / "data" / "docs.jsonl", "a") as f:
-        f.write('{"id": "400", "text": "a record with a missing comma" "x": 1}\n')
+        f.write('{"id": "10000", "text": "a record with a missing comma" "x": 1}\n')
     return config
 
 
