@@ -66,15 +66,15 @@ flink: $(STAMP)
 report: $(STAMP)
 	$(PY) -m beam_pipeline report $(DEMO_ROOT)
 
-## Run the whole test suite (what .ci/run calls); it runs landing jobs on embedded Flink too (the sample's
-## build on embedded Flink is `make test-flink-embedded`, below).
+## Run the whole test suite (what .ci/run calls); it runs the sample's build and landing jobs on embedded
+## Flink too.
 test: $(STAMP) $(TORCH_STAMP) flink models
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests
 
-## The sample on embedded Flink against the local runner's layers (tests/test_flink_embedded.py): out of
-## `make test` while Flink's batch optimizer can take over 30 min on the build's plan (docs/flink.md).
+## Only the sample on embedded Flink against the local runner's layers (tests/test_flink_embedded.py,
+## part of `make test` too).
 test-flink-embedded: $(STAMP) flink models
-	BEAM_PIPELINE_FLINK_EMBEDDED=1 $(PY) -m pytest -q tests/test_flink_embedded.py
+	$(PY) -m pytest -q tests/test_flink_embedded.py
 
 ## The sample on a real Flink session cluster on localhost (Java; downloads Flink and the
 ## Beam job server into ~/.cache/beam_pipeline/flink once). docs/flink.md.

@@ -56,6 +56,7 @@ from beam_pipeline.stage_plan import LayerRef, StagePlan
 from beam_pipeline.transforms import exact_dedup, ingest, publish, select, tokenize_shard
 from beam_pipeline.transforms.gate import DocumentPartitions
 from beam_pipeline.transforms.layer_io import (
+    TASK_RECORDS,
     WRITTEN,
     CommitLayer,
     Committed,
@@ -63,6 +64,7 @@ from beam_pipeline.transforms.layer_io import (
     PartitionInputs,
     WriteLayerOutput,
     WrittenPartitions,
+    dead_letter_order,
 )
 from beam_pipeline.transforms.task_ledger import clear_uncommitted, discard_task_records
 
@@ -284,6 +286,8 @@ class _CommitProduced(beam.PTransform):
 def commit_produced(spec: LayerSpec, produced: dict):
     """Write what a stage produced (rows through :class:`WriteLayerOutput`; partitions its tasks wrote
     as they are) and commit the layer: PCollection[Committed]."""
+    if TASK_RECORDS in produced:  # one collection: each partition's sidecars, counts and dead letters
+        return {TASK_RECORDS: produced[TASK_RECORDS]} | "Commit" >> CommitLayer(spec)
     sidecars = {}
     for name, schema in spec.outputs.items():
         value = produced.get(name)
@@ -313,16 +317,7 @@ def _flattened(collections, label: str):
     return collections
 
 
-def _dead_letter_order(row: dict) -> tuple:
-    return (
-        row["file"] or "",
-        row["position"] if row["position"] is not None else -1,
-        row["doc_id"] or "",
-        row["error"],
-    )
-
-
-_DEAD_LETTER_LAYOUT = {"sort_key": _dead_letter_order, "partition_key": lambda row: row["file"] or ""}
+_DEAD_LETTER_LAYOUT = {"sort_key": dead_letter_order, "partition_key": lambda row: row["file"] or ""}
 
 
 # --- the build --------------------------------------------------------------------------------------

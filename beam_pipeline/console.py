@@ -114,6 +114,19 @@ class ConsoleFilter(logging.Filter):
         )
 
 
+def is_worker_hangup(exc: BaseException | None) -> bool:
+    """A gRPC stream the runner cancelled: how an SDK worker's threads end when Flink releases the
+    worker's environment at the end of a task ("Multiplexer hanging up"); nothing is lost."""
+    try:
+        import grpc
+    except ImportError:  # pragma: no cover - grpc comes with apache-beam
+        return False
+    if not isinstance(exc, grpc.RpcError):
+        return False
+    code = getattr(exc, "code", None)
+    return callable(code) and code() == grpc.StatusCode.CANCELLED
+
+
 class Console:
     """The console of one command: log routing (:meth:`install`), stage lines (:meth:`line`) and the
     terminal's progress bar (:meth:`show`, :meth:`clear`)."""
@@ -127,6 +140,7 @@ class Console:
         self._saved: tuple | None = None
         self._bar_width = 0
         self._lock = threading.Lock()
+        self._saved_excepthook = threading.excepthook
 
     # --- log routing --------------------------------------------------------------------------
 
@@ -143,7 +157,21 @@ class Console:
         root.addHandler(self.run_log)
         root.addHandler(console)
         root.setLevel(logging.INFO)
+        self._saved_excepthook = threading.excepthook
+        threading.excepthook = self._thread_exception
         return self
+
+    def _thread_exception(self, args) -> None:
+        """A thread's uncaught exception: a worker hang-up (:func:`is_worker_hangup`) goes to the run
+        log only, anything else to the hook that was there before (a traceback on stderr)."""
+        if is_worker_hangup(args.exc_value):
+            logging.getLogger("apache_beam.runners.worker").info(
+                "SDK worker thread %s ended: the runner closed its stream (%s)",
+                getattr(args.thread, "name", "?"),
+                args.exc_value.details() if hasattr(args.exc_value, "details") else args.exc_value,
+            )
+            return
+        self._saved_excepthook(args)
 
     def open_log(self, run_dir: str) -> None:
         """The run folder is known: the run log goes to ``<run_dir>/beam.log`` from now on."""
@@ -161,6 +189,7 @@ class Console:
                 root.addHandler(handler)
             root.setLevel(level)
             self._saved = None
+            threading.excepthook = self._saved_excepthook
 
     def __enter__(self):
         return self.install()

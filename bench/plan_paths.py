@@ -12,35 +12,19 @@ meet again) multiplies it. This prints that number for a config's build graph
 
     .venv/bin/python bench/plan_paths.py sample/corpus.yaml
 
-Measured (bench/README.md, 'End to end at scale'): 8.2e10 paths before the
-connected components' rounds stopped being diamonds (the sample's job never
-left the optimizer), 2.3e7 after (the optimizer takes ~40 s of a build).
+Measured (bench/README.md, 'End to end at scale'; docs/flink.md, 'Routes
+through the plan'): 8.2e10 paths before the connected components' rounds
+stopped being diamonds (the sample's job never left the optimizer), 2.3e7
+after (the optimizer took ~40 s of a build); 1.3e9 once dedup joined the
+cascade (more than 30 min), 5.3e6 since stages commit from one collection
+each (``beam_pipeline.plan_routes`` says how the count is made).
 """
 from __future__ import annotations
 
 import argparse
-import graphlib
 import shutil
 import sys
 import tempfile
-
-
-def count_paths(pipeline_proto) -> dict:
-    """{"transforms", "sinks", "paths", "longest_chain"} of a pipeline proto's primitive transforms."""
-    components = pipeline_proto.components
-    leaves = {tid: t for tid, t in components.transforms.items() if not t.subtransforms}
-    producer = {pc: tid for tid, t in leaves.items() for pc in t.outputs.values()}
-    predecessors = {tid: sorted({producer[pc] for pc in t.inputs.values() if pc in producer and producer[pc] != tid})
-                    for tid, t in leaves.items()}
-    paths, depth = {}, {}
-    for tid in graphlib.TopologicalSorter(predecessors).static_order():
-        before = predecessors[tid]
-        paths[tid] = sum(paths[p] for p in before) if before else 1
-        depth[tid] = 1 + max((depth[p] for p in before), default=0)
-    consumed = {pc for t in leaves.values() for pc in t.inputs.values()}
-    sinks = [tid for tid, t in leaves.items() if not any(pc in consumed for pc in t.outputs.values())]
-    return {"transforms": len(leaves), "sinks": len(sinks), "paths": sum(paths[s] for s in sinks),
-            "longest_chain": max(depth.values(), default=0)}
 
 
 def main() -> int:
@@ -51,17 +35,18 @@ def main() -> int:
 
     from beam_pipeline.build import CorpusBuild
     from beam_pipeline.config import load_config
+    from beam_pipeline.plan_routes import count_routes
 
     root = tempfile.mkdtemp(prefix="plan-paths-")  # the snapshot is written here; no layer is
     try:
         config = load_config(args.config).model_copy(update={"output_root": root})
         build = CorpusBuild(config, PipelineOptions(["--runner=DirectRunner"]), log=lambda _: None)
         graph = build.assemble(*build._prepare())
-        found = count_paths(graph.pipeline.to_runner_api())
+        found = count_routes(graph.pipeline.to_runner_api())
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(f"{found['transforms']} primitive transforms, {found['sinks']} sinks, longest chain "
-          f"{found['longest_chain']}, {found['paths']:,} source-to-sink paths ({found['paths']:.2e})")
+          f"{found['longest_chain']}, {found['routes']:,} source-to-sink paths ({found['routes']:.2e})")
     return 0
 
 

@@ -116,11 +116,12 @@ def grouping_coders(pipeline) -> dict:
 
 
 #: Groupings that Beam keys itself, with a key we never make: ``CombineGlobally``/``ToList`` (the
-#: constant key None: each stage's ``SumCounts``, lineage's ``AllParts``, the report's ``AllPlots``) and the fan-out inside
+#: constant key None: each stage's ``SumCounts`` or ``AllTasks``, lineage's ``AllParts``, the report's ``AllPlots``,
+#: publish's ``Ledgers``, the components' ``RoundTallies``) and the fan-out inside
 #: ``CombinePerKey.with_hot_key_fanout`` (``PreCombineFn``/``PostCombineFn``: exact dedup's str
 #: content hash, re-keyed without its type hint). Beam gives them ``DeterministicFastPrimitivesCoderV2``,
 #: which encodes None and str without pickling.
-BEAM_KEYED = re.compile(r"/(SumCounts|AllParts|AllPlots)/|\((Pre|Post)CombineFn\)/")
+BEAM_KEYED = re.compile(r"/(SumCounts|AllTasks|AllParts|AllPlots|Ledgers|RoundTallies)/|\((Pre|Post)CombineFn\)/")
 
 
 def deterministic_key_coder(name: str, coder) -> bool:

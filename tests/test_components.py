@@ -68,8 +68,8 @@ def components_job(p, edges, max_rounds: int):
 
 
 def summed_counts(counts):
-    """The transform's tallies (a flat tuple of collections, as the build's commit takes them), summed."""
-    return tuple(counts) | "AllCounts" >> beam.Flatten() | "SumCounts" >> beam.CombineGlobally(SumCounts())
+    """The transform's tallies (one collection, from the chain of rounds), summed."""
+    return counts | "SumCounts" >> beam.CombineGlobally(SumCounts())
 
 
 def test_beam_components_match_union_find():

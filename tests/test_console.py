@@ -151,3 +151,47 @@ def test_the_demo_console_has_progress_and_no_beam_warnings(tmp_path):
 def _run_log_of(root) -> str:
     (path,) = glob.glob(str(root / "runs" / "*" / "beam.log"))
     return path
+
+
+def test_a_worker_thread_the_runner_hangs_up_goes_to_the_run_log_not_the_console(tmp_path):
+    """On Flink, each SDK worker's threads end with a cancelled gRPC stream ("Multiplexer hanging up")
+    when the runner releases the worker at the end of a task: seven tracebacks on the sample's console.
+    They go to the run log; any other thread's exception still reaches the hook that was there."""
+    import io
+    import threading
+
+    import grpc
+
+    from beam_pipeline.console import Console
+
+    class Cancelled(grpc.RpcError):  # the shape of grpc's own _MultiThreadedRendezvous (a private class)
+        def code(self):
+            return grpc.StatusCode.CANCELLED
+
+        def details(self):
+            return "Multiplexer hanging up"
+
+    def raising(exc):
+        def run():
+            raise exc
+        return run
+
+    seen = []
+    saved = threading.excepthook
+    def recorder(args):
+        seen.append((args.thread.name, type(args.exc_value).__name__))
+
+    threading.excepthook = recorder
+    try:
+        with Console(stream=io.StringIO(), tty=False) as console:
+            console.open_log(str(tmp_path))
+            for name, exc in (("read_grpc_client_inputs", Cancelled()), ("other", ValueError("a real bug"))):
+                thread = threading.Thread(target=raising(exc), name=name)
+                thread.start()
+                thread.join()
+        assert threading.excepthook is recorder  # restored on the way out
+    finally:
+        threading.excepthook = saved
+    assert seen == [("other", "ValueError")]
+    log = (tmp_path / "beam.log").read_text()
+    assert "SDK worker thread read_grpc_client_inputs ended: the runner closed its stream (Multiplexer hanging up)" in log

@@ -11,7 +11,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from apache_beam.coders import coders
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that
 
@@ -28,12 +27,11 @@ from beam_pipeline.transforms import near_dedup
 from beam_pipeline.transforms.near_dedup import (_BOILERPLATE, _DOC_ID, _SIGNED, AssembleFn, NearDedupParams,
                                                  build_stage, member_of, representative_order, resolve_against,
                                                  sign_document)
-from conftest import SAMPLE_CONFIG, apply_policy, grouping_key_coders
+from conftest import SAMPLE_CONFIG, apply_policy, deterministic_key_coder, grouping_key_coders
 from near_dedup_harness import MULTI_PROCESS, add_ingest, add_near_dedup, ingest_spec, ledger, near_dedup_spec, \
     part_digests, read_output, run_near_dedup
 
 IN_PROCESS = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
-DETERMINISTIC_KEY_CODERS = (coders.StrUtf8Coder, coders.VarIntCoder, coders.BytesCoder)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WIKI = os.path.join(REPO, "sample", "data", "wikipedia", "part-0000.parquet")
 GPL_NOTICE = open(os.path.join(REPO, "sample", "data", "debian-copyright", "bash.txt"), encoding="utf-8").read()
@@ -131,8 +129,7 @@ def run_stage(tmp_path, documents, config: NearDedupConfig, previous=(), options
                            max_dead_letter_fraction=max_dead_letter_fraction)
     # every grouping key of the stage is a str or an int with a deterministic coder (never a pickled or numpy key)
     ours = {name: coder for name, coder in seen.items() if name.startswith("near_dedup/NearDedup/")}
-    assert ours and all(isinstance(coder, DETERMINISTIC_KEY_CODERS) and coder.is_deterministic()
-                        for coder in ours.values()), {n: str(c) for n, c in ours.items()}
+    assert ours and all(deterministic_key_coder(n, c) for n, c in ours.items()), {n: str(c) for n, c in ours.items()}
     read = {"layer": layer, "counts": ledger(layer)["counts"]}
     for output in (*near_dedup.OUTPUTS, DEAD_LETTER):
         read[output] = read_output(layer, output)

@@ -394,7 +394,8 @@ def test_report_config_is_optional_validated_and_not_part_of_the_digest():
 
 def test_the_jobs_report_step_logs_a_failure_and_writes_nothing(tmp_path, caplog):
     """transforms/publish.py: WriteReport. A run folder without metrics (the numbers cannot be gathered):
-    a warning naming the retry command, no page, no output; the job itself succeeds."""
+    a warning naming the retry command, no page; the job itself succeeds, and the metrics go on to the
+    next step (removing temporaries) as they came."""
     import logging
 
     import apache_beam as beam
@@ -406,8 +407,8 @@ def test_the_jobs_report_step_logs_a_failure_and_writes_nothing(tmp_path, caplog
     run_dir = str(tmp_path / "runs" / "0123456789abcdef")
     os.makedirs(run_dir)
     with beam.Pipeline(runner="DirectRunner") as p:
-        written = p | beam.Create([{}]) | WriteReport(run_dir)
-        assert_that(written, equal_to([]))
+        passed_on = p | beam.Create([{"run_id": "0123456789abcdef"}]) | WriteReport(run_dir)
+        assert_that(passed_on, equal_to([{"run_id": "0123456789abcdef"}]))
     assert "the run report could not be written" in caplog.text
     assert f"python -m beam_pipeline report {run_dir}/metrics.json" in caplog.text
     assert not os.path.exists(os.path.join(run_dir, "report.html"))

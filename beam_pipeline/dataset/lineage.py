@@ -173,6 +173,12 @@ class WriteLineage(beam.PTransform):
     build shares the partition count and the partitioning) with the placement of
     its documents: the shard index rows, routed to the partition of their doc_id
     by the runner's ``GroupByKey``. A task holds one partition's rows.
+
+    The steps form a chain: what a part or the marker needs travels inside the
+    elements (a part task carries its own partition's paths), never as a side
+    input that would be a second route back to the manifest. A Flink batch
+    job's optimizer walks every route of the plan (docs/flink.md, "Routes through
+    the plan").
     """
 
     def __init__(self, root: str, partitions: int):
@@ -182,27 +188,15 @@ class WriteLineage(beam.PTransform):
 
     def expand(self, manifest):
         root, n = self._root, self._partitions
-        plan = manifest | "JoinedOutputs" >> beam.Map(lineage_plan, root, n)
-        placement = (
-            manifest
-            | "Shards" >> beam.FlatMap(lambda m: [(m["dataset_id"], shard) for shard in m["shards"]])
-            | "SpreadShards" >> beam.Reshuffle()
-            | "PlacementByPartition" >> beam.FlatMap(_placement_rows, root, n).with_output_types(IntKeyed)
-        )
-        indexes = manifest | "Partitions" >> beam.FlatMap(lambda _m: [(i, None) for i in range(n)]).with_output_types(
-            IntKeyed
-        )
-        parts = (
-            {"placement": placement, "partition": indexes}
-            | "GroupByPartition" >> beam.CoGroupByKey()
-            | "WritePart"
-            >> beam.Map(_write_part, root, n, beam.pvalue.AsSingleton(plan), beam.pvalue.AsSingleton(manifest))
-        )
         return (
-            parts
+            manifest
+            | "Tasks" >> beam.FlatMap(lineage_tasks, root, n)
+            | "SpreadTasks" >> beam.Reshuffle()
+            | "ByPartition" >> beam.FlatMap(_by_partition, root, n).with_output_types(IntKeyed)
+            | "GroupByPartition" >> beam.GroupByKey()
+            | "WritePart" >> beam.Map(_write_part, root, n)
             | "AllParts" >> beam.combiners.ToList()
-            | "WriteMarker"
-            >> beam.Map(_write_marker, root, beam.pvalue.AsSingleton(plan), beam.pvalue.AsSingleton(manifest))
+            | "WriteMarker" >> beam.Map(_write_marker, root)
         )
 
 
@@ -223,40 +217,72 @@ def lineage_plan(manifest: dict, root: str, partitions: int) -> dict:
     }
 
 
-def _placement_rows(keyed: tuple[str, dict], root: str, partitions: int) -> Iterator[tuple[int, dict]]:
-    dataset_id, shard = keyed
-    index = shard_placement(join(root, "datasets", dataset_id), {"shards": [shard]})
+def lineage_tasks(manifest: dict, root: str, partitions: int) -> Iterator[tuple]:
+    """The manifest -> one ``("shard", dataset_id, shard)`` task per shard (its placement rows) and one
+    ``("part", index, what part index reads)`` task per partition."""
+    plan = lineage_plan(manifest, root, partitions)
+    for shard in manifest["shards"]:
+        yield "shard", manifest["dataset_id"], shard
+    for index in range(partitions):
+        yield (
+            "part",
+            index,
+            {
+                "documents": plan["documents"][index],
+                "repeats": plan["repeats"][index],
+                "joined": [(j["stage"], j["paths"][index], j["columns"]) for j in plan["joined"]],
+                "snapshot_id": manifest["snapshot_id"],
+                "dataset_id": manifest["dataset_id"],
+                "inputs": plan["inputs"],
+            },
+        )
+
+
+def _by_partition(task: tuple, root: str, partitions: int) -> Iterator[tuple[int, tuple]]:
+    kind, key, value = task
+    if kind == "part":
+        yield key, ("part", value)
+        return
+    index = shard_placement(join(root, "datasets", key), {"shards": [value]})
     for row in index.to_pylist():
-        yield bucket_of(row["doc_id"], partitions), row
+        yield bucket_of(row["doc_id"], partitions), ("placement", row)
 
 
-def _write_part(keyed: tuple[int, dict], root: str, partitions: int, plan: dict, manifest: dict) -> dict:
+def _write_part(keyed: tuple[int, Iterable[tuple]], root: str, partitions: int) -> dict:
     index, grouped = keyed
-    placement = list(grouped["placement"])
+    part, placement = None, []
+    for kind, value in grouped:
+        if kind == "part":
+            part = value
+        else:
+            placement.append(value)
+    if part is None:
+        raise LineageError(f"lineage part {index}: placement rows but no part task")
     table = lineage_partition(
-        index,
-        plan["documents"][index],
-        plan["repeats"][index],
-        [JoinedOutput(**j) for j in plan["joined"]],
+        part["documents"],
+        part["repeats"],
+        [tuple(joined) for joined in part["joined"]],
         pa.Table.from_pylist(placement, schema=_PLACEMENT_ROW) if placement else empty_placement(),
-        manifest["snapshot_id"],
+        part["snapshot_id"],
     )
-    part = write_lineage_part(join(root, "datasets", manifest["dataset_id"], LINEAGE_DIR), index, partitions, table)
-    return {**part, "columns": table.schema.names}
+    written = write_lineage_part(join(root, "datasets", part["dataset_id"], LINEAGE_DIR), index, partitions, table)
+    return {**written, "columns": table.schema.names, "dataset_id": part["dataset_id"], "inputs": part["inputs"]}
 
 
-def _write_marker(parts: list[dict], root: str, plan: dict, manifest: dict) -> dict:
+def _write_marker(parts: list[dict], root: str) -> dict:
+    if not parts:
+        raise LineageError("no lineage part was written")
     parts = sorted(parts, key=lambda p: p["name"])
-    columns = parts[0]["columns"] if parts else []
+    columns, dataset_id, inputs = parts[0]["columns"], parts[0]["dataset_id"], parts[0]["inputs"]
     if any(p["columns"] != columns for p in parts):
         raise LineageError("lineage parts disagree on their columns")
     return write_lineage_marker(
-        join(root, "datasets", manifest["dataset_id"], LINEAGE_DIR),
-        manifest["dataset_id"],
+        join(root, "datasets", dataset_id, LINEAGE_DIR),
+        dataset_id,
         sum(p["rows"] for p in parts),
         columns,
-        [{k: v for k, v in p.items() if k != "columns"} for p in parts],
-        plan["inputs"],
+        [{k: v for k, v in p.items() if k not in ("columns", "dataset_id", "inputs")} for p in parts],
+        inputs,
     )
 
 
@@ -303,22 +329,22 @@ def joined_outputs(root: str, manifest: dict, partitions: int) -> list[JoinedOut
 
 
 def lineage_partition(
-    index: int,
     documents_path: str,
     repeats_path: str,
-    joined: list[JoinedOutput],
+    joined: list[tuple[str, str, list[str]]],
     placement: pa.Table,
     snapshot_id: str,
 ) -> pa.Table:
-    """The lineage rows of partition ``index`` of the documents, sorted (:func:`sort_lineage`)."""
+    """The lineage rows of one partition of the documents, sorted (:func:`sort_lineage`). ``joined``:
+    (stage, the same partition of its per-document output, the columns copied) per joined output."""
     documents = conform(
         read_parts([documents_path], _DOCUMENT_COLUMNS), BASE, fill={"is_repeat": False, "snapshot_id": snapshot_id}
     )
-    for output in joined:
-        rows = read_parts([output.paths[index]], None)
+    for stage, path, columns in joined:
+        rows = read_parts([path], None)
         if not _unique(rows.column("doc_id")):
-            raise LineageError(f"{output.paths[index]}: more than one row per doc_id in a per-document output")
-        documents = attach(documents, rows, output.columns, prefix=f"{output.stage}{SEP}")
+            raise LineageError(f"{path}: more than one row per doc_id in a per-document output")
+        documents = attach(documents, rows, columns, prefix=f"{stage}{SEP}")
     documents = attach(documents, placement, [f.name for f in PLACEMENT])
     repeats = read_parts([repeats_path], _REPEAT_COLUMNS)
     repeats = conform(

@@ -204,15 +204,28 @@ class LayerSpec:
 WRITTEN = "written"
 
 
+#: A stage whose tasks each finish one partition of every output: its task records
+#: (:mod:`beam_pipeline.transforms.task_ledger`), one collection that the commit reads alone.
+TASK_RECORDS = "task_records"
+
+
 class CommitLayer(beam.PTransform):
     """{output: PCollection[sidecar], "counts": PCollection[counts], "written": PCollection (optional)}
-    -> PCollection[Committed] (one element).
+    or {"task_records": PCollection[task record]} -> PCollection[Committed] (one element).
 
     Waits for every partition of every output, for every count of the stage and
     for everything else its tasks write (``written``), then
     (:class:`CommitLayerFn`) checks that the stage accounts for every record and
     that each output holds the rows its counts say, writes the partitions no row
     reached, and writes the ledger last.
+
+    A stage whose tasks each write one partition of all its outputs gives its task
+    records instead (:class:`CommitTaskRecordsFn`): the sidecars, counts and dead
+    letters of each partition in one element. The commit then waits on one
+    collection, not on a branch per output that meets the others again: a Flink
+    batch job's optimizer walks every route through the plan, and each such
+    meeting multiplies the routes of every later stage (docs/flink.md, "Routes
+    through the plan").
     """
 
     def __init__(self, spec: LayerSpec):
@@ -220,6 +233,12 @@ class CommitLayer(beam.PTransform):
         self._spec = spec
 
     def expand(self, produced):
+        if TASK_RECORDS in produced:
+            return (
+                produced[TASK_RECORDS]
+                | "AllTasks" >> beam.combiners.ToList()
+                | "CheckAndWriteLedger" >> beam.ParDo(CommitTaskRecordsFn(self._spec))
+            )
         names = sorted(self._spec.outputs)
         summed = produced[COUNTS] | "SumCounts" >> beam.CombineGlobally(SumCounts())
         sides = [beam.pvalue.AsList(produced[name]) for name in names]
@@ -236,36 +255,83 @@ class CommitLayerFn(beam.DoFn):
         self._names = names
 
     def process(self, summed: dict, *sidecar_lists) -> Iterator[Committed]:
-        spec = self._spec
         sidecar_lists = sidecar_lists[: len(self._names)]  # after them: what the stage wrote besides (waited for)
-        stage = spec.layer.stage
-        counts = stage_counts(stage, summed)
-        check_stage(stage, counts, spec.max_dead_letter_fraction)
-        remove_temporaries(spec.layer)  # writes of bundle attempts that failed and were retried
-        parts = {
-            name: complete_partitions(
-                spec.output_directory(name), spec.output_partitions(name), spec.outputs[name], sidecars
-            )
-            for name, sidecars in zip(self._names, sidecar_lists)
+        yield commit_checked(self._spec, summed, dict(zip(self._names, sidecar_lists)))
+
+
+class CommitTaskRecordsFn(beam.DoFn):
+    """Every task record of the stage (one list) -> its dead letters written (one partition), the
+    ledger written; yields :class:`Committed`."""
+
+    def __init__(self, spec: LayerSpec):
+        self._spec = spec
+
+    def process(self, records: list[dict]) -> Iterator[Committed]:
+        from beam_pipeline.transforms.task_ledger import replayed_counts, replayed_dead_letters
+
+        spec = self._spec
+        summed: dict = {}
+        for record in records:
+            for key, n in replayed_counts(record).items():
+                summed[key] = summed.get(key, 0) + n
+        sidecars = {
+            name: [record["outputs"][name] for record in records if name in record["outputs"]]
+            for name in spec.outputs
+            if name != DEAD_LETTER
         }
-        rows = {name: sum(part["rows"] for part in output) for name, output in parts.items()}
-        if sum(rows.values()) and not counts["in"]:
-            raise AccountingError(
-                f"stage {stage}: the job wrote {sum(rows.values())} rows but counted no record "
-                f"entering the stage (in=0): a step of the stage does not count"
+        if DEAD_LETTER in spec.outputs:
+            rows = [row for record in records for row in replayed_dead_letters(record)]
+            sidecars[DEAD_LETTER] = (
+                [
+                    write_layer_partition(
+                        spec.layer.dead_letter_path, 0, 1, rows, spec.outputs[DEAD_LETTER], dead_letter_order
+                    )
+                ]
+                if rows
+                else []
             )
-        check_outputs(stage, counts, rows, {**spec.rows_match, DEAD_LETTER: "dead_letter"})
-        extra = spec.finalize(spec.layer, spec.partitions) if spec.finalize else None
-        ledger = commit_layer(
-            spec.layer,
-            version=spec.version,
-            config=spec.config,
-            inputs=spec.inputs,
-            outputs=parts,
-            counts=counts,
-            extra=extra,
+        yield commit_checked(spec, summed, sidecars)
+
+
+def commit_checked(spec: LayerSpec, summed: dict, sidecars: dict[str, list[dict]]) -> Committed:
+    """Check the stage's counts and outputs (``sidecars``: output -> the sidecars of its written
+    partitions), write the partitions no row reached, and the ledger last."""
+    stage = spec.layer.stage
+    counts = stage_counts(stage, summed)
+    check_stage(stage, counts, spec.max_dead_letter_fraction)
+    remove_temporaries(spec.layer)  # writes of bundle attempts that failed and were retried
+    parts = {
+        name: complete_partitions(spec.output_directory(name), spec.output_partitions(name), spec.outputs[name], found)
+        for name, found in sidecars.items()
+    }
+    rows = {name: sum(part["rows"] for part in output) for name, output in parts.items()}
+    if sum(rows.values()) and not counts["in"]:
+        raise AccountingError(
+            f"stage {stage}: the job wrote {sum(rows.values())} rows but counted no record "
+            f"entering the stage (in=0): a step of the stage does not count"
         )
-        yield Committed(stage, spec.layer.key, ledger, False, time.time())
+    check_outputs(stage, counts, rows, {**spec.rows_match, DEAD_LETTER: "dead_letter"})
+    extra = spec.finalize(spec.layer, spec.partitions) if spec.finalize else None
+    ledger = commit_layer(
+        spec.layer,
+        version=spec.version,
+        config=spec.config,
+        inputs=spec.inputs,
+        outputs=parts,
+        counts=counts,
+        extra=extra,
+    )
+    return Committed(stage, spec.layer.key, ledger, False, time.time())
+
+
+def dead_letter_order(row: dict) -> tuple:
+    """The order of a stage's dead letters in their one partition: file, position, doc_id, error."""
+    return (
+        row["file"] or "",
+        row["position"] if row["position"] is not None else -1,
+        row["doc_id"] or "",
+        row["error"],
+    )
 
 
 def complete_partitions(directory: str, count: int, schema: pa.Schema, sidecars: Iterable[dict]) -> list[dict]:

@@ -347,7 +347,7 @@ class AnnotateNearDuplicates(beam.PTransform):
         if params.use_simhash:
             found.append({_KEYS: _flatten(blocks, "AllBlockKeys")} | "SimHashEdges" >> SimHashEdges(params))
         components = tuple(f[_EDGES] for f in found) | "Components" >> ConnectedComponents(params.max_rounds, STAGE)
-        counts = [signed[COUNTS], *(c for f in found for c in f[COUNTS]), *components[COUNTS]]
+        counts = [signed[COUNTS], *(c for f in found for c in f[COUNTS]), components[COUNTS]]
 
         parts = {_MEMBER: signed[_MEMBERS], _LABEL: components[LABELS]}
         if self._previous:

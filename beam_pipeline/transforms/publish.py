@@ -1,13 +1,18 @@
 """The last steps of a build's job: publish the dataset, write its lineage, the run's metrics and report.
 
-Once every layer of the build is committed (each stage's ``Committed`` element
-is a side input here)::
+Once every layer of the build is committed (every stage's ``Committed``
+element, gathered into one list in stage order), a chain of steps::
 
-    ledgers ─ PublishManifest: shards moved to datasets/<dataset_id>/shards/, manifest.json written last
+    ledgers ─ WriteManifest: shards moved to datasets/<dataset_id>/shards/, manifest.json written last
             ─ WriteLineage (dataset/lineage.py): one part per layer partition, marker written last
             ─ WriteRunMetrics: runs/<run_id>[/rerun-N]/metrics.json (counts from the ledgers, commit times)
             ─ WriteReport: runs/<run_id>[/rerun-N]/report.html (a failure is logged, never fails the build)
             ─ RemoveTemporaries: half-written files of failed (retried) attempts of these steps
+
+Each step reads what it needs from the element before it; only the metrics
+step takes the ledgers again, as its one side input. Every route from the end
+of the job back to its start is work for a Flink batch job's optimizer, which
+walks each route once (docs/flink.md, "Routes through the plan").
 
 Everything here runs inside the job, so a launch that does not wait for the
 job (a Dataflow Flex Template) publishes exactly what ``run`` publishes.
@@ -65,39 +70,36 @@ class PublishDataset(beam.PTransform):
     def expand(self, pbegin):
         from beam_pipeline.dataset.lineage import WriteLineage
 
-        ledgers = [beam.pvalue.AsSingleton(ref.committed) for ref in self._stages]
-        manifest = (
-            pbegin
-            | "Once" >> beam.Create([None])
-            | "WriteManifest"
-            >> beam.ParDo(PublishManifestFn(self._config, self._snapshot_id, self._tokenizer), *ledgers)
+        committed = (
+            tuple(ref.committed for ref in self._stages)
+            | "AllCommitted" >> beam.Flatten()
+            | "Ledgers" >> beam.combiners.ToList()
+            | "InStageOrder" >> beam.Map(in_stage_order, [ref.stage for ref in self._stages])
         )
+        manifest = committed | "WriteManifest" >> beam.Map(publish, self._config, self._snapshot_id, self._tokenizer)
         lineage = manifest | "WriteLineage" >> WriteLineage(self._config.output_root, self._partitions)
-        metrics = manifest | "WriteRunMetrics" >> beam.ParDo(
+        metrics = lineage | "WriteRunMetrics" >> beam.ParDo(
             RunMetricsFn(self._config, self._run_id, self._snapshot_id, self._attempts, self._started, self._run_dir),
-            beam.pvalue.AsSingleton(lineage),
-            *ledgers,
+            beam.pvalue.AsSingleton(committed),
         )
-        report = metrics | "WriteReport" >> WriteReport(self._run_dir)
-        return metrics | "RemoveTemporaries" >> beam.Map(
-            _remove_temporaries, self._config.output_root, self._run_dir, beam.pvalue.AsList(report)
+        return (
+            metrics
+            | "WriteReport" >> WriteReport(self._run_dir)
+            | "RemoveTemporaries" >> beam.Map(_remove_temporaries, self._config.output_root, self._run_dir)
         )
 
 
-class PublishManifestFn(beam.DoFn):
-    """None (+ every stage's Committed) -> the manifest, written after the shards are in place."""
-
-    def __init__(self, config, snapshot_id: str, tokenizer):
-        self._config = config
-        self._snapshot_id = snapshot_id
-        self._tokenizer = tokenizer
-
-    def process(self, _unused, *committed) -> Iterator[dict]:
-        yield publish(self._config, self._snapshot_id, self._tokenizer, list(committed))
+def in_stage_order(committed: list, stages: list[str]) -> list:
+    """Every stage's :class:`Committed` (one list, in any order) -> the same in the build's stage order."""
+    by_stage = {c.stage: c for c in committed}
+    if sorted(by_stage) != sorted(stages) or len(committed) != len(stages):
+        raise ValueError(f"publish expected one commit of each of {stages}, got {[c.stage for c in committed]}")
+    return [by_stage[stage] for stage in stages]
 
 
-def publish(config, snapshot_id: str, tokenizer, committed: list) -> dict:
-    """Move the shards into ``datasets/<dataset_id>/shards/`` and write the manifest last; return it."""
+def publish(committed: list, config, snapshot_id: str, tokenizer) -> dict:
+    """Every stage's :class:`Committed`, tokenize last -> the shards moved into
+    ``datasets/<dataset_id>/shards/`` and the manifest written last; returns the manifest."""
     from beam_pipeline.dedup.cluster_alarms import check_before_publishing
     from beam_pipeline.layers import Layer
 
@@ -153,7 +155,7 @@ def publish(config, snapshot_id: str, tokenizer, committed: list) -> dict:
 
 
 class RunMetricsFn(beam.DoFn):
-    """The manifest (+ the lineage marker and every stage's Committed) -> runs/<run_id>/metrics.json."""
+    """The lineage marker (written after the manifest) + every stage's Committed -> runs/<run_id>/metrics.json."""
 
     def __init__(
         self,
@@ -171,14 +173,14 @@ class RunMetricsFn(beam.DoFn):
         self._attempts = attempts
         self._started = started
 
-    def process(self, manifest: dict, _lineage, *committed) -> Iterator[dict]:
+    def process(self, marker: dict, committed: list) -> Iterator[dict]:
         path = join(self._run_dir, "metrics.json")
         metrics = run_metrics(
             self._run_id,
             self._snapshot_id,
             self._config.digest(),
-            manifest["dataset_id"],
-            list(committed),
+            marker["dataset_id"],
+            committed,
             self._attempts,
             self._started,
             time.time(),
@@ -232,7 +234,7 @@ def run_metrics(
     }
 
 
-def _remove_temporaries(metrics: dict, root: str, run_dir: str, _report) -> dict:
+def _remove_temporaries(metrics: dict, root: str, run_dir: str) -> dict:
     """Delete the half-written files that failed (retried) attempts of the steps above left in the
     dataset and run folders; every writer there is done by now."""
     from beam_pipeline.layers import TEMPORARY_PREFIX, remove_matching
@@ -248,17 +250,18 @@ def _remove_temporaries(metrics: dict, root: str, run_dir: str, _report) -> dict
 
 
 class WriteReport(beam.PTransform):
-    """The run's metrics -> runs/<run_id>/report.html (its path; nothing when a step fails).
+    """The run's metrics -> the same metrics, once runs/<run_id>/report.html is written (or a failing
+    step is logged: never fatal, the dataset is published by then).
 
     The numbers are gathered once; the plots (one task each, ``report.plots.plot_names``) are spread over
     the workers by a reshuffle and drawn in parallel; the page is written last, from the same functions
-    as ``python -m beam_pipeline report``, so both give the same bytes. A failing step is logged, never
-    fatal: the dataset is published by then.
+    as ``python -m beam_pipeline report``, so both give the same bytes.
 
-    The numbers travel with each task rather than as a side input: the steps form a chain, with no
-    second route back to the metrics. A Flink batch job's plan is traversed once per route from each sink
-    (its optimizer's range-partition pass does not remember visited nodes), so every extra route near
-    the end of the job multiplies that work for the whole graph (docs/flink.md).
+    Every element is ``(metrics, the step's result or None after a failure)``: the metrics and the numbers
+    travel with each task rather than as a side input, so the steps form a chain with no second route back
+    to the metrics. A Flink batch job's plan is traversed once per route from each sink (its optimizer's
+    range-partition pass does not remember visited nodes), so every extra route near the end of the job
+    multiplies that work for the whole graph (docs/flink.md, "Routes through the plan").
     """
 
     def __init__(self, run_dir: str):
@@ -266,14 +269,18 @@ class WriteReport(beam.PTransform):
         self._metrics_path = join(run_dir, "metrics.json")
 
     def expand(self, metrics):
+        path = self._metrics_path
         return (
             metrics
-            | "GatherNumbers" >> beam.ParDo(_ReportStepFn(self._metrics_path, _gather_numbers))
-            | "PlotTasks" >> beam.FlatMap(_plot_tasks)
+            | "WithMetrics" >> beam.Map(lambda metrics: (metrics, metrics))
+            | "GatherNumbers" >> beam.ParDo(_ReportStepFn(path, _gather_numbers))
+            | "PlotTasks" >> beam.FlatMapTuple(_plot_tasks)
             | "SpreadPlots" >> beam.Reshuffle()
-            | "DrawPlot" >> beam.ParDo(_ReportStepFn(self._metrics_path, _draw_plot))
+            | "DrawPlot" >> beam.ParDo(_ReportStepFn(path, _draw_plot))
             | "AllPlots" >> beam.combiners.ToList()
-            | "WritePage" >> beam.ParDo(_ReportStepFn(self._metrics_path, _write_page))
+            | "PlotsOfTheRun" >> beam.Map(_plots_of_the_run)
+            | "WritePage" >> beam.ParDo(_ReportStepFn(path, _write_page))
+            | "Metrics" >> beam.MapTuple(lambda metrics, _page: metrics)
         )
 
 
@@ -283,11 +290,13 @@ def _gather_numbers(metrics_path: str, _metrics: dict) -> tuple:
     return report_numbers(metrics_path)
 
 
-def _plot_tasks(gathered: tuple) -> list[tuple]:
-    """(the run, its numbers) -> (plot name, the run, its numbers) per plot."""
+def _plot_tasks(metrics: dict, gathered: tuple | None) -> list[tuple]:
+    """(metrics, (the run, its numbers)) -> (metrics, (plot name, the run, its numbers)) per plot."""
     from beam_pipeline.report import plots
 
-    return [(name, *gathered) for name in plots.plot_names(gathered[1])]
+    if gathered is None:  # logged by that step
+        return [(metrics, None)]
+    return [(metrics, (name, *gathered)) for name in plots.plot_names(gathered[1])]
 
 
 def _draw_plot(_metrics_path: str, task: tuple) -> tuple:
@@ -297,28 +306,38 @@ def _draw_plot(_metrics_path: str, task: tuple) -> tuple:
     return name, plots.draw(name, data), ref, data
 
 
+def _plots_of_the_run(tasks: list[tuple]) -> tuple[dict, list]:
+    """Every plot task's (metrics, drawn plot or None) -> (metrics, the drawn plots)."""
+    return tasks[0][0], [drawn for _metrics, drawn in tasks]
+
+
 def _write_page(_metrics_path: str, drawn: list) -> str | None:
     from beam_pipeline.report import plots, write_report_page
 
-    if not drawn:  # the numbers could not be gathered, or no plot could be drawn: logged by that step
+    if any(plot is None for plot in drawn):  # the numbers could not be gathered or a plot failed: logged
         return None
     _, _, ref, data = drawn[0]
     figures = {name: plot for name, plot, _, _ in drawn}
-    if set(figures) != set(plots.plot_names(data)):  # a plot failed: logged by its step
+    if set(figures) != set(plots.plot_names(data)):
         return None
     return write_report_page(ref, data, plots.by_section(figures, data))
 
 
 class _ReportStepFn(beam.DoFn):
-    """One step of :class:`WriteReport`: its result, or a logged warning and nothing."""
+    """One step of :class:`WriteReport`: ``(metrics, input)`` -> ``(metrics, its result)``; after a failure
+    (logged with the command that retries it, here or in an earlier step) ``(metrics, None)``."""
 
     def __init__(self, metrics_path: str, step):
         self._metrics_path = metrics_path
         self._step = step
 
-    def process(self, element) -> Iterator:
+    def process(self, element: tuple) -> Iterator[tuple]:
+        metrics, given = element
+        if given is None:
+            yield metrics, None
+            return
         try:
-            result = self._step(self._metrics_path, element)
+            yield metrics, self._step(self._metrics_path, given)
         except Exception as err:  # noqa: BLE001 - the dataset is published; a report bug must not hide that
             _LOGGER.warning(
                 "the run report could not be written: %s: %s; retry with: python -m beam_pipeline report %s",
@@ -326,6 +345,4 @@ class _ReportStepFn(beam.DoFn):
                 err,
                 self._metrics_path,
             )
-            return
-        if result is not None:
-            yield result
+            yield metrics, None

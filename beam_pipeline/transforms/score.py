@@ -43,16 +43,16 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.utils import shared
 
 from beam_pipeline import schemas
-from beam_pipeline.accounting import COUNTS, Tally
+from beam_pipeline.accounting import Tally
 from beam_pipeline.hashing import digest_json, sha256_stream
 from beam_pipeline.transforms.gate import Gate
 from beam_pipeline.transforms.layer_io import (
+    TASK_RECORDS,
     PartitionIndexes,
     PartitionInputs,
-    WrittenPartitions,
     write_layer_partition,
 )
-from beam_pipeline.transforms.task_ledger import TaskLedger, replay_counts, replayed_dead_letters
+from beam_pipeline.transforms.task_ledger import TaskLedger
 
 ANNOTATIONS = "annotations"
 DEAD_LETTER = "dead_letter"
@@ -60,8 +60,10 @@ DOCUMENT_COLUMNS = ["doc_id", "source", "domain", "url", "license", "date", "n_c
 
 
 class ScoreCascade(beam.PTransform):
-    """pbegin -> {stage: {"annotations": WrittenPartitions, "dead_letter": rows, "counts": counts}} of the
-    scorers in ``scorers`` (in cascade order), all computed by one task per partition.
+    """pbegin -> {stage: {"task_records": PCollection of its task records}} of the scorers in ``scorers``
+    (in cascade order), all computed by one task per partition. A task writes partition ``i`` of every
+    scorer's annotations and yields their task records (sidecar, counts, dead letters: what the commit
+    of each layer reads, :class:`~beam_pipeline.transforms.layer_io.CommitTaskRecordsFn`).
 
     ``scorers``: (Scorer, Gate or None, annotations directory) per stage to compute;
     ``inputs`` names the documents and the layers to join (exact, near, scorer
@@ -76,28 +78,19 @@ class ScoreCascade(beam.PTransform):
         self._shared = shared.Shared()
 
     def expand(self, pbegin):
-        stages = [scorer.stage for scorer, _, _ in self._scorers]
-        tags = [tag for stage in stages for tag in (_tag(stage, ANNOTATIONS), _tag(stage, DEAD_LETTER))]
-        scored = (
+        records = (
             pbegin
             | "Partitions" >> PartitionIndexes(self._inputs.count, self._after)
-            | "JoinGateScoreAndWrite"
-            >> beam.ParDo(ScoreCascadeFn(self._scorers, self._shared, self._inputs)).with_outputs(
-                *tags, COUNTS, main="none"
-            )
+            | "JoinGateScoreAndWrite" >> beam.ParDo(ScoreCascadeFn(self._scorers, self._shared, self._inputs))
         )
         return {
-            stage: {
-                ANNOTATIONS: WrittenPartitions(scored[_tag(stage, ANNOTATIONS)]),
-                DEAD_LETTER: scored[_tag(stage, DEAD_LETTER)],
-                COUNTS: scored[COUNTS],
-            }
-            for stage in stages
+            scorer.stage: {TASK_RECORDS: records | f"TaskRecords_{scorer.stage}" >> beam.Map(_record_of, scorer.stage)}
+            for scorer, _, _ in self._scorers
         }
 
 
-def _tag(stage: str, output: str) -> str:
-    return f"{stage}.{output}"
+def _record_of(records: dict, stage: str) -> dict:
+    return records[stage]
 
 
 def prepared_document(document: dict, near: dict | None, policy) -> dict:
@@ -122,8 +115,8 @@ class _Holder:
 
 
 class ScoreCascadeFn(beam.DoFn):
-    """partition index -> for each scorer: the sidecar of its annotations partition (written here) and
-    its dead letters; the counts of every scorer stage."""
+    """partition index -> {stage: its task record} (transforms/task_ledger.py): the sidecar of its
+    annotations partition (written here), its counts and its dead letters, for each scorer."""
 
     def __init__(
         self, scorers: list[tuple["Scorer", Gate | None, str]], shared_handle: shared.Shared, inputs: PartitionInputs
@@ -144,11 +137,7 @@ class ScoreCascadeFn(beam.DoFn):
         ledgers = [TaskLedger(directory.rsplit("/", 1)[0], count) for _, _, directory in self._scorers]
         records = [ledger.done(index) for ledger in ledgers]
         if all(records):  # finished by an earlier, killed run of these layers (transforms/task_ledger.py)
-            for (scorer, _, _), record in zip(self._scorers, records):
-                yield beam.pvalue.TaggedOutput(_tag(scorer.stage, ANNOTATIONS), record["outputs"][ANNOTATIONS])
-                for row in replayed_dead_letters(record):
-                    yield beam.pvalue.TaggedOutput(_tag(scorer.stage, DEAD_LETTER), row)
-                yield from replay_counts(record)
+            yield {scorer.stage: record for (scorer, _, _), record in zip(self._scorers, records)}
             return
         annotations = {scorer.stage: [] for scorer, _, _ in self._scorers}
         dead_letters = {scorer.stage: [] for scorer, _, _ in self._scorers}
@@ -162,18 +151,16 @@ class ScoreCascadeFn(beam.DoFn):
                 for out in self.score_one(scorer, gate, holder, document, rows):
                     if isinstance(out, beam.pvalue.TaggedOutput):
                         dead_letters[scorer.stage].append(out.value)
-                        yield beam.pvalue.TaggedOutput(_tag(scorer.stage, DEAD_LETTER), out.value)
                     else:
                         row = out
                         annotations[scorer.stage].append(out)
                 rows[scorer.stage] = row
+        finished = {}
         for (scorer, _gate, directory), ledger in zip(self._scorers, ledgers):
             sidecar = write_layer_partition(directory, index, count, annotations[scorer.stage], scorer.schema)
             counts = self._tallies[scorer.stage].take()
-            ledger.write(index, {ANNOTATIONS: sidecar}, counts, dead_letters[scorer.stage])
-            yield beam.pvalue.TaggedOutput(_tag(scorer.stage, ANNOTATIONS), sidecar)
-            if counts:
-                yield beam.pvalue.TaggedOutput(COUNTS, counts)
+            finished[scorer.stage] = ledger.write(index, {ANNOTATIONS: sidecar}, counts, dead_letters[scorer.stage])
+        yield finished
 
     def score_one(self, scorer: "Scorer", gate: Gate | None, holder: _Holder, document: dict, rows: dict) -> Iterator:
         """Gate and score one document: its annotation row, a dead letter, or nothing (gated)."""

@@ -31,18 +31,18 @@ from typing import Iterator
 import apache_beam as beam
 
 from beam_pipeline import schemas
-from beam_pipeline.accounting import COUNTS, Tally
+from beam_pipeline.accounting import Tally
 from beam_pipeline.config import PolicyConfig
 from beam_pipeline.dedup.repetition import stripped_document
 from beam_pipeline.policy import decide
 from beam_pipeline.transforms.layer_io import (
+    TASK_RECORDS,
     PartitionIndexes,
     PartitionInputs,
-    WrittenPartitions,
     write_layer_partition,
 )
 from beam_pipeline.transforms.select_rules import DOCUMENT_GROUPS, PolicyRules, QuantileThresholds, quantile_reason
-from beam_pipeline.transforms.task_ledger import TaskLedger, replay_counts
+from beam_pipeline.transforms.task_ledger import TaskLedger
 
 STAGE = "select"
 VERSION = "1"
@@ -51,8 +51,8 @@ RANKED = "ranked"
 
 
 class ApplyPolicy(beam.PTransform):
-    """pbegin -> {"gold", "decisions": :class:`WrittenPartitions` under ``directories[output]``, "counts"},
-    once every layer of ``after`` (Committed collections) is committed."""
+    """pbegin -> {"task_records": one per partition, whose task wrote its gold and decisions partitions under
+    ``directories[output]``}, once every layer of ``after`` (Committed collections) is committed."""
 
     def __init__(self, policy: PolicyConfig, plan, inputs: PartitionInputs, directories: dict[str, str], after=()):
         super().__init__()
@@ -74,14 +74,10 @@ class ApplyPolicy(beam.PTransform):
                     | "QuantileThresholds" >> QuantileThresholds(self._judge.rules)
                 )
             ]
-        written = partitions | "JudgeAndWrite" >> beam.ParDo(
+        records = partitions | "JudgeAndWrite" >> beam.ParDo(
             JudgePartitionFn(self._judge, self._inputs, self._directories), *thresholds
-        ).with_outputs(DECISIONS, COUNTS, main=GOLD)
-        return {
-            GOLD: WrittenPartitions(written[GOLD]),
-            DECISIONS: WrittenPartitions(written[DECISIONS]),
-            COUNTS: written[COUNTS],
-        }
+        )
+        return {TASK_RECORDS: records}
 
 
 class Judge:
@@ -126,7 +122,8 @@ class RankingScoresFn(beam.DoFn):
 
 
 class JudgePartitionFn(beam.DoFn):
-    """partition index (+ quantile thresholds) -> sidecars of its gold and decisions partitions."""
+    """partition index (+ quantile thresholds) -> its task record: the sidecars of its gold and decisions
+    partitions (written here) and its counts (transforms/task_ledger.py)."""
 
     def __init__(self, judge: Judge, inputs: PartitionInputs, directories: dict[str, str]):
         self._judge = judge
@@ -141,9 +138,7 @@ class JudgePartitionFn(beam.DoFn):
         ledger = TaskLedger(self._directories[GOLD].rsplit("/", 1)[0], count)
         record = ledger.done(index)
         if record is not None:  # finished by an earlier, killed run of this layer (transforms/task_ledger.py)
-            yield record["outputs"][GOLD]
-            yield beam.pvalue.TaggedOutput(DECISIONS, record["outputs"][DECISIONS])
-            yield from replay_counts(record)
+            yield record
             return
         rules = self._judge.rules
         gold, decisions = [], []
@@ -163,12 +158,7 @@ class JudgePartitionFn(beam.DoFn):
             GOLD: write_layer_partition(self._directories[GOLD], index, count, gold, schemas.GOLD),
             DECISIONS: write_layer_partition(self._directories[DECISIONS], index, count, decisions, schemas.DECISION),
         }
-        counts = self._counters.take()
-        ledger.write(index, written, counts, [])
-        yield written[GOLD]
-        yield beam.pvalue.TaggedOutput(DECISIONS, written[DECISIONS])
-        if counts:
-            yield beam.pvalue.TaggedOutput(COUNTS, counts)
+        yield ledger.write(index, written, self._counters.take(), [])
 
     def _gold(self, document: dict) -> dict:
         """The gold row, PII redacted when ``policy.redact.enabled``."""

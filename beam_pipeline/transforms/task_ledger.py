@@ -68,17 +68,17 @@ class TaskLedger:
             return None
         return record
 
-    def write(self, index: int, outputs: dict[str, dict], counts: dict, dead_letters: list[dict]) -> None:
-        """Record partition ``index`` as finished: call after its files are written."""
-        write_json_atomic(
-            self.path(index),
-            {
-                "format": RECORD_FORMAT,
-                "outputs": outputs,
-                "counts": sorted([list(key) + [n] for key, n in counts.items()]),
-                "dead_letter": [{k: _encode(v) for k, v in row.items()} for row in dead_letters],
-            },
-        )
+    def write(self, index: int, outputs: dict[str, dict], counts: dict, dead_letters: list[dict]) -> dict:
+        """Record partition ``index`` as finished: call after its files are written. Returns the record
+        (what the layer's commit reads: :data:`beam_pipeline.transforms.layer_io.TASK_RECORDS`)."""
+        record = {
+            "format": RECORD_FORMAT,
+            "outputs": outputs,
+            "counts": sorted([list(key) + [n] for key, n in counts.items()]),
+            "dead_letter": [{k: _encode(v) for k, v in row.items()} for row in dead_letters],
+        }
+        write_json_atomic(self.path(index), record)
+        return record
 
 
 def files_of(layer_path: str, record: dict) -> list[str]:
@@ -99,12 +99,6 @@ def replayed_counts(record: dict) -> dict:
 
 def replayed_dead_letters(record: dict) -> list[dict]:
     return [{k: _decode(v) for k, v in row.items()} for row in record["dead_letter"]]
-
-
-def replay_counts(record: dict) -> Iterator[beam.pvalue.TaggedOutput]:
-    counts = replayed_counts(record)
-    if counts:
-        yield beam.pvalue.TaggedOutput(COUNTS, counts)
 
 
 def finished_partitions(layer: Layer, count: int) -> int:
