@@ -21,13 +21,10 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Iterator
 
-import apache_beam as beam
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline.accounting import COUNTS
 from beam_pipeline.layers import Layer, join, part_name, read_bytes, write_json_atomic
 
 TASKS = "_tasks"
