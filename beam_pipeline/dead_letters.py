@@ -16,7 +16,7 @@ import sys
 
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline.layers import join
+from beam_pipeline.layers import join, read_parquet
 
 #: Records shown when a build stops on its dead letters (``dead-letter`` shows ``--limit``).
 SHOWN_ON_STOP = 3
@@ -45,12 +45,11 @@ def folders(root: str, stage: str | None = None, key: str | None = None) -> list
 
 def records(folder: DeadLetterFolder, limit: int | None = None) -> tuple[list[dict], int]:
     """(the first ``limit`` records of a folder in their stored order, how many it holds)."""
-    import pyarrow.parquet as pq
 
     shown, total = [], 0
     for path in folder.parts:
         with FileSystems.open(path) as f:
-            table = pq.read_table(f, columns=["stage", "source", "file", "position", "byte_offset", "doc_id", "error"])
+            table = read_parquet(f, ["stage", "source", "file", "position", "byte_offset", "doc_id", "error"])
         total += table.num_rows
         if limit is None or len(shown) < limit:
             shown += table.slice(0, None if limit is None else limit - len(shown)).to_pylist()

@@ -624,7 +624,9 @@ def _read_row_group(
     """Rows of one row group; the unreadable rest of a group becomes one BadRecord."""
     position = first_row
     end = first_row + parquet.metadata.row_group(group).num_rows
-    batches = parquet.iter_batches(batch_size=_PARQUET_BATCH_ROWS, row_groups=[group], columns=columns)
+    batches = parquet.iter_batches(  # on the calling thread: beam_pipeline.layers.read_parquet says why
+        batch_size=_PARQUET_BATCH_ROWS, row_groups=[group], columns=columns, use_threads=False
+    )
     while True:
         try:
             batch = next(batches, None)

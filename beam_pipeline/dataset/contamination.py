@@ -15,11 +15,10 @@ import json
 import os
 
 import numpy as np
-import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.filters.decontamination import INDEX_FORMAT, ngram_hashes, read_items
-from beam_pipeline.layers import Layer, join
+from beam_pipeline.layers import Layer, join, read_parquet
 from beam_pipeline.manifest import load_manifest
 
 MAX_DOCS_LISTED = 20
@@ -68,7 +67,7 @@ def report(
         if part["rows"] == 0 or wanted.size == 0:
             continue
         with FileSystems.open(join(directory, part["name"]), compression_type="uncompressed") as f:
-            table = pq.read_table(f)
+            table = read_parquet(f)
         hashes = table.column("ngram").to_numpy()
         lo = np.searchsorted(hashes, wanted, side="left")
         hi = np.searchsorted(hashes, wanted, side="right")

@@ -51,7 +51,7 @@ from apache_beam.io.filesystems import FileSystems
 from beam_pipeline import schemas
 from beam_pipeline.hashing import bucket_of, sha256_bytes
 from beam_pipeline.hashing import doc_id as make_doc_id
-from beam_pipeline.layers import Layer, join, part_name, read_bytes, write_bytes_atomic, write_json_atomic
+from beam_pipeline.layers import Layer, join, part_name, read_bytes, read_parquet, write_bytes_atomic, write_json_atomic
 from beam_pipeline.manifest import MANIFEST, load_manifest
 from beam_pipeline.transforms.keys import IntKeyed
 
@@ -393,9 +393,8 @@ def shard_placement(dataset_dir: str, manifest: dict) -> pa.Table:
     """doc_id, shard, token_start, token_count of every document in the dataset's shards."""
     tables = []
     for shard in manifest["shards"]:
-        index = pq.read_table(
-            io.BytesIO(read_bytes(join(dataset_dir, shard["index_file"]))),
-            columns=["doc_id", "token_start", "token_count"],
+        index = read_parquet(
+            io.BytesIO(read_bytes(join(dataset_dir, shard["index_file"]))), ["doc_id", "token_start", "token_count"]
         )
         tables.append(index.append_column("shard", pa.array([shard["name"]] * index.num_rows, pa.string())))
     return pa.concat_tables(tables) if tables else empty_placement()
@@ -406,7 +405,7 @@ def empty_placement() -> pa.Table:
 
 
 def read_parts(paths: list[str], columns: list[str] | None) -> pa.Table:
-    tables = [pq.read_table(io.BytesIO(read_bytes(p)), columns=columns) for p in paths]
+    tables = [read_parquet(io.BytesIO(read_bytes(p)), columns) for p in paths]
     if not tables:
         raise LineageError("a layer output has no partitions")
     return pa.concat_tables(tables)
@@ -482,7 +481,7 @@ def lineage_parts(dataset_dir: str, columns: list[str] | None = None) -> Iterato
     """The lineage table one part at a time (part ``i``: the rows with ``xxh3(doc_id) % parts == i``)."""
     directory = lineage_dir(dataset_dir)
     for part in lineage_marker(dataset_dir)["parts"]:
-        yield pq.read_table(io.BytesIO(read_bytes(join(directory, part["name"]))), columns=columns)
+        yield read_parquet(io.BytesIO(read_bytes(join(directory, part["name"]))), columns)
 
 
 def read_lineage(dataset_dir: str, doc_ids: Iterable[str] | None = None, columns: list[str] | None = None) -> pa.Table:
@@ -494,9 +493,7 @@ def read_lineage(dataset_dir: str, doc_ids: Iterable[str] | None = None, columns
         wanted = sorted(set(doc_ids))
         indexes = sorted({bucket_of(d, len(parts)) for d in wanted}) or [0]  # part 0 gives the schema
         parts = [parts[i] for i in indexes]
-    tables = [
-        pq.read_table(io.BytesIO(read_bytes(join(lineage_dir(dataset_dir), p["name"]))), columns=columns) for p in parts
-    ]
+    tables = [read_parquet(io.BytesIO(read_bytes(join(lineage_dir(dataset_dir), p["name"]))), columns) for p in parts]
     table = pa.concat_tables(tables)
     if wanted is not None:
         table = table.filter(pc.is_in(table.column("doc_id"), value_set=pa.array(wanted, pa.string())))
@@ -535,7 +532,7 @@ def trace_token(dataset: str, shard_name: str, offset: int, *, read_record: bool
     if not 0 <= offset < total:
         raise LineageError(f"offset {offset} is outside shard {shard['name']} (tokens 0..{total - 1})")
     token_id = _token_at(join(dataset_dir, shard["tokens_file"]), offset, dtype)
-    index = pq.read_table(io.BytesIO(read_bytes(join(dataset_dir, shard["index_file"]))))
+    index = read_parquet(io.BytesIO(read_bytes(join(dataset_dir, shard["index_file"]))))
     starts = index.column("token_start").to_numpy()
     row = int(np.searchsorted(starts, offset, side="right")) - 1
     trace = Trace(manifest["dataset_id"], shard["name"], offset, token_id, "padding")

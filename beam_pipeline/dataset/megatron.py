@@ -35,9 +35,8 @@ import struct
 import sys
 
 import numpy as np
-import pyarrow.parquet as pq
 
-from beam_pipeline.layers import join, read_bytes
+from beam_pipeline.layers import join, read_bytes, read_parquet
 
 MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1
@@ -85,9 +84,8 @@ def export_megatron(dataset: str, out_prefix: str, *, domains: list[str] | None 
         with open(bin_tmp, "wb") as out:
             for shard in shards:
                 tokens = np.frombuffer(read_bytes(join(dataset_dir, shard["tokens_file"])), dtype=source_dtype)
-                index = pq.read_table(
-                    io.BytesIO(read_bytes(join(dataset_dir, shard["index_file"]))),
-                    columns=["token_start", "token_count"],
+                index = read_parquet(
+                    io.BytesIO(read_bytes(join(dataset_dir, shard["index_file"]))), ["token_start", "token_count"]
                 )
                 sizes.append(_document_sizes(shard, index))
                 # documents are packed back to back (verify checks it): one slice holds them all

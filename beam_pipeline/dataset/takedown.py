@@ -42,7 +42,6 @@ import uuid
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
@@ -63,7 +62,7 @@ from beam_pipeline.dataset.lineage import (
     write_lineage_marker,
     write_lineage_part,
 )
-from beam_pipeline.layers import join, move, read_bytes, remove_folder, write_json_atomic
+from beam_pipeline.layers import join, move, read_bytes, read_parquet, remove_folder, write_json_atomic
 from beam_pipeline.loader import SUPERSEDED_BY, superseded_by
 from beam_pipeline.manifest import MANIFEST, dataset_id_of, dataset_path, load_manifest, shard_leaf
 from beam_pipeline.transforms.shard_stream import write_packed_shard
@@ -239,7 +238,7 @@ def _superseded(dataset_dir: str) -> dict | None:
 
 
 def _read_index(dataset_dir: str, shard: dict) -> pa.Table:
-    return pq.read_table(io.BytesIO(read_bytes(join(dataset_dir, shard["index_file"]))))
+    return read_parquet(io.BytesIO(read_bytes(join(dataset_dir, shard["index_file"]))))
 
 
 def _rebuild_shard(

@@ -30,12 +30,11 @@ import sys
 import tempfile
 
 import numpy as np
-import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.hashing import merkle_root, sha256_bytes
-from beam_pipeline.layers import join
+from beam_pipeline.layers import join, read_parquet
 from beam_pipeline.manifest import load_manifest, shard_leaf
 
 INDEX_COLUMNS = ("doc_id", "source", "token_start", "token_count")
@@ -153,7 +152,7 @@ def _verify_index(
     raw: bytes, tokens: np.ndarray | None, shard: dict, tok: dict, problem, owner: dict, report: Report
 ) -> None:
     try:
-        index = pq.read_table(io.BytesIO(raw))
+        index = read_parquet(io.BytesIO(raw))
     except Exception as err:  # noqa: BLE001 - any parse failure is the finding
         problem("index", f"not a readable Parquet file: {err}")
         return

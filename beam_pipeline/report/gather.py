@@ -40,7 +40,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.dedup.cluster_alarms import build_messages as cluster_messages
 from beam_pipeline.hashing import bucket_of, stable_hash64
-from beam_pipeline.layers import Layer, join, read_bytes
+from beam_pipeline.layers import Layer, join, read_bytes, read_parquet
 from beam_pipeline.report.locate import RunRef
 from beam_pipeline.report.null_scores import report_warnings
 
@@ -501,7 +501,7 @@ class _Layout:
 
 def read_table(path: str, columns: list[str] | None = None) -> pa.Table:
     with FileSystems.open(path) as f:
-        return pq.read_table(f, columns=columns)
+        return read_parquet(f, columns)
 
 
 def final_tokens_by_source(ref: RunRef) -> dict[str, dict]:

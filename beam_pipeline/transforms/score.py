@@ -428,12 +428,13 @@ def histograms(part_paths: list[str], schema) -> dict:
     or the most frequent values (text), overall and per source. Deterministic: computed from
     the layer's own partitions, never from timings or sampling."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
+
+    from beam_pipeline.layers import read_parquet
 
     tables = []
     for path in part_paths:
         with FileSystems.open(path, compression_type="uncompressed") as f:
-            tables.append(pq.read_table(f))
+            tables.append(read_parquet(f))
     table = pa.concat_tables(tables) if tables else schema.empty_table()
     sources = table.column("source").to_pylist()
     out = {}

@@ -40,14 +40,13 @@ from typing import Iterable, Iterator
 
 import apache_beam as beam
 import numpy as np
-import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.utils import shared
 
 from beam_pipeline.accounting import COUNTS, Tally
 from beam_pipeline.config import TokenizeConfig
 from beam_pipeline.hashing import sha256_bytes, stable_hash64
-from beam_pipeline.layers import join, read_bytes
+from beam_pipeline.layers import join, parquet_batches, read_bytes
 from beam_pipeline.transforms.keys import StrKeyed
 from beam_pipeline.transforms.layer_io import WRITTEN, PartitionIndexes
 from beam_pipeline.transforms.shard_stream import SpillSorter, write_packed_shard
@@ -199,7 +198,7 @@ class TokenizePartitionFn(beam.DoFn):
 def read_partition_batches(path: str, columns: list[str], rows: int) -> Iterator:
     """The record batches (of at most ``rows`` rows) of a Parquet partition."""
     with FileSystems.open(path) as f:
-        yield from pq.ParquetFile(f).iter_batches(batch_size=rows, columns=columns)
+        yield from parquet_batches(f, rows, columns)
 
 
 def _sums_by(keys: list[str], values: np.ndarray) -> dict[str, int]:
