@@ -86,8 +86,8 @@ def test_sample_on_a_flink_session_cluster_gives_the_reference_dataset(flink, bu
     assert counts == {name: s["counts"] for name, s in built["stages"].items()}
 
     after = overview()
-    stage_jobs = len(counts) + 1  # every stage, and the snapshot
-    assert after["jobs-finished"] - before["jobs-finished"] >= stage_jobs, (before, after)
+    # the build is one Beam job (DESIGN.md; the snapshot's fingerprinting runs in the driver)
+    assert after["jobs-finished"] - before["jobs-finished"] == 1, (before, after)
     assert after["jobs-failed"] == before["jobs-failed"]
     assert not job_server_jvms(flink["jar"]), "a Flink job server outlived the build"
 
