@@ -118,7 +118,7 @@ class _TokenProperties:
                 (_PUNCTUATION.issuperset(token) for token in new), bool, len(new)
             )
             self.alpha[self.size : end] = np.fromiter(
-                (any(c.isalpha() for c in token) for token in new), bool, len(new)
+                (token.isalpha() or any(c.isalpha() for c in token) for token in new), bool, len(new)
             )
             self.size = end
         return self.lengths, self.symbolic, self.alpha
@@ -272,7 +272,7 @@ def _ngram_scores(tokens: _Tokens, text_length: int) -> dict:
             if n_tokens < n:
                 out[name] = 0.0
                 continue
-            candidates = np.flatnonzero(repeats[:-1] & repeats[1:])
+            candidates = (repeats[:-1] & repeats[1:]).nonzero()[0]
             if not candidates.size:  # no n-gram repeats, nor any longer one
                 for size in range(n, max(DUP_NGRAM_SIZES) + 1):
                     if size in DUP_NGRAM_SIZES or n_tokens < size:
@@ -286,9 +286,9 @@ def _ngram_scores(tokens: _Tokens, text_length: int) -> dict:
             repeated = candidates[occurrences > 1]
             repeats[repeated] = True
             if n in TOP_NGRAM_SIZES:
-                if repeated.size:
-                    top = int(occurrences.max())
-                    at = int(candidates[occurrences == top][0])
+                if repeated.size:  # the first of the most frequent (candidates increase)
+                    first_top = int(occurrences.argmax())
+                    top, at = int(occurrences[first_top]), int(candidates[first_top])
                 else:  # every n-gram once: the first one is the top
                     top, at = 1, 0
                 chars = int(cumulative[at + n] - cumulative[at]) + n - 1
@@ -300,15 +300,16 @@ def _ngram_scores(tokens: _Tokens, text_length: int) -> dict:
 
 def _occurrences(keys: np.ndarray) -> np.ndarray:
     """How many elements of ``keys`` equal each one (``counts[inverse]`` of ``np.unique``, in fewer steps)."""
-    order = np.argsort(keys)
+    size = len(keys)
+    order = keys.argsort()
     ordered = keys[order]
-    starts = np.empty(len(keys), dtype=bool)
-    starts[0] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
-    run_starts = np.flatnonzero(starts)
-    run_sizes = np.diff(run_starts, append=len(keys))
-    occurrences = np.empty(len(keys), dtype=np.int64)
-    occurrences[order] = np.repeat(run_sizes, run_sizes)
+    starts = np.empty(size + 1, dtype=bool)
+    starts[0] = starts[size] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=starts[1:size])
+    bounds = starts.nonzero()[0]  # run starts, then the end
+    run_sizes = bounds[1:] - bounds[:-1]
+    occurrences = np.empty(size, dtype=np.int64)
+    occurrences[order] = run_sizes.repeat(run_sizes)
     return occurrences
 
 

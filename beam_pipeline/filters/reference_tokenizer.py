@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from itertools import chain, filterfalse
+from itertools import chain, filterfalse, repeat
 
 import numpy as np
 
@@ -328,7 +328,9 @@ class _Vocabulary:
     Each chunk also gets a chunk id, and its token ids are kept in flat
     arrays (``first[chunk id]`` is where its ``sizes[chunk id]`` token ids
     start in ``flat``), so that a document's token ids are one dict lookup
-    per chunk and a few array operations (:meth:`token_ids`).
+    per chunk and a few array operations (:meth:`token_ids`). ``classes``
+    holds each chunk's sentence classes (:func:`_token_class` of its tokens,
+    one letter each), made when the chunk is tokenized.
 
     Cleared as a whole (a new *generation*) before it would outgrow
     :data:`CACHE_SIZE` chunks, only between documents, so a document's ids
@@ -340,10 +342,11 @@ class _Vocabulary:
         self.clear()
 
     def clear(self) -> None:
-        self.chunks: dict[str, tuple[int, ...]] = {}
         self.chunk_ids: dict[str, int] = {}
+        self.classes: dict[str, str] = {}
         self.ids: dict[str, int] = {}
         self.strings: list[str] = []
+        self.token_classes: list[str] = []
         self.first = np.zeros(1024, np.int64)
         self.sizes = np.zeros(1024, np.int64)
         self.flat = np.zeros(4096, np.int64)
@@ -355,38 +358,62 @@ class _Vocabulary:
         if index is None:
             index = self.ids[token] = len(self.strings)
             self.strings.append(token)
+            self.token_classes.append(_token_class(token))
         return index
 
-    def fill(self, chunks) -> None:
-        """Tokenize the chunks not cached yet; new tokens get ids in order of first appearance."""
-        distinct = dict.fromkeys(chunks)
-        missing = list(filterfalse(self.chunks.__contains__, distinct))
-        if len(self.chunks) + len(missing) > CACHE_SIZE:
+    def fill(self, chunks: list[str]) -> None:
+        """Tokenize the chunks not cached yet (``chunks`` may repeat, and hold cached ones); new tokens get
+        ids in order of first appearance. Every pass but the tokenizer's is a C-level ``map``."""
+        missing = list(filterfalse(self.chunk_ids.__contains__, dict.fromkeys(chunks)))
+        if not missing:
+            return
+        if len(self.chunk_ids) + len(missing) > CACHE_SIZE:
             self.clear()
-            missing = list(distinct)
+            missing = list(dict.fromkeys(chunks))
         split = list(map(_tokenize_chunk, missing))
+        tokens = list(chain.from_iterable(split))
         ids, strings = self.ids, self.strings
-        for token in filterfalse(ids.__contains__, dict.fromkeys(chain.from_iterable(split))):
-            ids[token] = len(strings)
-            strings.append(token)
-        lookup = ids.__getitem__
-        token_ids = [tuple(map(lookup, tokens)) for tokens in split]
-        self.chunks.update(zip(missing, token_ids))
+        new = list(filterfalse(ids.__contains__, dict.fromkeys(tokens)))
+        if new:
+            ids.update(zip(new, range(len(strings), len(strings) + len(new))))
+            strings.extend(new)
+            self.token_classes.extend(map(_token_class, new))
+        token_ids = list(map(ids.__getitem__, tokens))
+        flat = np.array(token_ids, np.int64)
+        sizes = np.fromiter(map(len, split), np.int64, len(split))
+        ends = np.cumsum(sizes)
+        # each chunk's classes: one string of all the new chunks' token classes, cut at the chunk ends
+        classes = "".join(map(self.token_classes.__getitem__, token_ids))
+        ends_list = ends.tolist()
+        self.classes.update(zip(missing, map(classes.__getitem__, map(slice, [0, *ends_list[:-1]], ends_list))))
         # the flat arrays
         start = len(self.chunk_ids)
         end = start + len(missing)
         self.chunk_ids.update(zip(missing, range(start, end)))
-        sizes = np.fromiter(map(len, token_ids), np.int64, len(missing))
-        flat = np.fromiter(chain.from_iterable(token_ids), np.int64, int(sizes.sum()))
         if end > len(self.sizes):
             self.first = _grown(self.first, end)
             self.sizes = _grown(self.sizes, end)
         if self.flat_size + len(flat) > len(self.flat):
             self.flat = _grown(self.flat, self.flat_size + len(flat))
         self.sizes[start:end] = sizes
-        self.first[start:end] = self.flat_size + np.cumsum(sizes) - sizes
+        self.first[start:end] = self.flat_size + ends - sizes
         self.flat[self.flat_size : self.flat_size + len(flat)] = flat
         self.flat_size += len(flat)
+
+    def chunk_ids_of(self, chunks: list[str]) -> np.ndarray:
+        """The chunk ids of ``chunks``, tokenizing the ones not cached yet."""
+        found = np.fromiter(map(self.chunk_ids.get, chunks, repeat(-1)), np.int64, len(chunks))
+        if found.size and found.min() < 0:
+            at = np.flatnonzero(found < 0).tolist()
+            generation = self.generation
+            missing = [chunks[i] for i in at]
+            self.fill(missing)
+            if generation == self.generation:
+                found[at] = list(map(self.chunk_ids.__getitem__, missing))
+            else:  # a new generation holds only the missing chunks: add the others, every id changed
+                self.fill(chunks)
+                found = np.fromiter(map(self.chunk_ids.__getitem__, chunks), np.int64, len(chunks))
+        return found
 
     def token_ids(self, chunk_ids: np.ndarray) -> np.ndarray:
         """The token ids of a sequence of chunks (by chunk id), concatenated."""
@@ -446,12 +473,13 @@ def _tokenize_chunk(chunk: str) -> tuple[str, ...]:
 
 def chunk_tokens(chunk: str) -> tuple[str, ...]:
     """spaCy's tokens of one whitespace-free chunk."""
-    ids = VOCABULARY.chunks.get(chunk)
-    if ids is None:
-        VOCABULARY.fill((chunk,))
-        ids = VOCABULARY.chunks[chunk]
-    strings = VOCABULARY.strings
-    return tuple(strings[i] for i in ids)
+    chunk_id = VOCABULARY.chunk_ids.get(chunk)
+    if chunk_id is None:
+        VOCABULARY.fill([chunk])
+        chunk_id = VOCABULARY.chunk_ids[chunk]
+    first = int(VOCABULARY.first[chunk_id])
+    ids = VOCABULARY.flat[first : first + int(VOCABULARY.sizes[chunk_id])].tolist()
+    return tuple(map(VOCABULARY.strings.__getitem__, ids))
 
 
 def word_ids(text: str, chunks: list[str] | None = None) -> np.ndarray:
@@ -459,12 +487,7 @@ def word_ids(text: str, chunks: list[str] | None = None) -> np.ndarray:
     whitespace tokens. Fast: one dict lookup per whitespace-separated chunk seen before. ``chunks``:
     ``text.split()`` when the caller has it already."""
     chunks = text.split() if chunks is None else chunks
-    try:  # every chunk seen before: no set of the chunks to build
-        chunk_ids = np.fromiter(map(VOCABULARY.chunk_ids.__getitem__, chunks), np.int64, len(chunks))
-    except KeyError:
-        VOCABULARY.fill(chunks)
-        chunk_ids = np.fromiter(map(VOCABULARY.chunk_ids.__getitem__, chunks), np.int64, len(chunks))
-    return VOCABULARY.token_ids(chunk_ids)
+    return VOCABULARY.token_ids(VOCABULARY.chunk_ids_of(chunks))
 
 
 def words(text: str) -> list[str]:
@@ -489,7 +512,6 @@ def tokens(text: str) -> list[str]:
     return out
 
 
-_class_cache: dict[str, str] = {}
 _SENTENCE_BREAK = re.compile("F[FP]*W")
 
 
@@ -498,45 +520,18 @@ def _token_class(token: str) -> str:
     Unicode P* category), 'W' anything else (words, numbers, symbols, whitespace tokens)."""
     if token in _SENTENCE_PUNCT:
         return "F"
+    if token.isalnum():  # letters and digits are in no P* category: a word, without a look at each character
+        return "W"
     return "P" if all(unicodedata.category(c).startswith("P") for c in token) else "W"
 
 
-class _TokenClasses:
-    """:func:`_token_class` of every token of :data:`VOCABULARY`, by token id (extended as the vocabulary
-    grows, reset with its generation): a new chunk's classes are its token ids' classes."""
-
-    def __init__(self) -> None:
-        self.generation = -1
-        self.classes: list[str] = []
-
-    def of(self, chunk: str) -> str:
-        ids = VOCABULARY.chunks.get(chunk)
-        if ids is None:
-            VOCABULARY.fill((chunk,))  # may start a new generation: look the ids up after it
-            ids = VOCABULARY.chunks[chunk]
-        if self.generation != VOCABULARY.generation:
-            self.generation = VOCABULARY.generation
-            self.classes = []
-        strings = VOCABULARY.strings
-        if len(strings) > len(self.classes):
-            self.classes.extend(map(_token_class, strings[len(self.classes) :]))
-        return "".join(map(self.classes.__getitem__, ids))
-
-
-_TOKEN_CLASSES = _TokenClasses()
-
-
 def _chunk_classes(chunks: list[str]) -> list[str]:
-    """The token classes of each chunk (cached per chunk)."""
-    classes = list(map(_class_cache.get, chunks))
-    if None in classes:
-        if len(_class_cache) + len(chunks) > CACHE_SIZE:
-            _class_cache.clear()
-        of = _TOKEN_CLASSES.of
-        for chunk in set(chunks).difference(_class_cache):
-            _class_cache[chunk] = of(chunk)
-        classes = list(map(_class_cache.__getitem__, chunks))
-    return classes
+    """The token classes of each chunk (made when the chunk is tokenized)."""
+    try:
+        return list(map(VOCABULARY.classes.__getitem__, chunks))
+    except KeyError:  # a chunk not tokenized yet
+        VOCABULARY.fill(chunks)
+        return list(map(VOCABULARY.classes.__getitem__, chunks))
 
 
 def _one_sentence(line: str) -> bool:
@@ -553,7 +548,7 @@ def sentence_total(lines: list[str]) -> int:
     (which no sentence break spans), searched once; lines of single-spaced chunks take their classes
     from the chunk cache."""
     classes: list[str] = []
-    cached = _class_cache.__getitem__
+    cached = VOCABULARY.classes.__getitem__
     for line in lines:
         if _one_sentence(line):
             continue  # one sentence (see sentence_count)
