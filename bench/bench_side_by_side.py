@@ -11,7 +11,10 @@ process the child waited for, datatrove's worker pool included):
   filter sees what the one before kept, as in a datatrove pipeline).
   ours: the functions the ``heuristics`` and ``pii`` scorer stages call
   (``filters.heuristics.score`` with the default options, ``filters.pii.counts``) plus the redaction
-  ``select`` applies (``filters.pii.redact``), on every document of the same JSONL.
+  ``select`` applies (``filters.pii.redact``), on every document of the same JSONL. The default
+  options compute the project's definitions; ``--definitions reference`` (or ``both``) computes
+  the ``ref_*`` columns, datatrove's own definitions (spaCy's words and sentences), which is the
+  same work as datatrove's filters.
 * ``minhash``: near dedup with MinHash LSH on word 5-grams, 14 bands x 8 rows (112 values).
   datatrove: its four stages (signatures, buckets, cluster, filter + a ``JsonlWriter``) with its
   default ``MinhashConfig`` (5-grams, 14 x 8).
@@ -36,6 +39,7 @@ built from pinned packages), its first ``--mb`` MB of text in file order.
 Usage::
 
     .venv/bin/python bench/bench_side_by_side.py [--mb 20] [--runs 3] [--steps filters,minhash,tokenize]
+                                                 [--definitions project|reference|both]
 
 Results: bench/results/side-by-side-<date>.md and .json (with this command).
 """
@@ -64,6 +68,7 @@ TOKENIZER = REPO / "sample" / "tokenizer" / "tokenizer.json"
 STEPS = ("filters", "minhash", "tokenize")
 SIDES = ("datatrove", "ours")
 PARTITIONS = 2  # = cores: datatrove's tasks and workers, our partitions
+DEFINITIONS_VARIABLE = "SIDE_BY_SIDE_DEFINITIONS"  # --definitions, for our filters child
 
 
 # --- the corpus -------------------------------------------------------------------------------------------
@@ -180,7 +185,10 @@ def ours_step(step: str, folder: Path, out: Path) -> None:
         from beam_pipeline.config import HeuristicsConfig, PiiConfig
         from beam_pipeline.filters import heuristics, pii
 
-        options, kinds = HeuristicsConfig().score_options(), PiiConfig().kinds
+        definitions = {"project": ("project",), "reference": ("reference",), "both": ("project", "reference")}
+        options = {**HeuristicsConfig().score_options(),
+                   "definitions": definitions[os.environ.get(DEFINITIONS_VARIABLE, "project")]}
+        kinds = PiiConfig().kinds
         with open(folder / "input" / "docs.jsonl", encoding="utf-8") as f:
             for line in f:
                 text = json.loads(line)["text"]
@@ -260,6 +268,8 @@ def main(argv=None) -> int:
     parser.add_argument("--datatrove-python", default=str(REPO / "bench" / "work" / "datatrove-venv" / "bin" / "python"),
                         help="the bench-only environment with datatrove (make bench-side-by-side installs it)")
     parser.add_argument("--label", default="", help="suffix of the result files (side-by-side-<date>-<label>)")
+    parser.add_argument("--definitions", choices=("project", "reference", "both"), default="project",
+                        help="the heuristics definitions our filters step computes (default: the stage's default)")
     parser.add_argument("--child", nargs=4, metavar=("SIDE", "STEP", "FOLDER", "OUT"), help=argparse.SUPPRESS)
     parser.add_argument("--prepare", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -271,6 +281,7 @@ def main(argv=None) -> int:
         child(side, step, Path(folder), Path(out))
         return 0
     steps = [s for s in args.steps.split(",") if s]
+    os.environ[DEFINITIONS_VARIABLE] = args.definitions  # inherited by the children
     folder = WORK / f"{args.mb:g}mb"
     # in a subprocess: a child forked from a parent that held the corpus would inherit its peak RSS
     subprocess.run([sys.executable, __file__, "--prepare", str(args.mb)], cwd=REPO, check=True)
@@ -291,6 +302,7 @@ def main(argv=None) -> int:
     summary = summarize(runs, mb)
     command = " ".join([".venv/bin/python bench/bench_side_by_side.py", *(sys.argv[1:] if argv is None else argv)])
     report = {"command": command, "date": datetime.date.today().isoformat(), "corpus": stats, "mb": round(mb, 2),
+              "definitions": args.definitions,
               "cores": os.cpu_count(), "load_average_1min": {"min": min(load), "max": max(load)},
               "python": platform.python_version(),
               "versions": {**versions(), "datatrove": datatrove_version(args.datatrove_python)}, "runs": runs, "summary": summary}
@@ -340,7 +352,8 @@ def markdown(report: dict) -> str:
              + ", ".join(f"{k} {v}" for k, v in report["versions"].items()) + ".",
              "",
              "Medians of the interleaved runs. CPU: seconds of the whole process tree of each side's fresh "
-             "subprocess; MB/s/core = MB / CPU seconds; ratio = datatrove CPU / our CPU.", "",
+             "subprocess; MB/s/core = MB / CPU seconds; ratio = datatrove CPU / our CPU. Our filters compute the "
+             f"`{report.get('definitions', 'project')}` heuristics definitions.", "",
              "| step | datatrove CPU s | ours CPU s | datatrove MB/s/core | ours MB/s/core | ratio | "
              "datatrove wall s | ours wall s | datatrove peak RSS MB | ours peak RSS MB |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
