@@ -13,13 +13,17 @@
 
 Everything lands in ``$BEAM_PIPELINE_CACHE/web_fixtures`` (default
 ``~/.cache/beam_pipeline/web_fixtures``) and is reused while its marker file
-exists. The test fixtures (``tests/web_fixtures.py``) call :func:`pywb_warcs`
+exists. A fetch holds an exclusive lock on ``.<name>.lock`` there: the test
+suite's workers (``pytest -n 2``) ask for the same fixtures at once on a fresh
+machine, and the second one waits for the first and then finds the marker. The test fixtures (``tests/web_fixtures.py``) call :func:`pywb_warcs`
 and :func:`handbook_pages`; run this script once to fetch ahead of a test run.
 
 Usage:  .venv/bin/python scripts/fetch_web_fixtures.py
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
@@ -48,6 +52,17 @@ def cache_dir() -> Path:
     return path
 
 
+@contextlib.contextmanager
+def _fetching(name: str):
+    """An exclusive lock on ``.<name>.lock`` in the cache, held while one process fetches ``name``."""
+    with open(cache_dir() / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def pywb_warcs() -> Path:
     """Folder with pywb's ``sample_archive/warcs/*`` files (``../cdx/*``: pywb's CDX index of them)."""
     name, version, sha256 = PYWB
@@ -56,6 +71,14 @@ def pywb_warcs() -> Path:
     marker = base / f".complete-{sha256[:16]}"
     if marker.exists():
         return target
+    with _fetching(f"{name}-{version}"):
+        if not marker.exists():  # not fetched by another process while this one waited
+            _fetch_pywb(base, name, version, sha256)
+            marker.touch()
+    return target
+
+
+def _fetch_pywb(base: Path, name: str, version: str, sha256: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
                    f"{name}=={version}", "-d", tmp]
@@ -74,8 +97,6 @@ def pywb_warcs() -> Path:
                     if member.isfile() and member.name.startswith(prefix) and "/" not in rest:
                         with archive.extractfile(member) as source, open(base / folder / rest, "wb") as out:
                             shutil.copyfileobj(source, out)
-    marker.touch()
-    return target
 
 
 def handbook_pages() -> Path:
@@ -85,6 +106,14 @@ def handbook_pages() -> Path:
     marker = target / f".complete-{sha256[:16]}"
     if marker.exists():
         return target
+    with _fetching(f"{package}-{version}"):
+        if not marker.exists():  # not fetched by another process while this one waited
+            _fetch_handbook(target, package, version, sha256)
+            marker.touch()
+    return target
+
+
+def _fetch_handbook(target: Path, package: str, version: str, sha256: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         deb = _debian_package(package, version, sha256, Path(tmp))
         unpacked = Path(tmp) / "unpacked"
@@ -95,8 +124,6 @@ def handbook_pages() -> Path:
             (target / language).mkdir(parents=True)
             for page in sorted(source.glob("*.html")):
                 shutil.copyfile(page, target / language / page.name)
-    marker.touch()
-    return target
 
 
 def _debian_package(package: str, version: str, sha256: str, folder: Path) -> Path:
