@@ -22,7 +22,6 @@ Usage:  .venv/bin/python scripts/fetch_web_fixtures.py
 """
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import shutil
@@ -52,13 +51,17 @@ def cache_dir() -> Path:
     return path
 
 
-@contextlib.contextmanager
-def _fetching(name: str):
-    """An exclusive lock on ``.<name>.lock`` in the cache, held while one process fetches ``name``."""
-    with open(cache_dir() / f".{name}.lock", "w") as lock:
+def _fetch_once(marker: Path, fetch) -> None:
+    """Run ``fetch`` unless ``marker`` exists, then create it; under an exclusive lock on
+    ``.<folder>.lock`` in the cache, so a process that waited finds the marker and fetches nothing."""
+    if marker.exists():
+        return
+    with open(cache_dir() / f".{marker.parent.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            yield
+            if not marker.exists():
+                fetch()
+                marker.touch()
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
@@ -69,12 +72,7 @@ def pywb_warcs() -> Path:
     base = cache_dir() / f"{name}-{version}"
     target = base / "warcs"
     marker = base / f".complete-{sha256[:16]}"
-    if marker.exists():
-        return target
-    with _fetching(f"{name}-{version}"):
-        if not marker.exists():  # not fetched by another process while this one waited
-            _fetch_pywb(base, name, version, sha256)
-            marker.touch()
+    _fetch_once(marker, lambda: _fetch_pywb(base, name, version, sha256))
     return target
 
 
@@ -104,12 +102,7 @@ def handbook_pages() -> Path:
     package, version, sha256 = HANDBOOK
     target = cache_dir() / f"{package}-{version}"
     marker = target / f".complete-{sha256[:16]}"
-    if marker.exists():
-        return target
-    with _fetching(f"{package}-{version}"):
-        if not marker.exists():  # not fetched by another process while this one waited
-            _fetch_handbook(target, package, version, sha256)
-            marker.touch()
+    _fetch_once(marker, lambda: _fetch_handbook(target, package, version, sha256))
     return target
 
 

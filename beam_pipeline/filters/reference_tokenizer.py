@@ -353,14 +353,6 @@ class _Vocabulary:
         self.flat_size = 0
         self.generation += 1
 
-    def intern(self, token: str) -> int:
-        index = self.ids.get(token)
-        if index is None:
-            index = self.ids[token] = len(self.strings)
-            self.strings.append(token)
-            self.token_classes.append(_token_class(token))
-        return index
-
     def fill(self, chunks: list[str]) -> None:
         """Tokenize the chunks not cached yet (``chunks`` may repeat, and hold cached ones); new tokens get
         ids in order of first appearance. Every pass but the tokenizer's is a C-level ``map``."""
