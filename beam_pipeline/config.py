@@ -294,6 +294,13 @@ class NearDedupConfig(_Strict):
     max_rounds: int = Field(20, ge=1, le=200, description="Connected-component rounds before the stage fails.")
     max_cluster_size: int = Field(100, ge=2, description="Larger clusters are reported and verified pairwise.")
     sample_members: int = Field(10, ge=1, le=1000, description="Members listed per large cluster.")
+    key_groups: int | None = Field(
+        None,
+        ge=1,
+        le=1 << 24,
+        description="Groups the LSH keys travel to the runner in (not in the layer key); "
+        "default 16 per document partition, at most 65,536.",
+    )
     alarms: ClusterAlarmConfig = ClusterAlarmConfig()
     lines: LineDedupConfig = LineDedupConfig()
     substrings: SubstringDedupConfig = SubstringDedupConfig()

@@ -62,9 +62,9 @@ def test_rounds_grow_slowly_with_path_length():
     assert rounds[4000] <= 14 and rounds[10] <= rounds[100] <= rounds[4000]
 
 
-def components_job(p, edges, max_rounds: int):
+def components_job(p, edges, max_rounds: int, node_groups: int = 64):
     """{"labels": (node, label), "counts": tallies} of the Beam transform on ``edges``."""
-    return (p | beam.Create(edges)) | ConnectedComponents(max_rounds, "near_dedup")
+    return (p | beam.Create(edges)) | ConnectedComponents(max_rounds, "near_dedup", node_groups)
 
 
 def summed_counts(counts):
@@ -72,13 +72,14 @@ def summed_counts(counts):
     return counts | "SumCounts" >> beam.CombineGlobally(SumCounts())
 
 
-def test_beam_components_match_union_find():
+@pytest.mark.parametrize("node_groups", [1, 7, 64])
+def test_beam_components_match_union_find(node_groups):
     rng = random.Random(99)
     edges = random_graph(rng, 300, 260) + [(node(i), node(i + 1)) for i in range(12)]  # a path too
     expected = sorted(union_find([e for e in edges if e[0] != e[1]]).items())
     _, rounds = components(edges)
     with TestPipeline(options=OPTIONS) as p:
-        assert_that(components_job(p, edges, rounds + 1)[LABELS], equal_to(expected))
+        assert_that(components_job(p, edges, rounds + 1, node_groups)[LABELS], equal_to(expected))
 
 
 def test_edges_of_several_finders_make_one_graph():

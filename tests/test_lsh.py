@@ -9,6 +9,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_pipeline import schemas
 from beam_pipeline.accounting import COUNTS, SumCounts, stage_counts
@@ -26,11 +27,19 @@ WIKI = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 
 
 def run_fn(fn, element):
+    """(main outputs, [(tag, value)]) of one element in one bundle (counts left out)."""
     fn.setup()
-    out = list(fn.process(element))
+    fn.start_bundle()
+    out = list(fn.process(element)) + [o.value if isinstance(o, WindowedValue) else o for o in fn.finish_bundle()]
+    out = [o for o in out if getattr(o, "tag", None) != COUNTS]
     main = [o for o in out if not hasattr(o, "tag")]
     tagged = [(o.tag, o.value) for o in out if hasattr(o, "tag")]
     return main, tagged
+
+
+def bucket(key, entries):
+    """The grouped element of a band key's bucket: its key group with one block holding the entries."""
+    return 0, [(np.full(len(entries), key, dtype="<i8").tobytes(), tuple(entries))]
 
 
 def test_band_keys_are_deterministic_non_negative_ints_per_band():
@@ -81,25 +90,60 @@ def test_candidate_rate_follows_the_s_curve():
 
 
 def test_bucket_emits_a_star_to_its_smallest_document():
-    main, tagged = run_fn(MinHashBucketFn(), (7, [("d3", None), ("d1", None), ("d2", None), ("d1", None)]))
+    main, tagged = run_fn(MinHashBucketFn(), bucket(7, [("d3", None), ("d1", None), ("d2", None), ("d1", None)]))
     assert main == [("d1", "d2"), ("d1", "d3")]
     assert tagged == []
-    assert run_fn(MinHashBucketFn(), (7, [("only", None)])) == ([], [])
+    assert run_fn(MinHashBucketFn(), bucket(7, [("only", None)])) == ([], [])
+
+
+@pytest.mark.parametrize("groups", [1, 3, 64])
+def test_key_blocks_bring_every_entry_of_a_shared_key_together(groups):
+    """Blocks from several tasks, merged per key group, give exactly the buckets of grouping by key."""
+    rng = np.random.default_rng(groups)
+    tasks = []
+    for task in range(4):
+        keys = rng.integers(0, 40, size=60).tolist() + [int(k) for k in rng.integers(0, 2**63, size=20)]
+        tasks.append((keys, [(f"t{task}d{i}", None) for i in range(len(keys))]))
+    expected = {}
+    for keys, entries in tasks:
+        for key, entry in zip(keys, entries):
+            expected.setdefault(key, []).append(entry)
+    expected = {key: sorted(entries) for key, entries in expected.items() if len(entries) > 1}
+    by_group = {}
+    for keys, entries in tasks:
+        for group, block in near_dedup.key_blocks(keys, entries, groups):
+            assert 0 <= group < groups and all(k % groups == group for k in np.frombuffer(block[0], dtype="<i8"))
+            by_group.setdefault(group, []).append(block)
+    found = {key: sorted(entries) for blocks in by_group.values() for key, entries in near_dedup.shared_keys(blocks)}
+    assert found == expected and len(expected) > 10
+
+
+def test_a_bundle_hands_on_a_pair_once_however_many_bands_it_shares():
+    fn = MinHashBucketFn()
+    fn.setup()
+    fn.start_bundle()
+    pairs = []
+    for key in (3, 8, 13):  # three bands of one pair, in other key groups
+        pairs += [o for o in fn.process(bucket(key, [("b", None), ("a", None)])) if not hasattr(o, "tag")]
+    ended = list(fn.finish_bundle())
+    assert pairs == [] and [o.value for o in ended if isinstance(o, WindowedValue)] == [("a", "b")]
+    (counts,) = [o.value.value for o in ended if getattr(o, "tag", None) == COUNTS]
+    assert list(counts.values()) == [3]  # every star edge is counted
 
 
 def test_bucket_pairs_previous_versions_only_with_new_documents():
     old = {"doc_id": "a0", "source": "web", "source_rank": 1, "date": None}
     old_b = {**old, "doc_id": "b0"}
     entries = [("a0", member_of(old, previous=True)), ("b0", member_of(old_b, previous=True)), ("c9", None)]
-    main, tagged = run_fn(MinHashBucketFn(), (1, entries))
+    main, tagged = run_fn(MinHashBucketFn(), bucket(1, entries))
     # the old anchor a0 pairs with the new c9; old-old (a0, b0) is never proposed; b (second) is always new
     assert main == [("a0", "c9")]
     assert sorted(t[1][0] for t in tagged) == ["a0", "b0"]
     # a bucket of previous-version documents only produces nothing
-    assert run_fn(MinHashBucketFn(), (1, entries[:2])) == ([], [])
+    assert run_fn(MinHashBucketFn(), bucket(1, entries[:2])) == ([], [])
     # new anchor, old member: the old one goes first
-    main, _ = run_fn(MinHashBucketFn(), (1, [("z9", member_of({**old, "doc_id": "z9"}, previous=True)),
-                                             ("c1", None)]))
+    main, _ = run_fn(MinHashBucketFn(), bucket(1, [("z9", member_of({**old, "doc_id": "z9"}, previous=True)),
+                                                   ("c1", None)]))
     assert main == [("z9", "c1")]
 
 
@@ -108,7 +152,7 @@ def test_a_document_of_several_previous_versions_is_reported_once_whatever_the_o
     members = [member_of({**old, "source_rank": rank}, previous=True) for rank in (4, 2, 3)]
     for order in (members, members[::-1]):
         entries = [("a0", m) for m in order] + [("c9", None)]
-        main, tagged = run_fn(MinHashBucketFn(), (1, entries))
+        main, tagged = run_fn(MinHashBucketFn(), bucket(1, entries))
         assert main == [("a0", "c9")] and tagged == [("previous", ("a0", members[1]))]
 
 
@@ -166,11 +210,14 @@ def test_a_previous_version_competes_with_its_member_and_its_own_signature(tmp_p
     row = _signature_row("d1", [4, 7], simhash=0b1011, simhash_keys=[3], rank=2, date="2021-05-05")
     path = str(tmp_path / "part-00000-of-00001.parquet")
     write_partition(str(tmp_path), 0, 1, [row], schemas.NEAR_SIGNATURE)
-    out = list(PreviousSignaturesFn(params).process((2, path)))
+    out = list(PreviousSignaturesFn(params, key_groups=4).process((2, path)))
     main = [o for o in out if not hasattr(o, "tag")]
     tagged = sorted((o.tag, o.value) for o in out if hasattr(o, "tag"))
     member = member_of(row, previous=True)
     assert main == [("d1", (2, (b"d1", 0b1011, None, 60)))]  # minhash, simhash, shingles, shingle_count
-    assert tagged == [("bands", (4, ("d1", member))), ("bands", (7, ("d1", member))),
-                      ("blocks", (3, ("d1", member, 0b1011)))]
+    # keys travel in blocks per key group (key % 4): 4 -> group 0, 7 and 3 -> group 3
+    assert [(tag, group, np.frombuffer(keys, dtype="<i8").tolist(), entries)
+            for tag, (group, (keys, entries)) in tagged] == [
+        ("bands", 0, [4], (("d1", member),)), ("bands", 3, [7], (("d1", member),)),
+        ("blocks", 3, [3], (("d1", member, 0b1011),))]
     assert representative_order(member)[0] == 0  # a previous version goes first

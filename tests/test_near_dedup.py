@@ -387,6 +387,21 @@ def test_partitioned_documents_give_the_same_annotations_and_signatures(tmp_path
     assert one["metrics"] == three["metrics"]
 
 
+def test_key_groups_change_how_keys_travel_not_the_layer(tmp_path):
+    """LSH keys and graph edges travel in blocks per key group; any group count gives the same layer."""
+    documents, expected = planted_corpus(originals=3, singles=6)
+    config = NearDedupConfig(enabled=True, method="both", max_cluster_size=3)
+    runs = {groups: run_stage(tmp_path, documents, config.model_copy(update={"key_groups": groups}),
+                              name=f"groups{groups}", partitions=2)
+            for groups in (None, 1, 5)}
+    assert clusters_of(runs[None]["annotations"]) == expected
+    for groups in (1, 5):
+        for output in near_dedup.OUTPUTS:
+            assert runs[groups][output + "_digests"] == runs[None][output + "_digests"], (groups, output)
+        assert runs[groups]["metrics"] == runs[None]["metrics"]
+    assert runs[1]["layer"].key == runs[5]["layer"].key == runs[None]["layer"].key  # not in the layer key
+
+
 def test_a_document_in_the_wrong_partition_fails_the_stage(tmp_path):
     documents, _ = planted_corpus(originals=1, singles=3)
     docs_dir = tmp_path / "documents"

@@ -87,5 +87,6 @@ def test_bucket_checks_every_pair_exactly():
     fn = SimHashBucketFn(max_hamming=3)
     fn.setup()
     entries = [("a", None, 0b0000), ("b", None, 0b0111), ("c", None, 0b1111_0000), ("d", None, 0b1111)]
-    out = list(fn.process((5, entries)))
+    block = (np.full(len(entries), 5, dtype="<i8").tobytes(), tuple(entries))  # one block key's bucket
+    out = list(fn.process((0, [block])))
     assert sorted(out) == [("a", "b"), ("b", "d")]  # a-d differ in 4 bits; c is far from all

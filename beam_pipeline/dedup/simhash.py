@@ -24,6 +24,7 @@ import itertools
 import numpy as np
 import xxhash
 
+from beam_pipeline.dedup import shingling
 from beam_pipeline.hashing import stable_hash64
 
 MASK63 = (1 << 63) - 1
@@ -32,7 +33,7 @@ BITS = 64
 
 def fingerprint(shingles: np.ndarray) -> int:
     """The 64-bit SimHash of a non-empty uint64 shingle array, as a Python int in [0, 2^64)."""
-    distinct = np.unique(shingles)
+    distinct = shingling.distinct(shingles)
     bits = np.unpackbits(distinct.astype("<u8").view(np.uint8).reshape(-1, 8), axis=1, bitorder="little")
     ones = bits.sum(axis=0, dtype=np.int64)  # column j is bit j of the little-endian uint64
     set_bits = ones * 2 > distinct.size

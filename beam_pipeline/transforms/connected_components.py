@@ -2,17 +2,25 @@
 
 The pure steps (Kiveris et al., *Connected Components in MapReduce and
 Beyond*, SoCC 2014) are in :mod:`beam_pipeline.dedup.components`. Each step is
-one ``GroupByKey`` on the node (a doc_id, ``StrUtf8Coder``)::
+one ``GroupByKey``; its key is the *node group* of the edge's first node
+(:func:`node_group`), and its values are blocks of edges whose
+first nodes are in that group::
 
-    edges (a, b) -> (a, b), (b, a) without self-loops
-      round r:  GroupByKey(node) -> large-star -> (larger, smaller)
-                GroupByKey(larger) -> small-star -> (smaller, larger), (larger, smaller)
-      labels:   (node, min(node, neighbour)) -> CombinePerKey(min)
+    edges (a, b) -> blocks of (a, b), (b, a) without self-loops
+      round r:  GroupByKey(group of node) -> large-star per node -> blocks of (larger, smaller)
+                GroupByKey(group of larger) -> small-star per node -> blocks of both directions
+      labels:   GroupByKey(group of node) -> (node, min(node, neighbours)) per node
 
-A grouped value is one node's neighbours (doc_ids). ``max_rounds`` rounds are
-unrolled in the job graph (``docs/near_dedup.md`` says why not one job per
-round), and every round runs: a round after convergence regroups the final
-stars and changes nothing.
+A group's blocks hold every edge of each of its nodes, so a step's per-node
+work is that of a ``GroupByKey`` on the node itself. The blocks are what the
+runner moves: one element per producing bundle and node group (a bundle
+flushes at :data:`FLUSH_EDGES`), not one per edge. Edge by edge, the rounds
+were the largest cost of the near-dedup stage: every round runs (see below),
+and each moved the whole graph twice (bench/README.md, "Side by side").
+
+``max_rounds`` rounds are unrolled in the job graph (``docs/near_dedup.md``
+says why not one job per round), and every round runs: a round after
+convergence regroups the final stars and changes nothing.
 
 The rounds form one chain, with no branch that meets it again: Flink's batch
 optimizer (the DataSet API the portable Flink runner uses) walks every route
@@ -21,11 +29,11 @@ doubles the work of everything after it (``docs/flink.md``, "Routes through
 the plan"). A round therefore does not read the previous round's count as a
 side input, and the rounds' tallies are not side outputs: each step emits its
 tally (``components_changed_rNN``, the edges it changed) into the edge stream
-under the reserved node ``""`` (a doc_id is never empty), every later step
-passes those elements on, and after the last round one step takes them out,
-fails the job if the last round still changed edges (naming
-``near_dedup.max_rounds``) and counts ``components_rounds`` (the rounds that
-changed something, plus one).
+under the reserved group :data:`TALLIES` (a node group is never negative),
+every later step passes those elements on, and after the last round the label
+step takes them out; ``check_converged`` fails the job if the last round
+still changed edges (naming ``near_dedup.max_rounds``) and counts
+``components_rounds`` (the rounds that changed something, plus one).
 """
 
 from __future__ import annotations
@@ -33,16 +41,23 @@ from __future__ import annotations
 from typing import Iterable, Iterator
 
 import apache_beam as beam
+import xxhash
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_pipeline.accounting import COUNTS, Tally
 from beam_pipeline.dedup.components import large_star, small_star
-from beam_pipeline.transforms.keys import StrKeyed
+from beam_pipeline.transforms.keys import IntKeyed, StrKeyed
 
 LABELS = "labels"
 _CHANGED = "components_changed_r{index:02d}"
+
+#: Node groups when the caller gives none.
+DEFAULT_NODE_GROUPS = 64
+
+#: A bundle hands its blocks to the runner once it holds this many edges (and at its end).
+FLUSH_EDGES = 1 << 20
 
 
 class ConnectedComponents(beam.PTransform):
@@ -51,111 +66,198 @@ class ConnectedComponents(beam.PTransform):
     A node's label is the smallest node of its component; a node in no edge
     (or only in self-loops) gets no label. ``counts`` holds the tallies of
     stage ``stage``: ``components_changed_rNN`` per round and ``components_rounds``.
+    ``node_groups`` sets how many groups the edges travel in (the labels do not
+    depend on it).
     """
 
-    def __init__(self, max_rounds: int, stage: str):
+    def __init__(self, max_rounds: int, stage: str, node_groups: int = DEFAULT_NODE_GROUPS):
         super().__init__()
         if max_rounds < 1:
             raise ValueError(f"max_rounds must be at least 1, not {max_rounds}")
+        if node_groups < 1:
+            raise ValueError(f"node_groups must be at least 1, not {node_groups}")
         self._max_rounds = max_rounds
         self._stage = stage
+        self._groups = node_groups
 
     def expand(self, edges):
         if isinstance(edges, dict):
             edges = tuple(edges[name] for name in sorted(edges))
         if isinstance(edges, (tuple, list)):
             edges = edges[0] if len(edges) == 1 else tuple(edges) | "AllEdges" >> beam.Flatten()
-        current = edges | "BothDirections" >> beam.FlatMap(both_directions).with_output_types(StrKeyed)
+        current = edges | "BothDirections" >> beam.ParDo(_EdgeBlocksFn(self._groups)).with_output_types(IntKeyed)
         for index in range(1, self._max_rounds + 1):
-            current = current | f"Round{index:02d}" >> _StarRound(index, self._stage)
-        split = current | "TakeTallies" >> beam.ParDo(_TakeTallies()).with_outputs(_ROUND_TALLIES, main="edges")
-        labels = (
-            split["edges"]
-            | "LabelCandidates"
-            >> beam.MapTuple(lambda node, other: (node, min(node, other))).with_output_types(StrKeyed)
-            | "SmallestPerNode" >> beam.CombinePerKey(min)
+            current = current | f"Round{index:02d}" >> _StarRound(index, self._stage, self._groups)
+        labelled = (
+            current
+            | "GroupFinalStars" >> beam.GroupByKey()
+            | "SmallestPerNode"
+            >> beam.ParDo(_LabelsFn()).with_output_types(StrKeyed).with_outputs(_ROUND_TALLIES, main=LABELS)
         )
         counts = (
-            split[_ROUND_TALLIES]
+            labelled[_ROUND_TALLIES]
             | "RoundTallies" >> beam.combiners.ToList()
             | "CheckConverged" >> beam.FlatMap(check_converged, self._max_rounds, self._stage)
         )
-        return {LABELS: labels, COUNTS: counts}
+        return {LABELS: labelled[LABELS], COUNTS: counts}
 
 
-#: The reserved node whose "edges" are the rounds' tallies (a doc_id is never empty).
-TALLIES = ""
+#: The reserved group whose "blocks" are the rounds' tallies (a node group is never negative).
+TALLIES = -1
 _ROUND_TALLIES = "round_tallies"
 
 
 def both_directions(edge: tuple[str, str]) -> list[tuple[str, str]]:
     a, b = edge
-    if TALLIES in (a, b):
-        raise ValueError(f"an edge names the empty node, reserved for the rounds' tallies: {edge!r}")
     return [(a, b), (b, a)] if a != b else []
 
 
-class _StarRound(beam.PTransform):
-    """(node, neighbour) of both directions (+ the tallies so far under :data:`TALLIES`) -> the same
-    after large-star + small-star, with this round's tallies added."""
+class EdgeBlocks:
+    """Edges collected per node group of their first node, taken as ``(group, block)`` pairs."""
 
-    def __init__(self, index: int, stage: str):
+    def __init__(self, groups: int):
+        self._groups = groups
+        self._pending: dict[int, list] = {}
+        self._size = 0
+
+    def add(self, node: str, other: str) -> None:
+        self._pending.setdefault(node_group(node, self._groups), []).append((node, other))
+        self._size += 1
+
+    def full(self) -> bool:
+        return self._size >= FLUSH_EDGES
+
+    def take(self) -> list[tuple[int, tuple]]:
+        blocks = [(group, tuple(edges)) for group, edges in sorted(self._pending.items())]
+        self._pending, self._size = {}, 0
+        return blocks
+
+
+def node_group(node: str, groups: int) -> int:
+    """The group of a node: xxh3-64 of its UTF-8 bytes modulo ``groups`` (where it travels, not what it means)."""
+    return xxhash.xxh3_64_intdigest(node.encode("utf-8")) % groups
+
+
+def _windowed(element) -> WindowedValue:
+    return WindowedValue(element, MIN_TIMESTAMP, (GlobalWindow(),))
+
+
+class _EdgeBlocksFn(beam.DoFn):
+    """(a, b) -> blocks of (a, b) and (b, a), by node group of the first node."""
+
+    def __init__(self, groups: int):
+        super().__init__()
+        self._groups = groups
+
+    def start_bundle(self):
+        self._out = EdgeBlocks(self._groups)
+
+    def process(self, edge: tuple[str, str]) -> Iterator:
+        if not (isinstance(edge, tuple) and len(edge) == 2 and all(isinstance(n, str) and n for n in edge)):
+            raise ValueError(f"an edge is a pair of non-empty doc_ids, not {edge!r}")
+        for a, b in both_directions(edge):
+            self._out.add(a, b)
+        if self._out.full():
+            yield from self._out.take()
+
+    def finish_bundle(self):
+        for block in self._out.take():
+            yield _windowed(block)
+
+
+def neighbours_of(blocks: Iterable[tuple]) -> dict[str, list[str]]:
+    """{node: its neighbours} of a group's blocks."""
+    neighbours: dict[str, list[str]] = {}
+    for block in blocks:
+        for node, other in block:
+            found = neighbours.get(node)
+            if found is None:
+                neighbours[node] = [other]
+            else:
+                found.append(other)
+    return neighbours
+
+
+class _StarRound(beam.PTransform):
+    """Blocks of (node, neighbour), both directions (+ the tallies so far under :data:`TALLIES`) -> the
+    same after large-star + small-star, with this round's tallies added."""
+
+    def __init__(self, index: int, stage: str, groups: int):
         super().__init__()
         self._index = index
         self._stage = stage
+        self._groups = groups
 
-    def expand(self, edges):
+    def expand(self, blocks):
         return (
-            edges
+            blocks
             | "GroupNeighbours" >> beam.GroupByKey()
             | "LargeStar"
-            >> beam.ParDo(_StarFn(large_star, self._index, False, self._stage)).with_output_types(StrKeyed)
-            | "GroupSmallerNeighbours" >> beam.GroupByKey()  # (larger, smaller)
-            | "SmallStar" >> beam.ParDo(_StarFn(small_star, self._index, True, self._stage)).with_output_types(StrKeyed)
+            >> beam.ParDo(_StarFn(large_star, self._index, False, self._stage, self._groups)).with_output_types(
+                IntKeyed
+            )
+            | "GroupSmallerNeighbours" >> beam.GroupByKey()  # blocks of (larger, smaller)
+            | "SmallStar"
+            >> beam.ParDo(_StarFn(small_star, self._index, True, self._stage, self._groups)).with_output_types(IntKeyed)
         )
 
 
 class _StarFn(beam.DoFn):
-    """(node, neighbours) -> the edges ``step`` emits at the node (``both``: in both directions);
-    the tallies passed on, and this bundle's (its changed edges) added under :data:`TALLIES`."""
+    """(group, blocks) -> blocks of the edges ``step`` emits at each node of the group (``both``: in both
+    directions); the tallies passed on, and this bundle's (its changed edges) added under :data:`TALLIES`."""
 
-    def __init__(self, step, index: int, both: bool, stage: str):
+    def __init__(self, step, index: int, both: bool, stage: str, groups: int):
         super().__init__()
         self._step = step
         self._changed = _CHANGED.format(index=index)
         self._both = both
         self._stage = stage
+        self._groups = groups
 
     def setup(self):
         self.tally = Tally(self._stage)
 
-    def process(self, grouped: tuple[str, Iterable]) -> Iterator[tuple[str, object]]:
-        node, neighbours = grouped
-        if node == TALLIES:
-            for tally in neighbours:
+    def start_bundle(self):
+        self._out = EdgeBlocks(self._groups)
+
+    def process(self, grouped: tuple[int, Iterable]) -> Iterator[tuple[int, object]]:
+        group, blocks = grouped
+        if group == TALLIES:
+            for tally in blocks:
                 yield TALLIES, tally
             return
-        edges, changed = self._step(node, neighbours)
+        changed, out, both = 0, self._out, self._both
+        for node, neighbours in neighbours_of(blocks).items():
+            edges, n = self._step(node, neighbours)
+            changed += n
+            for a, b in edges:
+                out.add(a, b)
+                if both:
+                    out.add(b, a)
         self.tally.inc(self._changed, n=changed)
-        for a, b in edges:
-            yield a, b
-            if self._both:
-                yield b, a
+        if out.full():
+            yield from out.take()
 
     def finish_bundle(self):
+        for block in self._out.take():
+            yield _windowed(block)
         counts = self.tally.take()
         if counts:
-            yield WindowedValue((TALLIES, counts), MIN_TIMESTAMP, [GlobalWindow()])
+            yield _windowed((TALLIES, counts))
 
 
-class _TakeTallies(beam.DoFn):
-    """The last round's stream -> its edges (main) and the rounds' tallies (``round_tallies``)."""
+class _LabelsFn(beam.DoFn):
+    """The last round's groups -> (node, smallest of the node and its neighbours) per node (main) and
+    the rounds' tallies (``round_tallies``)."""
 
-    def process(self, edge: tuple[str, object]):
-        if edge[0] == TALLIES:
-            yield beam.pvalue.TaggedOutput(_ROUND_TALLIES, edge[1])
-        else:
-            yield edge
+    def process(self, grouped: tuple[int, Iterable]):
+        group, blocks = grouped
+        if group == TALLIES:
+            for tally in blocks:
+                yield beam.pvalue.TaggedOutput(_ROUND_TALLIES, tally)
+            return
+        for node, neighbours in sorted(neighbours_of(blocks).items()):
+            yield node, min(node, min(neighbours))
 
 
 def check_converged(tallies: list[dict], max_rounds: int, stage: str) -> list[dict]:

@@ -22,15 +22,16 @@ the reasoning and the numbers)::
     documents partition i --RepeatedLines (CombinePerKey(sum) of line keys)--> side input
       |                                    v  (boilerplate keys, template keys)
       +--Sign (one task per partition): writes signatures partition i itself
-      |    -> (doc_id, member)  (doc_id, payload)  (band key, doc_id)  (block key, doc_id, fingerprint)
+      |    -> (doc_id, member)  (doc_id, payload)
+      |       (key group, block of (band key, doc_id))  (key group, block of (block key, doc_id, fingerprint))
       |       (+ previous versions' signature partitions: payloads and keys alike)
       |                                    v
-      |    MinHashEdges: GroupByKey(band key) -> star edges (min doc_id, other)
+      |    MinHashEdges: GroupByKey(key group) -> per shared band key: star edges (min doc_id, other)
       |                  -> VerifyPairs: CoGroupByKey(a, signatures), CoGroupByKey(b, signatures)
       |                     (PairCheck: two tiers by default, dedup/verify.py)
-      |    SimHashEdges: GroupByKey(block key) -> pairs within max_hamming bits
+      |    SimHashEdges: GroupByKey(key group) -> per shared block key: pairs within max_hamming bits
       |                                    v
-      |    ConnectedComponents: large-star / small-star rounds, a GroupByKey(node) per step
+      |    ConnectedComponents: large-star / small-star rounds, a GroupByKey(node group) per step
       |                                    v  (doc_id, label)
       +--RepeatedSpans: GroupByKey(window hash) -> (doc_id, range to cut)
                                            v
@@ -46,8 +47,10 @@ the reasoning and the numbers)::
 What is grouped is small: doc_ids, band keys, member tuples (rank, date,
 doc_id, source), signatures (``num_perm`` x 4 bytes), labels and character
 ranges; text is read by the tasks of its partition only. Every grouping key is
-a str (doc_id, cluster label) or a non-negative 63-bit int (band, block, line
-and window keys), typed with ``StrKeyed``/``IntKeyed``. Representatives are
+a str (doc_id, cluster label) or a non-negative int (key groups of the band
+and block keys, line and window keys), typed with ``StrKeyed``/``IntKeyed``.
+LSH keys travel in blocks, one per signing task and key group
+(:class:`LshKeyBlocks`), not one runner element per key. Representatives are
 minima over a total order ending in doc_id, and cluster ids are the smallest
 doc_id of the component, so neither depends on the runner, the parallelism or
 the order of delivery. Counts are data (:mod:`beam_pipeline.accounting`): every
@@ -62,6 +65,9 @@ from typing import Any, Iterable, Iterator
 
 import apache_beam as beam
 import numpy as np
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_pipeline.accounting import COUNTS, LOST_IN_JOIN, CountingDoFn, Tally
 from beam_pipeline.config import ConfigError, NearDedupConfig
@@ -69,6 +75,7 @@ from beam_pipeline.dedup import minhash, simhash, verify
 from beam_pipeline.dedup.cluster_alarms import largest_clusters, size_bucket
 from beam_pipeline.dedup.repetition import LINES_VERSION, SPANS_VERSION, line_keys, merge_ranges
 from beam_pipeline.dedup.shingling import NORMALIZATION_VERSION, shingle_hashes
+from beam_pipeline.dedup.shingling import distinct as distinct_shingles
 from beam_pipeline.hashing import bucket_of, stable_hash64
 from beam_pipeline.layers import EarlierLayerError, earlier_layer, join, part_name, read_partition_rows
 from beam_pipeline.schemas import LARGE_CLUSTER, NEAR_DEDUP, NEAR_SIGNATURE, dead_letter_row
@@ -121,6 +128,7 @@ class NearDedupParams:
     max_rounds: int
     max_cluster_size: int
     sample_members: int
+    key_groups: int | None
     lines: bool
     line_min_repeats: int
     line_signature_min_repeats: int | None
@@ -158,6 +166,7 @@ class NearDedupParams:
             max_rounds=config.max_rounds,
             max_cluster_size=config.max_cluster_size,
             sample_members=config.sample_members,
+            key_groups=config.key_groups,
             lines=config.lines.enabled,
             line_min_repeats=config.lines.min_repeats,
             line_min_chars=config.lines.min_chars,
@@ -195,11 +204,12 @@ def summarize_layer(layer, partitions: int) -> dict:
 
 
 def stage_config(config: NearDedupConfig) -> dict:
-    """The layer-key slice: the config (without ``against``, whose layer keys are inputs, and ``alarms``,
-    which judge the layer without shaping it) and versions."""
+    """The layer-key slice: the config (without ``against``, whose layer keys are inputs, ``alarms``,
+    which judge the layer without shaping it, and ``key_groups``, which only batches the runner's
+    elements) and versions."""
     params = NearDedupParams.from_config(config)
     return {
-        **config.model_dump(mode="json", exclude={"against", "alarms"}),
+        **config.model_dump(mode="json", exclude={"against", "alarms", "key_groups"}),
         "signature": params.signature_config(),
         "versions": {"lines": LINES_VERSION, "spans": SPANS_VERSION},
     }
@@ -289,6 +299,7 @@ class AnnotateNearDuplicates(beam.PTransform):
 
     def expand(self, pbegin):
         params, documents, after = self._params, self._documents, self._after
+        groups = params.key_groups or default_key_groups(documents.count)
         side = []
         if params.lines:
             # Counted over a read of its own: the keys must be complete before any document is signed,
@@ -301,7 +312,7 @@ class AnnotateNearDuplicates(beam.PTransform):
             pbegin
             | "Partitions" >> PartitionIndexes(documents.count, after)
             | "Sign"
-            >> beam.ParDo(SignPartitionFn(params, documents, join(self._layer_path, SIGNATURES)), *side)
+            >> beam.ParDo(SignPartitionFn(params, documents, join(self._layer_path, SIGNATURES), groups), *side)
             .with_output_types(
                 StrKeyed,
                 **{
@@ -330,7 +341,7 @@ class AnnotateNearDuplicates(beam.PTransform):
                 )
                 | "SpreadPreviousPartitions" >> beam.Reshuffle()
                 | "ReadPreviousSignatures"
-                >> beam.ParDo(PreviousSignaturesFn(params))
+                >> beam.ParDo(PreviousSignaturesFn(params, groups))
                 .with_output_types(StrKeyed, **{_BANDS: IntKeyed, _BLOCKS: IntKeyed})
                 .with_outputs(_BANDS, _BLOCKS, main=_PAYLOADS)
             )
@@ -346,7 +357,9 @@ class AnnotateNearDuplicates(beam.PTransform):
             )
         if params.use_simhash:
             found.append({_KEYS: _flatten(blocks, "AllBlockKeys")} | "SimHashEdges" >> SimHashEdges(params))
-        components = tuple(f[_EDGES] for f in found) | "Components" >> ConnectedComponents(params.max_rounds, STAGE)
+        components = tuple(f[_EDGES] for f in found) | "Components" >> ConnectedComponents(
+            params.max_rounds, STAGE, groups
+        )
         counts = [signed[COUNTS], *(c for f in found for c in f[COUNTS]), components[COUNTS]]
 
         parts = {_MEMBER: signed[_MEMBERS], _LABEL: components[LABELS]}
@@ -372,11 +385,11 @@ def _flatten(collections: list, label: str):
 
 
 class MinHashEdges(beam.PTransform):
-    """{"keys": (band key, (doc_id, previous-version member or None)), "signature": (doc_id, (layer, payload))}
+    """{"keys": (key group, band key block), "signature": (doc_id, (layer, payload))}
     -> {"edges": verified (a, b), "previous": (doc_id, member), "counts"}.
 
-    One ``GroupByKey`` on the band key makes a star per band bucket
-    (:class:`MinHashBucketFn`); each distinct candidate pair is then verified
+    One ``GroupByKey`` on the band keys' group (:class:`LshKeyBlocks`) brings
+    each band bucket together and makes a star of it (:class:`MinHashBucketFn`); each distinct candidate pair is then verified
     (unless ``verify: none``) by joining both ends with their signatures (:class:`VerifyPairs`).
     """
 
@@ -387,7 +400,7 @@ class MinHashEdges(beam.PTransform):
     def expand(self, inputs):
         buckets = (
             inputs[_KEYS]
-            | "GroupByBandKey" >> beam.GroupByKey()
+            | "GroupByBandKeyGroup" >> beam.GroupByKey()
             | "StarCandidates"
             >> beam.ParDo(MinHashBucketFn())
             .with_output_types(tuple[str, str], **{_PREVIOUS: StrKeyed, COUNTS: Any})
@@ -405,7 +418,7 @@ class MinHashEdges(beam.PTransform):
 
 
 class SimHashEdges(beam.PTransform):
-    """{"keys": (block key, (doc_id, member or None, fingerprint))} -> {"edges": (a, b) within
+    """{"keys": (key group, block key block)} -> {"edges": (a, b) within
     max_hamming bits, "previous": (doc_id, member), "counts"}: every pair of a block bucket is
     checked exactly (:class:`SimHashBucketFn`), so there is no join."""
 
@@ -416,7 +429,7 @@ class SimHashEdges(beam.PTransform):
     def expand(self, inputs):
         close = (
             inputs[_KEYS]
-            | "GroupByBlockKey" >> beam.GroupByKey()
+            | "GroupByBlockKeyGroup" >> beam.GroupByKey()
             | "ClosePairs"
             >> beam.ParDo(SimHashBucketFn(self._params.max_hamming))
             .with_output_types(tuple[str, str], **{_PREVIOUS: StrKeyed, COUNTS: Any})
@@ -553,10 +566,13 @@ class SignPartitionFn(beam.DoFn):
     partition (written here), (doc_id, (0, payload)) and the band and block keys of each signed
     document, dead letters, and the partition's tally."""
 
-    def __init__(self, params: NearDedupParams, documents: DocumentPartitions, signatures_directory: str):
+    def __init__(
+        self, params: NearDedupParams, documents: DocumentPartitions, signatures_directory: str, key_groups: int
+    ):
         self._params = params
         self._documents = documents
         self._signatures = signatures_directory
+        self._key_groups = key_groups
 
     def setup(self):
         self.tally = Tally(STAGE)
@@ -568,7 +584,7 @@ class SignPartitionFn(beam.DoFn):
             self._boilerplate, self._signature_lines = (np.array(keys, dtype=np.int64) for keys in lines)
         params, count, tally = self._params, self._documents.count, self.tally
         tally.take()  # what an attempt that failed on this instance counted is not this element's
-        rows = []
+        rows, keys = [], LshKeyBlocks(params, self._key_groups)
         for document in self._documents.rows(index, INPUT_COLUMNS, tally, where=f"{STAGE} gate"):
             doc_id = document["doc_id"]
             if bucket_of(doc_id, count) != index:
@@ -601,7 +617,8 @@ class SignPartitionFn(beam.DoFn):
                 continue
             rows.append(row)
             yield beam.pvalue.TaggedOutput(_PAYLOADS, (doc_id, (0, payload_of(row))))
-            yield from lsh_keys(row, None, params)
+            keys.add(row, None)
+        yield from keys.tagged()
         yield beam.pvalue.TaggedOutput(
             SIGNATURES, write_layer_partition(self._signatures, index, count, rows, NEAR_SIGNATURE)
         )
@@ -612,14 +629,17 @@ class PreviousSignaturesFn(beam.DoFn):
     """(layer index, a signature partition of an earlier version) -> (doc_id, (layer, payload)) per row;
     tagged: its band and block keys, with the document's member (it competes as a previous version)."""
 
-    def __init__(self, params: NearDedupParams):
+    def __init__(self, params: NearDedupParams, key_groups: int):
         self._params = params
+        self._key_groups = key_groups
 
     def process(self, entry: tuple[int, str]) -> Iterator:
         layer, path = entry
+        keys = LshKeyBlocks(self._params, self._key_groups)
         for row in read_partition_rows(path):
             yield row["doc_id"], (layer, payload_of(row))
-            yield from lsh_keys(row, member_of(row, previous=True), self._params)
+            keys.add(row, member_of(row, previous=True))
+        yield from keys.tagged()
 
 
 def payload_of(row: dict) -> tuple:
@@ -628,41 +648,134 @@ def payload_of(row: dict) -> tuple:
     return tuple(row.get(column) for column in PAYLOAD_COLUMNS)
 
 
-def lsh_keys(row: dict, previous_member: tuple | None, params: NearDedupParams) -> Iterator:
-    """A signature row's band keys (tagged ``bands``: (key, (doc_id, member or None))) and block keys
-    (tagged ``blocks``: (key, (doc_id, member or None, fingerprint)))."""
-    doc_id = row["doc_id"]
-    if params.use_minhash:
-        for key in row["band_keys"] or ():
-            yield beam.pvalue.TaggedOutput(_BANDS, (key, (doc_id, previous_member)))
-    if params.use_simhash:
-        for key in row["simhash_keys"] or ():
-            yield beam.pvalue.TaggedOutput(_BLOCKS, (key, (doc_id, previous_member, row["simhash"])))
+class LshKeyBlocks:
+    """A task's band keys and SimHash block keys with their entries, handed to the runner in blocks.
+
+    A key's entry is ``(doc_id, previous-version member or None)`` for a band
+    key and ``(doc_id, member or None, fingerprint)`` for a block key. Emitted
+    per runner element, 14 band keys a document made the grouping the stage's
+    largest cost (each is encoded, shuffled, grouped and handed to a DoFn
+    call, nearly always alone in its bucket). Here a task sends one block per
+    *key group* (``key % key_groups``): tagged ``bands`` / ``blocks``,
+    ``(group, (little-endian int64 keys, entries))``. The ``GroupByKey`` on the
+    group brings every entry of a key to one place, where
+    :func:`shared_keys` splits the blocks into keys again, so the buckets and
+    their edges are exactly those of a ``GroupByKey`` on the key itself
+    (docs/decisions.md, "LSH keys in blocks").
+    """
+
+    def __init__(self, params: NearDedupParams, key_groups: int):
+        self._params = params
+        self._groups = key_groups
+        self._bands: tuple[list, list] = ([], [])
+        self._blocks: tuple[list, list] = ([], [])
+
+    def add(self, row: dict, previous_member: tuple | None) -> None:
+        """Add a signature row's band keys and block keys (``previous_member``: None for this corpus)."""
+        doc_id = row["doc_id"]
+        if self._params.use_minhash:
+            band_keys = row["band_keys"] or ()
+            self._bands[0].extend(band_keys)
+            self._bands[1].extend(itertools.repeat((doc_id, previous_member), len(band_keys)))
+        if self._params.use_simhash:
+            block_keys = row["simhash_keys"] or ()
+            self._blocks[0].extend(block_keys)
+            self._blocks[1].extend(itertools.repeat((doc_id, previous_member, row["simhash"]), len(block_keys)))
+
+    def tagged(self) -> Iterator:
+        for tag, (keys, entries) in ((_BANDS, self._bands), (_BLOCKS, self._blocks)):
+            for block in key_blocks(keys, entries, self._groups):
+                yield beam.pvalue.TaggedOutput(tag, block)
+
+
+def key_blocks(keys: list[int], entries: list, groups: int) -> Iterator[tuple[int, tuple[bytes, tuple]]]:
+    """(group, (keys as little-endian int64 bytes, their entries)) per key group ``key % groups`` that has keys."""
+    if not keys:
+        return
+    array = np.array(keys, dtype="<i8")
+    group_of = array % groups
+    order = np.argsort(group_of, kind="stable")
+    ordered = group_of[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    for start, end in zip(starts.tolist(), np.r_[starts[1:], order.size].tolist()):
+        chosen = order[start:end]
+        yield int(ordered[start]), (array[chosen].tobytes(), tuple(entries[i] for i in chosen.tolist()))
+
+
+def shared_keys(blocks: Iterable[tuple[bytes, tuple]]) -> Iterator[tuple[int, list]]:
+    """(key, its entries) for every key of a group's blocks that two or more entries share, in key order.
+
+    A key with one entry makes no pair, so it is skipped here instead of being handed on.
+    """
+    blocks = list(blocks)
+    if not blocks:
+        return
+    keys = np.concatenate([np.frombuffer(data, dtype="<i8") for data, _ in blocks])
+    entries = [entry for _, block_entries in blocks for entry in block_entries]
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    ends = np.r_[starts[1:], ordered.size]
+    shared = ends - starts > 1
+    for start, end in zip(starts[shared].tolist(), ends[shared].tolist()):
+        yield int(ordered[start]), [entries[i] for i in order[start:end].tolist()]
+
+
+def default_key_groups(partitions: int) -> int:
+    """Key groups when ``near_dedup.key_groups`` is not set: 16 per document partition, at most 65,536.
+
+    Each signing task sends at most this many blocks; a group holds about
+    ``documents x keys per document / key_groups`` entries (docs/near_dedup.md).
+    """
+    return min(16 * max(partitions, 1), 1 << 16)
 
 
 class MinHashBucketFn(CountingDoFn):
-    """(band key, [(doc_id, previous member or None)]) -> star edges (a, b) to the bucket's smallest doc_id.
+    """(key group, [block of band keys]) -> star edges (a, b) to the smallest doc_id of each shared band key.
 
     ``b`` is always a document of this corpus (its payload is in the second
     join); previous-version documents are never paired with each other.
     Previous-version members of buckets that hold a new document go to the
     ``previous`` output (their rank and date for the representative choice).
+
+    A near-duplicate pair shares several bands (at J = 0.8 and 14 x 8, about
+    2.4 of 14; copies share all 14), so a bundle emits each distinct pair once,
+    when it ends or holds :data:`PENDING_PAIRS`; ``candidate_pairs`` still
+    counts every star edge of every key. (The verification drops repeats
+    anyway; this spares the runner moving them: 322k star edges were 40k
+    distinct pairs in the 200 MB side-by-side corpus.)
     """
 
     def __init__(self):
         super().__init__(STAGE)
 
-    def process(self, keyed: tuple[int, Iterable[tuple]]) -> Iterator:
-        new, old = _split_bucket(entry[:2] for entry in keyed[1])
+    def start_bundle(self):
+        self._pairs: set[tuple[str, str]] = set()
+
+    def process(self, grouped: tuple[int, Iterable[tuple[bytes, tuple]]]) -> Iterator:
+        for _, entries in shared_keys(grouped[1]):
+            yield from self._star(entries)
+        if len(self._pairs) >= PENDING_PAIRS:
+            yield from sorted(self._pairs)
+            self._pairs = set()
+
+    def finish_bundle(self):
+        for pair in sorted(self._pairs):
+            yield WindowedValue(pair, MIN_TIMESTAMP, (GlobalWindow(),))
+        self._pairs = set()
+        yield from super().finish_bundle()
+
+    def _star(self, entries: list[tuple]) -> Iterator:
+        new, old = _split_bucket(entries)
         if not new:
             return
         ids = sorted(new | set(old))
         anchor, produced = ids[0], 0
         for other in ids[1:]:
             if other in new:
-                yield anchor, other
+                self._pairs.add((anchor, other))
             elif anchor in new:
-                yield other, anchor
+                self._pairs.add((other, anchor))
             else:
                 continue
             produced += 1
@@ -670,15 +783,22 @@ class MinHashBucketFn(CountingDoFn):
         yield from _previous_members(old)
 
 
+#: Distinct candidate pairs a :class:`MinHashBucketFn` bundle holds before it hands them on.
+PENDING_PAIRS = 1 << 20
+
+
 class SimHashBucketFn(CountingDoFn):
-    """(block key, [(doc_id, previous member or None, fingerprint)]) -> pairs within ``max_hamming`` bits."""
+    """(key group, [block of SimHash block keys]) -> pairs within ``max_hamming`` bits in each shared block key."""
 
     def __init__(self, max_hamming: int):
         super().__init__(STAGE)
         self._max_hamming = max_hamming
 
-    def process(self, keyed: tuple[int, Iterable[tuple]]) -> Iterator:
-        entries = list(keyed[1])
+    def process(self, grouped: tuple[int, Iterable[tuple[bytes, tuple]]]) -> Iterator:
+        for _, entries in shared_keys(grouped[1]):
+            yield from self._close_pairs(entries)
+
+    def _close_pairs(self, entries: list[tuple]) -> Iterator:
         new, old = _split_bucket((e[0], e[1]) for e in entries)
         if not new:
             return
@@ -835,7 +955,7 @@ def sign_document(
     member = member_of(document, signed=shingles is not None, boilerplate=present)
     if shingles is None:
         return member, None
-    distinct = np.unique(shingles)
+    distinct = distinct_shingles(shingles)
     row = {
         "doc_id": document["doc_id"],
         "source": document["source"],
