@@ -18,6 +18,7 @@ from beam_pipeline.dedup import minhash
 from beam_pipeline.dedup.shingling import shingle_hashes, words
 from beam_pipeline.layers import write_partition
 from beam_pipeline.transforms import near_dedup
+from beam_pipeline.transforms.connected_components import node_group
 from beam_pipeline.transforms.near_dedup import MinHashBucketFn, NearDedupParams, PreviousSignaturesFn, VerifyPairs, \
     member_of, payload_of, representative_order
 
@@ -164,9 +165,15 @@ def _signature_row(doc_id, band_keys, simhash=None, simhash_keys=(), rank=1, dat
             "shingle_count": 60}
 
 
+GROUPS = 3
+
+
 def _signatures(rows_by_layer):
-    """(doc_id, (layer, payload)) of signature rows, as signing and the previous versions' reads emit them."""
-    return [(row["doc_id"], (layer, payload_of(row))) for layer, rows in enumerate(rows_by_layer) for row in rows]
+    """Blocks of (doc_id, layer, payload) of signature rows per doc group, as signing and the previous
+    versions' reads emit them (one task per layer here)."""
+    return [block for layer, rows in enumerate(rows_by_layer)
+            for block in near_dedup.signature_blocks([(row["doc_id"], layer, payload_of(row)) for row in rows],
+                                                     GROUPS)]
 
 
 def test_verification_prefers_this_corpus_then_the_first_previous_version_and_checks_a_pair_once():
@@ -188,7 +195,7 @@ def test_verification_prefers_this_corpus_then_the_first_previous_version_and_ch
     with beam.Pipeline(options=OPTIONS) as p:
         verified = ({"pairs": p | "Pairs" >> beam.Create(pairs),
                      "signature": p | "Signatures" >> beam.Create(_signatures([new, old, older]))}
-                    | VerifyPairs(check, "test"))
+                    | VerifyPairs(check, "test", GROUPS))
         assert_that(verified["checked"], equal_to([
             ("n0", "n1", None, (b"n0", b"n1")), ("o1", "n2", None, (b"o1", b"n2")),
             ("both", "n3", None, (b"both", b"n3")), ("twice", "n4", None, (b"first", b"n4")),
@@ -202,7 +209,7 @@ def test_verification_fails_on_a_missing_signature():
         with beam.Pipeline(options=OPTIONS) as p:
             _ = ({"pairs": p | "Pairs" >> beam.Create([("ghost", "n1", None)]),
                   "signature": p | "Signatures" >> beam.Create(_signatures([new]))}
-                 | VerifyPairs(lambda a, b: True, "test"))
+                 | VerifyPairs(lambda a, b: True, "test", GROUPS))
 
 
 def test_a_previous_version_competes_with_its_member_and_its_own_signature(tmp_path):
@@ -214,7 +221,8 @@ def test_a_previous_version_competes_with_its_member_and_its_own_signature(tmp_p
     main = [o for o in out if not hasattr(o, "tag")]
     tagged = sorted((o.tag, o.value) for o in out if hasattr(o, "tag"))
     member = member_of(row, previous=True)
-    assert main == [("d1", (2, (b"d1", 0b1011, None, 60)))]  # minhash, simhash, shingles, shingle_count
+    # its doc group's block: (doc_id, layer, (minhash, simhash, shingles, shingle_count))
+    assert main == [(node_group("d1", 4), (("d1", 2, (b"d1", 0b1011, None, 60)),))]
     # keys travel in blocks per key group (key % 4): 4 -> group 0, 7 and 3 -> group 3
     assert [(tag, group, np.frombuffer(keys, dtype="<i8").tolist(), entries)
             for tag, (group, (keys, entries)) in tagged] == [

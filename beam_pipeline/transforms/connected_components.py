@@ -4,7 +4,8 @@ The pure steps (Kiveris et al., *Connected Components in MapReduce and
 Beyond*, SoCC 2014) are in :mod:`beam_pipeline.dedup.components`. Each step is
 one ``GroupByKey``; its key is the *node group* of the edge's first node
 (:func:`node_group`), and its values are blocks of edges whose
-first nodes are in that group::
+first nodes are in that group (an edge carries its second node's group, so
+only the first step hashes doc_ids)::
 
     edges (a, b) -> blocks of (a, b), (b, a) without self-loops
       round r:  GroupByKey(group of node) -> large-star per node -> blocks of (larger, smaller)
@@ -107,28 +108,32 @@ TALLIES = -1
 _ROUND_TALLIES = "round_tallies"
 
 
-def both_directions(edge: tuple[str, str]) -> list[tuple[str, str]]:
-    a, b = edge
-    return [(a, b), (b, a)] if a != b else []
-
-
-class EdgeBlocks:
-    """Edges collected per node group of their first node, taken as ``(group, block)`` pairs."""
+class NodeBlocks:
+    """Items (edges, pairs, signatures) collected per node group of the node they are keyed by,
+    taken as ``(group, block of items)`` pairs."""
 
     def __init__(self, groups: int):
         self._groups = groups
         self._pending: dict[int, list] = {}
         self._size = 0
 
-    def add(self, node: str, other: str) -> None:
-        self._pending.setdefault(node_group(node, self._groups), []).append((node, other))
+    def add(self, node: str, item) -> None:
+        self.add_to(node_group(node, self._groups), item)
+
+    def add_to(self, group: int, item) -> None:
+        """Add an item to a group known already (``node_group`` of its node)."""
+        found = self._pending.get(group)
+        if found is None:
+            self._pending[group] = [item]
+        else:
+            found.append(item)
         self._size += 1
 
     def full(self) -> bool:
         return self._size >= FLUSH_EDGES
 
     def take(self) -> list[tuple[int, tuple]]:
-        blocks = [(group, tuple(edges)) for group, edges in sorted(self._pending.items())]
+        blocks = [(group, tuple(items)) for group, items in sorted(self._pending.items())]
         self._pending, self._size = {}, 0
         return blocks
 
@@ -150,13 +155,16 @@ class _EdgeBlocksFn(beam.DoFn):
         self._groups = groups
 
     def start_bundle(self):
-        self._out = EdgeBlocks(self._groups)
+        self._out = NodeBlocks(self._groups)
 
     def process(self, edge: tuple[str, str]) -> Iterator:
         if not (isinstance(edge, tuple) and len(edge) == 2 and all(isinstance(n, str) and n for n in edge)):
             raise ValueError(f"an edge is a pair of non-empty doc_ids, not {edge!r}")
-        for a, b in both_directions(edge):
-            self._out.add(a, b)
+        a, b = edge
+        if a != b:
+            group_a, group_b = node_group(a, self._groups), node_group(b, self._groups)
+            self._out.add_to(group_a, (a, b, group_b))
+            self._out.add_to(group_b, (b, a, group_a))
         if self._out.full():
             yield from self._out.take()
 
@@ -165,17 +173,21 @@ class _EdgeBlocksFn(beam.DoFn):
             yield _windowed(block)
 
 
-def neighbours_of(blocks: Iterable[tuple]) -> dict[str, list[str]]:
-    """{node: its neighbours} of a group's blocks."""
+def neighbours_of(blocks: Iterable[tuple], group: int) -> tuple[dict[str, list[str]], dict[str, int]]:
+    """({node: its neighbours}, {node or neighbour: its node group}) of group ``group``'s blocks of
+    edges (node, neighbour, the neighbour's group)."""
     neighbours: dict[str, list[str]] = {}
+    group_of: dict[str, int] = {}
     for block in blocks:
-        for node, other in block:
+        for node, other, other_group in block:
+            group_of[other] = other_group
             found = neighbours.get(node)
             if found is None:
                 neighbours[node] = [other]
             else:
                 found.append(other)
-    return neighbours
+    group_of.update(dict.fromkeys(neighbours, group))
+    return neighbours, group_of
 
 
 class _StarRound(beam.PTransform):
@@ -218,7 +230,7 @@ class _StarFn(beam.DoFn):
         self.tally = Tally(self._stage)
 
     def start_bundle(self):
-        self._out = EdgeBlocks(self._groups)
+        self._out = NodeBlocks(self._groups)
 
     def process(self, grouped: tuple[int, Iterable]) -> Iterator[tuple[int, object]]:
         group, blocks = grouped
@@ -226,17 +238,18 @@ class _StarFn(beam.DoFn):
             for tally in blocks:
                 yield TALLIES, tally
             return
-        changed, out, both = 0, self._out, self._both
-        for node, neighbours in neighbours_of(blocks).items():
-            edges, n = self._step(node, neighbours)
+        changed, add, both = 0, self._out.add_to, self._both
+        neighbours, group_of = neighbours_of(blocks, group)
+        for node, others in neighbours.items():
+            edges, n = self._step(node, others)
             changed += n
-            for a, b in edges:
-                out.add(a, b)
+            for a, b in edges:  # every end is the node or one of its neighbours: its group is known
+                add(group_of[a], (a, b, group_of[b]))
                 if both:
-                    out.add(b, a)
+                    add(group_of[b], (b, a, group_of[a]))
         self.tally.inc(self._changed, n=changed)
-        if out.full():
-            yield from out.take()
+        if self._out.full():
+            yield from self._out.take()
 
     def finish_bundle(self):
         for block in self._out.take():
@@ -256,8 +269,9 @@ class _LabelsFn(beam.DoFn):
             for tally in blocks:
                 yield beam.pvalue.TaggedOutput(_ROUND_TALLIES, tally)
             return
-        for node, neighbours in sorted(neighbours_of(blocks).items()):
-            yield node, min(node, min(neighbours))
+        neighbours, _ = neighbours_of(blocks, group)
+        for node, others in sorted(neighbours.items()):
+            yield node, min(node, min(others))
 
 
 def check_converged(tallies: list[dict], max_rounds: int, stage: str) -> list[dict]:

@@ -27,7 +27,8 @@ the reasoning and the numbers)::
       |       (+ previous versions' signature partitions: payloads and keys alike)
       |                                    v
       |    MinHashEdges: GroupByKey(key group) -> per shared band key: star edges (min doc_id, other)
-      |                  -> VerifyPairs: CoGroupByKey(a, signatures), CoGroupByKey(b, signatures)
+      |                  -> VerifyPairs: CoGroupByKey(group of a, signature blocks),
+      |                                  CoGroupByKey(group of b, signature blocks)
       |                     (PairCheck: two tiers by default, dedup/verify.py)
       |    SimHashEdges: GroupByKey(key group) -> per shared block key: pairs within max_hamming bits
       |                                    v
@@ -79,7 +80,7 @@ from beam_pipeline.dedup.shingling import distinct as distinct_shingles
 from beam_pipeline.hashing import bucket_of, stable_hash64
 from beam_pipeline.layers import EarlierLayerError, earlier_layer, join, part_name, read_partition_rows
 from beam_pipeline.schemas import LARGE_CLUSTER, NEAR_DEDUP, NEAR_SIGNATURE, dead_letter_row
-from beam_pipeline.transforms.connected_components import LABELS, ConnectedComponents
+from beam_pipeline.transforms.connected_components import LABELS, ConnectedComponents, NodeBlocks
 from beam_pipeline.transforms.gate import DocumentPartitions
 from beam_pipeline.transforms.keys import IntKeyed, StrKeyed
 from beam_pipeline.transforms.layer_io import PartitionIndexes, WrittenPartitions, write_layer_partition
@@ -316,7 +317,7 @@ class AnnotateNearDuplicates(beam.PTransform):
             .with_output_types(
                 StrKeyed,
                 **{
-                    _PAYLOADS: StrKeyed,
+                    _PAYLOADS: IntKeyed,
                     _BANDS: IntKeyed,
                     _BLOCKS: IntKeyed,
                     SIGNATURES: Any,
@@ -342,18 +343,20 @@ class AnnotateNearDuplicates(beam.PTransform):
                 | "SpreadPreviousPartitions" >> beam.Reshuffle()
                 | "ReadPreviousSignatures"
                 >> beam.ParDo(PreviousSignaturesFn(params, groups))
-                .with_output_types(StrKeyed, **{_BANDS: IntKeyed, _BLOCKS: IntKeyed})
+                .with_output_types(IntKeyed, **{_BANDS: IntKeyed, _BLOCKS: IntKeyed})
                 .with_outputs(_BANDS, _BLOCKS, main=_PAYLOADS)
             )
             payloads.append(old[_PAYLOADS])
             bands.append(old[_BANDS])
             blocks.append(old[_BLOCKS])
-        signatures = _flatten(payloads, "AllSignatures")  # (doc_id, (layer, payload)); layer 0: this corpus
+        # (doc group, block of (doc_id, layer, payload)); layer 0: this corpus
+        signatures = _flatten(payloads, "AllSignatures")
 
         found = []  # per finder: {"edges", "previous" (previous-version members), "counts"}
         if params.use_minhash:
             found.append(
-                {_KEYS: _flatten(bands, "AllBandKeys"), _SIGNATURE: signatures} | "MinHashEdges" >> MinHashEdges(params)
+                {_KEYS: _flatten(bands, "AllBandKeys"), _SIGNATURE: signatures}
+                | "MinHashEdges" >> MinHashEdges(params, groups)
             )
         if params.use_simhash:
             found.append({_KEYS: _flatten(blocks, "AllBlockKeys")} | "SimHashEdges" >> SimHashEdges(params))
@@ -369,7 +372,7 @@ class AnnotateNearDuplicates(beam.PTransform):
             parts[_SPAN] = pbegin | "RepeatedSpans" >> RepeatedSpans(
                 documents, params.span_sources, params.span_min_words, params.seed, after
             )
-        clusters = {**parts, _SIGNATURE: signatures} | "Clusters" >> AssignClusters(params)
+        clusters = {**parts, _SIGNATURE: signatures} | "Clusters" >> AssignClusters(params, groups)
         counts.extend(clusters[COUNTS])
         return {
             ANNOTATIONS: clusters[ANNOTATIONS],
@@ -393,9 +396,10 @@ class MinHashEdges(beam.PTransform):
     (unless ``verify: none``) by joining both ends with their signatures (:class:`VerifyPairs`).
     """
 
-    def __init__(self, params: NearDedupParams):
+    def __init__(self, params: NearDedupParams, groups: int):
         super().__init__()
         self._params = params
+        self._groups = groups
 
     def expand(self, inputs):
         buckets = (
@@ -411,7 +415,7 @@ class MinHashEdges(beam.PTransform):
             verified = {
                 _PAIRS: edges | "AsCandidatePairs" >> beam.Map(lambda e: (e[0], e[1], None)),
                 _SIGNATURE: inputs[_SIGNATURE],
-            } | "VerifyCandidates" >> VerifyPairs(PairCheck(self._params, "minhash"), "candidate")
+            } | "VerifyCandidates" >> VerifyPairs(PairCheck(self._params, "minhash"), "candidate", self._groups)
             edges = verified[_CHECKED] | "KeepVerified" >> beam.FlatMap(lambda r: [(r[0], r[1])] if r[3] else [])
             counts.append(verified[COUNTS])
         return {_EDGES: edges, _PREVIOUS: buckets[_PREVIOUS], COUNTS: tuple(counts)}
@@ -439,32 +443,40 @@ class SimHashEdges(beam.PTransform):
 
 
 class VerifyPairs(beam.PTransform):
-    """{"pairs": (a, b, carry), "signature": (doc_id, (layer, payload))} -> {"checked": (a, b, carry, ok), "counts"}.
+    """{"pairs": (a, b, carry), "signature": (doc group, block of (doc_id, layer, payload))}
+    -> {"checked": (a, b, carry, ok), "counts"}.
 
     ``b`` is a document of this corpus; ``a`` of this corpus or of an earlier
-    version. The pairs meet the signature of ``a`` (``CoGroupByKey`` on a),
-    which drops repeated (b, carry) and attaches ``a``'s payload from the
-    first layer that has it (this corpus, then the ``against`` entries in
-    order), then the signature of ``b`` (``CoGroupByKey`` on b), where
+    version. The pairs travel in blocks per doc group of ``a``
+    (:func:`~beam_pipeline.transforms.connected_components.node_group`, the
+    groups of :func:`signature_blocks`) and meet the signatures of that group
+    (``CoGroupByKey`` on the group), which drops repeated (a, b, carry) and
+    attaches ``a``'s payload from the first layer that has it (this corpus,
+    then the ``against`` entries in order); then in blocks per doc group of
+    ``b`` they meet those signatures (``CoGroupByKey``), where
     ``check(payload_a, payload_b)`` decides. Counts ``<label>_verified`` and
     ``<label>_rejected`` per distinct (a, b, carry).
+
+    Signatures travel as blocks, not one element per document, because every
+    document's signature goes through each join whether or not it is in a pair.
     """
 
-    def __init__(self, check, label: str):
+    def __init__(self, check, label: str, groups: int):
         super().__init__()
         self._check = check
         self._label = label
+        self._groups = groups
 
     def expand(self, inputs):
         signatures = inputs[_SIGNATURE]
         attached = (
             {
                 _PAIRS: inputs[_PAIRS]
-                | "KeyByFirst" >> beam.Map(lambda p: (p[0], (p[1], p[2]))).with_output_types(StrKeyed),
+                | "PairsByFirst" >> beam.ParDo(_PairBlocksFn(self._groups)).with_output_types(IntKeyed),
                 _SIGNATURE: signatures,
             }
             | "JoinFirstSignature" >> beam.CoGroupByKey()
-            | "AttachFirst" >> beam.FlatMap(attach_first).with_output_types(StrKeyed)
+            | "AttachFirst" >> beam.ParDo(_AttachFirstFn(self._groups)).with_output_types(IntKeyed)
         )
         checked = (
             {_PAIRS: attached, _SIGNATURE: signatures}
@@ -474,43 +486,90 @@ class VerifyPairs(beam.PTransform):
         return {_CHECKED: checked[_CHECKED], COUNTS: checked[COUNTS]}
 
 
-def _payload(doc_id: str, signatures: Iterable[tuple[int, tuple]]) -> tuple:
-    """The payload of the first layer (lowest index) that holds ``doc_id``'s signature."""
-    found = min(signatures, key=lambda entry: entry[0], default=None)
-    if found is None:
-        # every pair's ends were signed (or are in a committed previous layer): a runner lost records
-        raise ValueError(f"{STAGE}: no signature for document {doc_id} of a pair to verify ({LOST_IN_JOIN})")
-    return found[1]
+def signature_blocks(signatures: Iterable[tuple[str, int, tuple]], groups: int) -> list[tuple[int, tuple]]:
+    """(doc_id, layer, payload) entries -> (doc group, block of entries) per group that has any."""
+    blocks = NodeBlocks(groups)
+    for entry in signatures:
+        blocks.add(entry[0], entry)
+    return blocks.take()
 
 
-def attach_first(joined: tuple[str, dict]) -> Iterator[tuple[str, tuple]]:
-    """(a, {pairs: [(b, carry)], signature: [(layer, payload)]}) -> (b, (a, carry, payload of a))
-    per distinct (b, carry)."""
-    a, parts = joined
-    pairs = set(parts[_PAIRS])
-    if not pairs:
-        return
-    payload = _payload(a, parts[_SIGNATURE])
-    for b, carry in pairs:
-        yield b, (a, carry, payload)
+def first_payloads(blocks: Iterable[tuple], wanted: set[str]) -> dict[str, tuple]:
+    """{doc_id: payload of the first layer (lowest index) that holds it} for the ``wanted`` doc_ids.
+
+    Raises ValueError naming a wanted document without a signature: every pair's ends were
+    signed (or are in a committed previous layer), so a runner lost records.
+    """
+    found: dict[str, tuple[int, tuple]] = {}
+    for block in blocks:
+        for doc_id, layer, payload in block:
+            if doc_id in wanted and (doc_id not in found or layer < found[doc_id][0]):
+                found[doc_id] = (layer, payload)
+    missing = wanted.difference(found)
+    if missing:
+        raise ValueError(f"{STAGE}: no signature for document {min(missing)} of a pair to verify ({LOST_IN_JOIN})")
+    return {doc_id: payload for doc_id, (_, payload) in found.items()}
+
+
+class _BundleBlocksFn(beam.DoFn):
+    """A DoFn that hands its output on as :class:`NodeBlocks` at the end of each bundle (or when full)."""
+
+    def __init__(self, groups: int):
+        super().__init__()
+        self._groups = groups
+
+    def start_bundle(self):
+        self._out = NodeBlocks(self._groups)
+
+    def _flush_if_full(self) -> Iterator:
+        if self._out.full():
+            yield from self._out.take()
+
+    def finish_bundle(self):
+        for block in self._out.take():
+            yield WindowedValue(block, MIN_TIMESTAMP, (GlobalWindow(),))
+
+
+class _PairBlocksFn(_BundleBlocksFn):
+    """(a, b, carry) -> blocks of them per doc group of a."""
+
+    def process(self, pair: tuple) -> Iterator:
+        self._out.add(pair[0], pair)
+        yield from self._flush_if_full()
+
+
+class _AttachFirstFn(_BundleBlocksFn):
+    """(group, {pairs: [blocks of (a, b, carry)], signature: [blocks]}) -> blocks of
+    (b, a, carry, payload of a) per doc group of b, one per distinct (a, b, carry)."""
+
+    def process(self, joined: tuple[int, dict]) -> Iterator:
+        _, parts = joined
+        pairs = {pair for block in parts[_PAIRS] for pair in block}
+        if not pairs:
+            return
+        payloads = first_payloads(parts[_SIGNATURE], {a for a, _, _ in pairs})
+        for a, b, carry in pairs:
+            self._out.add(b, (b, a, carry, payloads[a]))
+        yield from self._flush_if_full()
 
 
 class _CheckFn(CountingDoFn):
-    """(b, {pairs: [(a, carry, payload of a)], signature}) -> (a, b, carry, ok) per pair."""
+    """(group, {pairs: [blocks of (b, a, carry, payload of a)], signature: [blocks]}) -> (a, b, carry, ok)
+    per pair."""
 
     def __init__(self, check, label: str):
         super().__init__(STAGE)
         self._check = check
         self._label = label
 
-    def process(self, joined: tuple[str, dict]) -> Iterator[tuple]:
-        b, parts = joined
-        pairs = list(parts[_PAIRS])
+    def process(self, joined: tuple[int, dict]) -> Iterator[tuple]:
+        _, parts = joined
+        pairs = [pair for block in parts[_PAIRS] for pair in block]
         if not pairs:
             return
-        payload_b = _payload(b, parts[_SIGNATURE])
-        for a, carry, payload_a in pairs:
-            ok = self._check(payload_a, payload_b)
+        payloads = first_payloads(parts[_SIGNATURE], {b for b, _, _, _ in pairs})
+        for b, a, carry, payload_a in pairs:
+            ok = self._check(payload_a, payloads[b])
             self.tally.inc(f"{self._label}_{'verified' if ok else 'rejected'}")
             yield a, b, carry, ok
 
@@ -528,9 +587,10 @@ class AssignClusters(beam.PTransform):
     clusters are verified against it (:class:`VerifyPairs`).
     """
 
-    def __init__(self, params: NearDedupParams):
+    def __init__(self, params: NearDedupParams, groups: int):
         super().__init__()
         self._params = params
+        self._groups = groups
 
     def expand(self, parts):
         joined = {name: collection for name, collection in parts.items() if name != _SIGNATURE}
@@ -548,7 +608,8 @@ class AssignClusters(beam.PTransform):
         )
         checked = (
             {_PAIRS: clusters[_CHECK], _SIGNATURE: parts[_SIGNATURE]}  # (representative, member, carry)
-            | "VerifyAgainstRepresentative" >> VerifyPairs(PairCheck(self._params, "any"), "large_cluster")
+            | "VerifyAgainstRepresentative"
+            >> VerifyPairs(PairCheck(self._params, "any"), "large_cluster", self._groups)
         )
         large = checked[_CHECKED] | "LargeClusterRows" >> beam.ParDo(LargeMemberRowFn()).with_outputs(
             COUNTS, main=_ROWS
@@ -563,8 +624,9 @@ class AssignClusters(beam.PTransform):
 
 class SignPartitionFn(beam.DoFn):
     """partition index -> (doc_id, member) per document; tagged: the sidecar of its ``signatures``
-    partition (written here), (doc_id, (0, payload)) and the band and block keys of each signed
-    document, dead letters, and the partition's tally."""
+    partition (written here), blocks of (doc_id, 0, payload) per doc group and blocks of the band
+    and block keys of the signed documents (:class:`LshKeyBlocks`), dead letters, and the
+    partition's tally."""
 
     def __init__(
         self, params: NearDedupParams, documents: DocumentPartitions, signatures_directory: str, key_groups: int
@@ -584,7 +646,7 @@ class SignPartitionFn(beam.DoFn):
             self._boilerplate, self._signature_lines = (np.array(keys, dtype=np.int64) for keys in lines)
         params, count, tally = self._params, self._documents.count, self.tally
         tally.take()  # what an attempt that failed on this instance counted is not this element's
-        rows, keys = [], LshKeyBlocks(params, self._key_groups)
+        rows, payloads, keys = [], [], LshKeyBlocks(params, self._key_groups)
         for document in self._documents.rows(index, INPUT_COLUMNS, tally, where=f"{STAGE} gate"):
             doc_id = document["doc_id"]
             if bucket_of(doc_id, count) != index:
@@ -616,8 +678,10 @@ class SignPartitionFn(beam.DoFn):
             if row is None:
                 continue
             rows.append(row)
-            yield beam.pvalue.TaggedOutput(_PAYLOADS, (doc_id, (0, payload_of(row))))
+            payloads.append((doc_id, 0, payload_of(row)))
             keys.add(row, None)
+        for block in signature_blocks(payloads, self._key_groups):
+            yield beam.pvalue.TaggedOutput(_PAYLOADS, block)
         yield from keys.tagged()
         yield beam.pvalue.TaggedOutput(
             SIGNATURES, write_layer_partition(self._signatures, index, count, rows, NEAR_SIGNATURE)
@@ -626,8 +690,9 @@ class SignPartitionFn(beam.DoFn):
 
 
 class PreviousSignaturesFn(beam.DoFn):
-    """(layer index, a signature partition of an earlier version) -> (doc_id, (layer, payload)) per row;
-    tagged: its band and block keys, with the document's member (it competes as a previous version)."""
+    """(layer index, a signature partition of an earlier version) -> blocks of (doc_id, layer, payload) per
+    doc group; tagged: blocks of its band and block keys, with each document's member (it competes as a
+    previous version)."""
 
     def __init__(self, params: NearDedupParams, key_groups: int):
         self._params = params
@@ -635,10 +700,11 @@ class PreviousSignaturesFn(beam.DoFn):
 
     def process(self, entry: tuple[int, str]) -> Iterator:
         layer, path = entry
-        keys = LshKeyBlocks(self._params, self._key_groups)
+        payloads, keys = [], LshKeyBlocks(self._params, self._key_groups)
         for row in read_partition_rows(path):
-            yield row["doc_id"], (layer, payload_of(row))
+            payloads.append((row["doc_id"], layer, payload_of(row)))
             keys.add(row, member_of(row, previous=True))
+        yield from signature_blocks(payloads, self._key_groups)
         yield from keys.tagged()
 
 
