@@ -147,8 +147,9 @@ def _windowed(element) -> WindowedValue:
     return WindowedValue(element, MIN_TIMESTAMP, (GlobalWindow(),))
 
 
-class _EdgeBlocksFn(beam.DoFn):
-    """(a, b) -> blocks of (a, b) and (b, a), by node group of the first node."""
+class BundleBlocksFn(beam.DoFn):
+    """A DoFn that hands its output on as :class:`NodeBlocks` (``self._out``) at the end of each bundle,
+    or earlier when they are full (``_flush_if_full``)."""
 
     def __init__(self, groups: int):
         super().__init__()
@@ -156,6 +157,18 @@ class _EdgeBlocksFn(beam.DoFn):
 
     def start_bundle(self):
         self._out = NodeBlocks(self._groups)
+
+    def _flush_if_full(self) -> Iterator:
+        if self._out.full():
+            yield from self._out.take()
+
+    def finish_bundle(self):
+        for block in self._out.take():
+            yield _windowed(block)
+
+
+class _EdgeBlocksFn(BundleBlocksFn):
+    """(a, b) -> blocks of (a, b) and (b, a), by node group of the first node."""
 
     def process(self, edge: tuple[str, str]) -> Iterator:
         if not (isinstance(edge, tuple) and len(edge) == 2 and all(isinstance(n, str) and n for n in edge)):
@@ -165,12 +178,7 @@ class _EdgeBlocksFn(beam.DoFn):
             group_a, group_b = node_group(a, self._groups), node_group(b, self._groups)
             self._out.add_to(group_a, (a, b, group_b))
             self._out.add_to(group_b, (b, a, group_a))
-        if self._out.full():
-            yield from self._out.take()
-
-    def finish_bundle(self):
-        for block in self._out.take():
-            yield _windowed(block)
+        yield from self._flush_if_full()
 
 
 def neighbours_of(blocks: Iterable[tuple], group: int) -> tuple[dict[str, list[str]], dict[str, int]]:
@@ -214,23 +222,19 @@ class _StarRound(beam.PTransform):
         )
 
 
-class _StarFn(beam.DoFn):
+class _StarFn(BundleBlocksFn):
     """(group, blocks) -> blocks of the edges ``step`` emits at each node of the group (``both``: in both
     directions); the tallies passed on, and this bundle's (its changed edges) added under :data:`TALLIES`."""
 
     def __init__(self, step, index: int, both: bool, stage: str, groups: int):
-        super().__init__()
+        super().__init__(groups)
         self._step = step
         self._changed = _CHANGED.format(index=index)
         self._both = both
         self._stage = stage
-        self._groups = groups
 
     def setup(self):
         self.tally = Tally(self._stage)
-
-    def start_bundle(self):
-        self._out = NodeBlocks(self._groups)
 
     def process(self, grouped: tuple[int, Iterable]) -> Iterator[tuple[int, object]]:
         group, blocks = grouped
@@ -248,12 +252,10 @@ class _StarFn(beam.DoFn):
                 if both:
                     add(group_of[b], (b, a, group_of[a]))
         self.tally.inc(self._changed, n=changed)
-        if self._out.full():
-            yield from self._out.take()
+        yield from self._flush_if_full()
 
     def finish_bundle(self):
-        for block in self._out.take():
-            yield _windowed(block)
+        yield from super().finish_bundle()
         counts = self.tally.take()
         if counts:
             yield _windowed((TALLIES, counts))

@@ -80,7 +80,7 @@ from beam_pipeline.dedup.shingling import distinct as distinct_shingles
 from beam_pipeline.hashing import bucket_of, stable_hash64
 from beam_pipeline.layers import EarlierLayerError, earlier_layer, join, part_name, read_partition_rows
 from beam_pipeline.schemas import LARGE_CLUSTER, NEAR_DEDUP, NEAR_SIGNATURE, dead_letter_row
-from beam_pipeline.transforms.connected_components import LABELS, ConnectedComponents, NodeBlocks
+from beam_pipeline.transforms.connected_components import LABELS, BundleBlocksFn, ConnectedComponents, NodeBlocks
 from beam_pipeline.transforms.gate import DocumentPartitions
 from beam_pipeline.transforms.keys import IntKeyed, StrKeyed
 from beam_pipeline.transforms.layer_io import PartitionIndexes, WrittenPartitions, write_layer_partition
@@ -511,26 +511,7 @@ def first_payloads(blocks: Iterable[tuple], wanted: set[str]) -> dict[str, tuple
     return {doc_id: payload for doc_id, (_, payload) in found.items()}
 
 
-class _BundleBlocksFn(beam.DoFn):
-    """A DoFn that hands its output on as :class:`NodeBlocks` at the end of each bundle (or when full)."""
-
-    def __init__(self, groups: int):
-        super().__init__()
-        self._groups = groups
-
-    def start_bundle(self):
-        self._out = NodeBlocks(self._groups)
-
-    def _flush_if_full(self) -> Iterator:
-        if self._out.full():
-            yield from self._out.take()
-
-    def finish_bundle(self):
-        for block in self._out.take():
-            yield WindowedValue(block, MIN_TIMESTAMP, (GlobalWindow(),))
-
-
-class _PairBlocksFn(_BundleBlocksFn):
+class _PairBlocksFn(BundleBlocksFn):
     """(a, b, carry) -> blocks of them per doc group of a."""
 
     def process(self, pair: tuple) -> Iterator:
@@ -538,7 +519,7 @@ class _PairBlocksFn(_BundleBlocksFn):
         yield from self._flush_if_full()
 
 
-class _AttachFirstFn(_BundleBlocksFn):
+class _AttachFirstFn(BundleBlocksFn):
     """(group, {pairs: [blocks of (a, b, carry)], signature: [blocks]}) -> blocks of
     (b, a, carry, payload of a) per doc group of b, one per distinct (a, b, carry)."""
 
