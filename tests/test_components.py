@@ -1,4 +1,5 @@
 """Connected components by large-star / small-star: pure steps and the Beam transform."""
+
 import random
 
 import apache_beam as beam
@@ -120,3 +121,66 @@ def test_not_converging_within_max_rounds_fails_loudly():
     with pytest.raises(Exception, match=r"did not converge within near_dedup.max_rounds=2"):
         with TestPipeline(options=OPTIONS) as p:
             _ = components_job(p, edges, 2)
+
+
+# --- rounds after convergence ---------------------------------------------------------------
+
+
+def star_fn(step, index: int, groups: int = 4):
+    from beam_pipeline.transforms.connected_components import _StarFn
+
+    fn = _StarFn(step, index, step is small_star, "near_dedup", groups)
+    fn.setup()
+    fn.start_bundle()
+    return fn
+
+
+def changed_in_round(index: int, n: int) -> dict:
+    return {("near_dedup", f"components_changed_r{index:02d}", ""): n}
+
+
+def test_the_first_large_star_after_a_round_without_changes_tells_every_group():
+    from beam_pipeline.transforms.connected_components import CONVERGED, TALLIES
+
+    tallies = [changed_in_round(1, 9), changed_in_round(2, 3), {}]  # round 3 ran and changed nothing
+    out = list(star_fn(large_star, 4).process((TALLIES, tallies)))
+    assert out == [(TALLIES, t) for t in tallies] + [(g, CONVERGED) for g in range(4)]
+    # one round later the news is old: round 3 changed nothing either, nobody is told again
+    assert list(star_fn(large_star, 5).process((TALLIES, tallies))) == [(TALLIES, t) for t in tallies]
+    # a small-star step never tells: its input holds one direction of each edge
+    assert list(star_fn(small_star, 4).process((TALLIES, tallies))) == [(TALLIES, t) for t in tallies]
+    # while rounds still change, nobody is told
+    assert list(star_fn(large_star, 3).process((TALLIES, tallies[:2])))[-1] == (TALLIES, tallies[1])
+
+
+def test_after_convergence_steps_hand_their_blocks_on_unread():
+    from beam_pipeline.transforms.connected_components import CONVERGED, PASSING, TALLIES
+
+    block = (("b", "a", 1), ("a", "b", 1), ("a", "c", 2))  # not even a star: proof that nobody looked
+    fn = star_fn(large_star, 6)
+    out = list(fn.process((1, [block, CONVERGED])))
+    assert out == [(1, PASSING), (1, block)] and out[1][1] is block
+    assert list(fn.finish_bundle()) == []  # no edges rebuilt, no tally
+    fn = star_fn(small_star, 6)
+    assert list(fn.process((1, [PASSING, block]))) == [(1, PASSING), (1, block)]
+    # the small-star step that gets the news computes (its input is one direction) and hands it on
+    fn = star_fn(small_star, 5)
+    assert list(fn.process((1, [CONVERGED, (("b", "a", 1),)]))) == [(1, CONVERGED)]
+    assert [wv.value for wv in fn.finish_bundle()] == [(1, (("a", "b", 1), ("b", "a", 1))), (TALLIES, {})]
+
+
+@pytest.mark.parametrize("node_groups", [1, 5])
+def test_many_rounds_after_convergence_keep_the_labels(node_groups):
+    rng = random.Random(5)
+    edges = random_graph(rng, 250, 220) + [(node(i), node(i + 1)) for i in range(30)]
+    expected = sorted(union_find([e for e in edges if e[0] != e[1]]).items())
+    _, rounds = components(edges)
+
+    def counted(results):
+        (summed,) = results
+        assert stage_counts("near_dedup", summed)["other"]["components_rounds"] == rounds
+
+    with TestPipeline(options=OPTIONS) as p:
+        found = components_job(p, edges, rounds + 8, node_groups)
+        assert_that(found[LABELS], equal_to(expected), label="labels")
+        assert_that(summed_counts(found[COUNTS]), counted, label="counts")

@@ -172,7 +172,7 @@ def _signatures(rows_by_layer):
     """Blocks of (doc_id, layer, payload) of signature rows per doc group, as signing and the previous
     versions' reads emit them (one task per layer here)."""
     return [block for layer, rows in enumerate(rows_by_layer)
-            for block in near_dedup.signature_blocks([(row["doc_id"], layer, payload_of(row)) for row in rows],
+            for block in near_dedup.doc_blocks([(row["doc_id"], layer, payload_of(row)) for row in rows],
                                                      GROUPS)]
 
 

@@ -666,4 +666,5 @@ def test_a_document_named_by_several_previous_versions_takes_the_first_in_repres
     fn = AssembleFn()
     fn.setup()
     for order in (members, members[::-1]):
-        assert list(fn.process(("d1", {"previous": order, "label": ["d0", "d1"]}))) == [("d0", (members[1], False, ()))]
+        blocks = {"previous": [tuple(("d1", m) for m in order)], "label": [(("d1", "d1"),), (("d1", "d0"),)]}
+        assert list(fn.process((3, blocks))) == [("d0", (members[1], False, ()))]

@@ -17,11 +17,13 @@ work is that of a ``GroupByKey`` on the node itself. The blocks are what the
 runner moves: one element per producing bundle and node group (a bundle
 flushes at :data:`FLUSH_EDGES`), not one per edge. Edge by edge, the rounds
 were the largest cost of the near-dedup stage: every round runs (see below),
-and each moved the whole graph twice (bench/README.md, "Side by side").
+and each moved the whole graph twice (bench/README.md, "Side by side"). With
+``label_blocks`` the labels leave in blocks per node group too.
 
 ``max_rounds`` rounds are unrolled in the job graph (``docs/near_dedup.md``
-says why not one job per round), and every round runs: a round after
-convergence regroups the final stars and changes nothing.
+says why not one job per round), and every round runs; a round after
+convergence changes nothing, so once the graph has converged the rounds hand
+their blocks on unread (see "Converged rounds" below).
 
 The rounds form one chain, with no branch that meets it again: Flink's batch
 optimizer (the DataSet API the portable Flink runner uses) walks every route
@@ -35,6 +37,24 @@ every later step passes those elements on, and after the last round the label
 step takes them out; ``check_converged`` fails the job if the last round
 still changed edges (naming ``near_dedup.max_rounds``) and counts
 ``components_rounds`` (the rounds that changed something, plus one).
+
+Converged rounds
+----------------
+A round that changes no edge leaves one star per component (see
+:mod:`beam_pipeline.dedup.components`), and every later round would emit the
+same edges again: the work of those rounds is per edge and buys nothing (on
+real text the graph converges in 3-5 of the 20 default rounds). The
+large-star step of round k reads the tallies of every earlier step (they are
+complete there: the ``GroupByKey`` before it waits for the step before); when
+round k - 1 changed nothing and round k - 2 did (or k = 2), it sends the
+marker :data:`CONVERGED` to every node group. The small-star step of round k
+computes as usual (its input holds one direction of each edge) and hands the
+marker on in its group; from round k + 1 on, a step whose group holds
+:data:`CONVERGED` or :data:`PASSING` hands its blocks on as they came, with
+:data:`PASSING` (the large-star step) or the marker it got (the small-star
+step), instead of rebuilding them edge by edge. The markers are strings, the
+blocks tuples; the labels step ignores the markers. Labels, tallies and the
+convergence check are those of the rounds computed in full.
 """
 
 from __future__ import annotations
@@ -68,10 +88,14 @@ class ConnectedComponents(beam.PTransform):
     (or only in self-loops) gets no label. ``counts`` holds the tallies of
     stage ``stage``: ``components_changed_rNN`` per round and ``components_rounds``.
     ``node_groups`` sets how many groups the edges travel in (the labels do not
-    depend on it).
+    depend on it). With ``label_blocks`` the labels come as one
+    ``(node group, ((node, label), ...))`` block per group, in node order, for a
+    join that groups by :func:`node_group` too.
     """
 
-    def __init__(self, max_rounds: int, stage: str, node_groups: int = DEFAULT_NODE_GROUPS):
+    def __init__(
+        self, max_rounds: int, stage: str, node_groups: int = DEFAULT_NODE_GROUPS, *, label_blocks: bool = False
+    ):
         super().__init__()
         if max_rounds < 1:
             raise ValueError(f"max_rounds must be at least 1, not {max_rounds}")
@@ -80,6 +104,7 @@ class ConnectedComponents(beam.PTransform):
         self._max_rounds = max_rounds
         self._stage = stage
         self._groups = node_groups
+        self._label_blocks = label_blocks
 
     def expand(self, edges):
         if isinstance(edges, dict):
@@ -93,7 +118,9 @@ class ConnectedComponents(beam.PTransform):
             current
             | "GroupFinalStars" >> beam.GroupByKey()
             | "SmallestPerNode"
-            >> beam.ParDo(_LabelsFn()).with_output_types(StrKeyed).with_outputs(_ROUND_TALLIES, main=LABELS)
+            >> beam.ParDo(_LabelsFn(self._label_blocks))
+            .with_output_types(IntKeyed if self._label_blocks else StrKeyed)
+            .with_outputs(_ROUND_TALLIES, main=LABELS)
         )
         counts = (
             labelled[_ROUND_TALLIES]
@@ -106,6 +133,11 @@ class ConnectedComponents(beam.PTransform):
 #: The reserved group whose "blocks" are the rounds' tallies (a node group is never negative).
 TALLIES = -1
 _ROUND_TALLIES = "round_tallies"
+
+#: Sent to every node group by the large-star step that sees a round without changes (module doc).
+CONVERGED = "converged"
+#: Handed on with the blocks by a step that passed them on unread.
+PASSING = "passing"
 
 
 class NodeBlocks:
@@ -222,13 +254,26 @@ class _StarRound(beam.PTransform):
         )
 
 
+def blocks_and_markers(values: Iterable) -> tuple[list[tuple], set[str]]:
+    """A group's values -> (its blocks of edges, the markers among them)."""
+    blocks, markers = [], set()
+    for value in values:
+        if isinstance(value, str):
+            markers.add(value)
+        else:
+            blocks.append(value)
+    return blocks, markers
+
+
 class _StarFn(BundleBlocksFn):
     """(group, blocks) -> blocks of the edges ``step`` emits at each node of the group (``both``: in both
-    directions); the tallies passed on, and this bundle's (its changed edges) added under :data:`TALLIES`."""
+    directions); the tallies passed on, and this bundle's (its changed edges) added under :data:`TALLIES`.
+    After convergence the blocks are handed on unread (module doc, "Converged rounds")."""
 
     def __init__(self, step, index: int, both: bool, stage: str, groups: int):
         super().__init__(groups)
         self._step = step
+        self._index = index
         self._changed = _CHANGED.format(index=index)
         self._both = both
         self._stage = stage
@@ -236,12 +281,24 @@ class _StarFn(BundleBlocksFn):
     def setup(self):
         self.tally = Tally(self._stage)
 
+    def start_bundle(self):
+        super().start_bundle()
+        self._worked = False
+
     def process(self, grouped: tuple[int, Iterable]) -> Iterator[tuple[int, object]]:
-        group, blocks = grouped
+        group, values = grouped
         if group == TALLIES:
-            for tally in blocks:
-                yield TALLIES, tally
+            yield from self._tallies(values)
             return
+        blocks, markers = blocks_and_markers(values)
+        if PASSING in markers or (CONVERGED in markers and not self._both):
+            yield group, PASSING
+            for block in blocks:
+                yield group, block
+            return
+        if CONVERGED in markers:
+            yield group, CONVERGED
+        self._worked = True
         changed, add, both = 0, self._out.add_to, self._both
         neighbours, group_of = neighbours_of(blocks, group)
         for node, others in neighbours.items():
@@ -254,26 +311,49 @@ class _StarFn(BundleBlocksFn):
         self.tally.inc(self._changed, n=changed)
         yield from self._flush_if_full()
 
+    def _tallies(self, tallies: Iterable[dict]) -> Iterator[tuple[int, object]]:
+        """The tallies so far, passed on; at a large-star step, :data:`CONVERGED` to every group when the
+        previous round was the first to change nothing."""
+        tallies = list(tallies)
+        for tally in tallies:
+            yield TALLIES, tally
+        if self._both or self._index < 2:
+            return
+        previous = _changed_in(tallies, self._index - 1)
+        before = _changed_in(tallies, self._index - 2) if self._index > 2 else 1
+        if previous == 0 and before > 0:
+            for group in range(self._groups):
+                yield group, CONVERGED
+
     def finish_bundle(self):
         yield from super().finish_bundle()
         counts = self.tally.take()
-        if counts:
+        if counts or self._worked:  # an empty tally still tells the next step that this one ran
             yield _windowed((TALLIES, counts))
 
 
 class _LabelsFn(beam.DoFn):
-    """The last round's groups -> (node, smallest of the node and its neighbours) per node (main) and
-    the rounds' tallies (``round_tallies``)."""
+    """The last round's groups -> (node, smallest of the node and its neighbours) per node, or one block
+    of them per group (main), and the rounds' tallies (``round_tallies``)."""
+
+    def __init__(self, blocks: bool):
+        super().__init__()
+        self._blocks = blocks
 
     def process(self, grouped: tuple[int, Iterable]):
         group, blocks = grouped
         if group == TALLIES:
             for tally in blocks:
-                yield beam.pvalue.TaggedOutput(_ROUND_TALLIES, tally)
+                if tally:
+                    yield beam.pvalue.TaggedOutput(_ROUND_TALLIES, tally)
             return
-        neighbours, _ = neighbours_of(blocks, group)
-        for node, others in sorted(neighbours.items()):
-            yield node, min(node, min(others))
+        neighbours, _ = neighbours_of(blocks_and_markers(blocks)[0], group)
+        labels = [(node, min(node, min(others))) for node, others in sorted(neighbours.items())]
+        if self._blocks:
+            if labels:
+                yield group, tuple(labels)
+        else:
+            yield from labels
 
 
 def check_converged(tallies: list[dict], max_rounds: int, stage: str) -> list[dict]:

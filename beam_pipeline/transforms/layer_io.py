@@ -5,9 +5,10 @@ A layer output is ``n`` Parquet partitions: row ``r`` lives in partition
 bytes do not depend on the runner, the parallelism or bundle boundaries
 (:mod:`beam_pipeline.layers`). Three ways to make one:
 
-* :class:`WriteLayerOutput`: rows -> ``(partition, row)`` -> the runner's
-  ``GroupByKey`` on the int partition index -> sort -> one atomic write per
-  partition (DESIGN.md, "layers"). Stages whose rows come out of a shuffle use it.
+* :class:`WriteLayerOutput`: rows -> ``(partition, block of rows)`` (one block
+  per bundle and partition) -> the runner's ``GroupByKey`` on the int
+  partition index -> sort -> one atomic write per partition (DESIGN.md,
+  "layers"). Stages whose rows come out of a shuffle use it.
 * :class:`WrittenPartitions`: a stage whose tasks already hold partition ``i``
   of its inputs (the scorers, ``select``) writes partition ``i`` of its output
   itself. Every layer of a build has the same partition count and the same
@@ -32,6 +33,9 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 import apache_beam as beam
 import pyarrow as pa
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_pipeline.accounting import (
     COUNTS,
@@ -74,18 +78,50 @@ class WriteLayerOutput(beam.PTransform):
         self._partition_key = partition_key
 
     def expand(self, rows):
-        n = self._num_partitions
-        partition_key = self._partition_key
         return (
             rows
-            | "KeyByPartition"
-            >> beam.Map(lambda row: (bucket_of(partition_key(row), n), row)).with_output_types(IntKeyed)
+            | "BlocksByPartition"
+            >> beam.ParDo(_PartitionBlocksFn(self._num_partitions, self._partition_key)).with_output_types(IntKeyed)
             | "GroupPartitions" >> beam.GroupByKey()
             | "WritePartition" >> beam.MapTuple(self._write)
         )
 
-    def _write(self, index: int, rows: Iterable[dict]) -> dict:
+    def _write(self, index: int, blocks: Iterable[tuple[dict, ...]]) -> dict:
+        rows = (row for block in blocks for row in block)
         return write_layer_partition(self._directory, index, self._num_partitions, rows, self._schema, self._sort_key)
+
+
+class _PartitionBlocksFn(beam.DoFn):
+    """Rows -> (partition, block of rows): what the runner moves is one element per bundle and partition
+    (or per :data:`FLUSH_ROWS` rows held), not one per row."""
+
+    def __init__(self, count: int, partition_key: Callable[[dict], str]):
+        super().__init__()
+        self._count = count
+        self._partition_key = partition_key
+
+    def start_bundle(self):
+        self._pending: dict[int, list[dict]] = {}
+        self._held = 0
+
+    def process(self, row: dict) -> Iterator[tuple[int, tuple]]:
+        self._pending.setdefault(bucket_of(self._partition_key(row), self._count), []).append(row)
+        self._held += 1
+        if self._held >= FLUSH_ROWS:
+            yield from self._take()
+
+    def finish_bundle(self):
+        for block in self._take():
+            yield WindowedValue(block, MIN_TIMESTAMP, (GlobalWindow(),))
+
+    def _take(self) -> list[tuple[int, tuple]]:
+        blocks = [(index, tuple(rows)) for index, rows in sorted(self._pending.items())]
+        self._pending, self._held = {}, 0
+        return blocks
+
+
+#: Rows a bundle of :class:`WriteLayerOutput` holds before it hands its blocks on.
+FLUSH_ROWS = 16384
 
 
 def row_order(row: dict) -> tuple:

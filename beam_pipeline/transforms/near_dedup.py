@@ -22,7 +22,7 @@ the reasoning and the numbers)::
     documents partition i --RepeatedLines (CombinePerKey(sum) of line keys)--> side input
       |                                    v  (boilerplate keys, template keys)
       +--Sign (one task per partition): writes signatures partition i itself
-      |    -> (doc_id, member)  (doc_id, payload)
+      |    -> (doc group, block of (doc_id, member))  (doc group, block of (doc_id, layer, payload))
       |       (key group, block of (band key, doc_id))  (key group, block of (block key, doc_id, fingerprint))
       |       (+ previous versions' signature partitions: payloads and keys alike)
       |                                    v
@@ -33,10 +33,10 @@ the reasoning and the numbers)::
       |    SimHashEdges: GroupByKey(key group) -> per shared block key: pairs within max_hamming bits
       |                                    v
       |    ConnectedComponents: large-star / small-star rounds, a GroupByKey(node group) per step
-      |                                    v  (doc_id, label)
+      |                                    v  (doc group, block of (doc_id, label))
       +--RepeatedSpans: GroupByKey(window hash) -> (doc_id, range to cut)
                                            v
-       AssignClusters: CoGroupByKey(doc_id) of member, label, previous-version members, spans
+       AssignClusters: CoGroupByKey(doc group) of blocks of member, label, previous-version members, spans
            -> documents in no cluster: their row
            -> GroupByKey(cluster label) -> representative = min(previous version first, source rank,
                   date (missing last), doc_id)
@@ -315,7 +315,7 @@ class AnnotateNearDuplicates(beam.PTransform):
             | "Sign"
             >> beam.ParDo(SignPartitionFn(params, documents, join(self._layer_path, SIGNATURES), groups), *side)
             .with_output_types(
-                StrKeyed,
+                IntKeyed,
                 **{
                     _PAYLOADS: IntKeyed,
                     _BANDS: IntKeyed,
@@ -361,16 +361,22 @@ class AnnotateNearDuplicates(beam.PTransform):
         if params.use_simhash:
             found.append({_KEYS: _flatten(blocks, "AllBlockKeys")} | "SimHashEdges" >> SimHashEdges(params))
         components = tuple(f[_EDGES] for f in found) | "Components" >> ConnectedComponents(
-            params.max_rounds, STAGE, groups
+            params.max_rounds, STAGE, groups, label_blocks=True
         )
         counts = [signed[COUNTS], *(c for f in found for c in f[COUNTS]), components[COUNTS]]
 
+        # every part in blocks per doc group: (group, block of (doc_id, value))
         parts = {_MEMBER: signed[_MEMBERS], _LABEL: components[LABELS]}
         if self._previous:
-            parts[_PREVIOUS] = _flatten([f[_PREVIOUS] for f in found], "AllPreviousMembers")
+            parts[_PREVIOUS] = _flatten([f[_PREVIOUS] for f in found], "AllPreviousMembers") | (
+                "PreviousMemberBlocks" >> DocBlocks(groups)
+            )
         if params.span_sources:
-            parts[_SPAN] = pbegin | "RepeatedSpans" >> RepeatedSpans(
-                documents, params.span_sources, params.span_min_words, params.seed, after
+            parts[_SPAN] = (
+                pbegin
+                | "RepeatedSpans"
+                >> RepeatedSpans(documents, params.span_sources, params.span_min_words, params.seed, after)
+                | "SpanBlocks" >> DocBlocks(groups)
             )
         clusters = {**parts, _SIGNATURE: signatures} | "Clusters" >> AssignClusters(params, groups)
         counts.extend(clusters[COUNTS])
@@ -449,7 +455,7 @@ class VerifyPairs(beam.PTransform):
     ``b`` is a document of this corpus; ``a`` of this corpus or of an earlier
     version. The pairs travel in blocks per doc group of ``a``
     (:func:`~beam_pipeline.transforms.connected_components.node_group`, the
-    groups of :func:`signature_blocks`) and meet the signatures of that group
+    groups of :func:`doc_blocks`) and meet the signatures of that group
     (``CoGroupByKey`` on the group), which drops repeated (a, b, carry) and
     attaches ``a``'s payload from the first layer that has it (this corpus,
     then the ``against`` entries in order); then in blocks per doc group of
@@ -486,12 +492,30 @@ class VerifyPairs(beam.PTransform):
         return {_CHECKED: checked[_CHECKED], COUNTS: checked[COUNTS]}
 
 
-def signature_blocks(signatures: Iterable[tuple[str, int, tuple]], groups: int) -> list[tuple[int, tuple]]:
-    """(doc_id, layer, payload) entries -> (doc group, block of entries) per group that has any."""
+def doc_blocks(entries: Iterable[tuple], groups: int) -> list[tuple[int, tuple]]:
+    """Entries whose first field is a doc_id (signatures ``(doc_id, layer, payload)``, members
+    ``(doc_id, member)``) -> (doc group, block of entries) per group that has any."""
     blocks = NodeBlocks(groups)
-    for entry in signatures:
+    for entry in entries:
         blocks.add(entry[0], entry)
     return blocks.take()
+
+
+class DocBlocks(beam.PTransform):
+    """(doc_id, value) -> (doc group, block of (doc_id, value)), one block per bundle and group."""
+
+    def __init__(self, groups: int):
+        super().__init__()
+        self._groups = groups
+
+    def expand(self, entries):
+        return entries | "InBlocks" >> beam.ParDo(_DocBlocksFn(self._groups)).with_output_types(IntKeyed)
+
+
+class _DocBlocksFn(BundleBlocksFn):
+    def process(self, entry: tuple[str, object]) -> Iterator:
+        self._out.add(entry[0], entry)
+        yield from self._flush_if_full()
 
 
 def first_payloads(blocks: Iterable[tuple], wanted: set[str]) -> dict[str, tuple]:
@@ -556,13 +580,15 @@ class _CheckFn(CountingDoFn):
 
 
 class AssignClusters(beam.PTransform):
-    """{"member", "label", "previous" (optional), "span" (optional): (doc_id, value), "signature"}
-    -> {"annotations": rows, "large_clusters": rows, "counts"}.
+    """{"member", "label", "previous" (optional), "span" (optional): (doc group, block of (doc_id, value)),
+    "signature"} -> {"annotations": rows, "large_clusters": rows, "counts"}.
 
-    ``CoGroupByKey`` on doc_id brings together what annotating a document
-    needs: its ``member`` (from signing), its cluster ``label``,
+    ``CoGroupByKey`` on the doc group brings together what annotating a
+    document needs: its ``member`` (from signing), its cluster ``label``,
     ``previous``-version members and repeated ``span`` ranges
-    (:class:`AssembleFn`). Documents in no cluster get their row there; the
+    (:class:`AssembleFn`). The parts travel in blocks per doc group
+    (:func:`doc_blocks`), like the signatures: one element per producing
+    bundle and group, not one per document. Documents in no cluster get their row there; the
     others are grouped by cluster label (``GroupByKey``), where each
     cluster's representative is chosen (:class:`ClusterFn`); members of large
     clusters are verified against it (:class:`VerifyPairs`).
@@ -577,7 +603,7 @@ class AssignClusters(beam.PTransform):
         joined = {name: collection for name, collection in parts.items() if name != _SIGNATURE}
         assembled = (
             joined
-            | "JoinByDocId" >> beam.CoGroupByKey()
+            | "JoinByDocGroup" >> beam.CoGroupByKey()
             | "Assemble"
             >> beam.ParDo(AssembleFn()).with_output_types(StrKeyed).with_outputs(_ROWS, COUNTS, main=_CLUSTERED)
         )
@@ -604,7 +630,7 @@ class AssignClusters(beam.PTransform):
 
 
 class SignPartitionFn(beam.DoFn):
-    """partition index -> (doc_id, member) per document; tagged: the sidecar of its ``signatures``
+    """partition index -> blocks of (doc_id, member) per doc group; tagged: the sidecar of its ``signatures``
     partition (written here), blocks of (doc_id, 0, payload) per doc group and blocks of the band
     and block keys of the signed documents (:class:`LshKeyBlocks`), dead letters, and the
     partition's tally."""
@@ -627,7 +653,7 @@ class SignPartitionFn(beam.DoFn):
             self._boilerplate, self._signature_lines = (np.array(keys, dtype=np.int64) for keys in lines)
         params, count, tally = self._params, self._documents.count, self.tally
         tally.take()  # what an attempt that failed on this instance counted is not this element's
-        rows, payloads, keys = [], [], LshKeyBlocks(params, self._key_groups)
+        rows, members, payloads, keys = [], [], [], LshKeyBlocks(params, self._key_groups)
         for document in self._documents.rows(index, INPUT_COLUMNS, tally, where=f"{STAGE} gate"):
             doc_id = document["doc_id"]
             if bucket_of(doc_id, count) != index:
@@ -655,13 +681,14 @@ class SignPartitionFn(beam.DoFn):
             tally.inc("signed" if row is not None else "unsigned_too_short")
             if member[_BOILERPLATE]:
                 tally.inc("boilerplate_documents")
-            yield doc_id, member
+            members.append((doc_id, member))
             if row is None:
                 continue
             rows.append(row)
             payloads.append((doc_id, 0, payload_of(row)))
             keys.add(row, None)
-        for block in signature_blocks(payloads, self._key_groups):
+        yield from doc_blocks(members, self._key_groups)
+        for block in doc_blocks(payloads, self._key_groups):
             yield beam.pvalue.TaggedOutput(_PAYLOADS, block)
         yield from keys.tagged()
         yield beam.pvalue.TaggedOutput(
@@ -685,7 +712,7 @@ class PreviousSignaturesFn(beam.DoFn):
         for row in read_partition_rows(path):
             payloads.append((row["doc_id"], layer, payload_of(row)))
             keys.add(row, member_of(row, previous=True))
-        yield from signature_blocks(payloads, self._key_groups)
+        yield from doc_blocks(payloads, self._key_groups)
         yield from keys.tagged()
 
 
@@ -863,15 +890,24 @@ class SimHashBucketFn(CountingDoFn):
 
 
 class AssembleFn(CountingDoFn):
-    """(doc_id, {member, previous, label, span}) -> a row (not clustered) or (label, entry) to cluster."""
+    """(doc group, {member, previous, label, span: [blocks of (doc_id, value)]}) -> per document, a row
+    (not clustered) or (label, entry) to cluster."""
 
     def __init__(self):
         super().__init__(STAGE)
 
-    def process(self, joined: tuple[str, dict]) -> Iterator:
-        doc_id, parts = joined
-        members = list(parts.get(_MEMBER, ()))
-        previous = list(parts.get(_PREVIOUS, ()))
+    def process(self, joined: tuple[int, dict]) -> Iterator:
+        _, blocks = joined
+        by_document: dict[str, dict[str, list]] = {}
+        for part, part_blocks in blocks.items():
+            for block in part_blocks:
+                for doc_id, value in block:
+                    by_document.setdefault(doc_id, {}).setdefault(part, []).append(value)
+        for doc_id in sorted(by_document):
+            yield from self._assemble(doc_id, by_document[doc_id])
+
+    def _assemble(self, doc_id: str, parts: dict[str, list]) -> Iterator:
+        members, previous = parts.get(_MEMBER, ()), parts.get(_PREVIOUS, ())
         if members:
             member = members[0]
             if previous:  # the same document is in a previous version
@@ -884,7 +920,7 @@ class AssembleFn(CountingDoFn):
         spans = tuple(merge_ranges(parts.get(_SPAN, ())))
         if spans:
             self.tally.inc("span_documents")
-        labels = list(parts.get(_LABEL, ()))
+        labels = parts.get(_LABEL, ())
         if labels:
             yield min(labels), (member, new, spans)
         elif new:
