@@ -24,6 +24,7 @@ from beam_pipeline.hashing import bucket_of, canonical_json
 from beam_pipeline.layers import Layer, commit_layer, part_name
 from beam_pipeline.policy import decide
 from beam_pipeline.transforms import near_dedup
+from beam_pipeline.transforms.connected_components import node_group
 from beam_pipeline.transforms.near_dedup import (_BOILERPLATE, _DOC_ID, _SIGNED, AssembleFn, NearDedupParams,
                                                  build_stage, member_of, representative_order, resolve_against,
                                                  sign_document)
@@ -663,8 +664,11 @@ def test_config_validation():
 def test_a_document_named_by_several_previous_versions_takes_the_first_in_representative_order():
     old = {"doc_id": "d1", "source": "web", "date": "2020-01-01"}
     members = [member_of({**old, "source_rank": rank}, previous=True) for rank in (3, 1, 2)]
-    fn = AssembleFn()
+    fn = AssembleFn(5)
     fn.setup()
     for order in (members, members[::-1]):
+        fn.start_bundle()
         blocks = {"previous": [tuple(("d1", m) for m in order)], "label": [(("d1", "d1"),), (("d1", "d0"),)]}
-        assert list(fn.process((3, blocks))) == [("d0", (members[1], False, ()))]
+        assert list(fn.process((3, blocks))) == []
+        entry = ("d0", (members[1], False, ()))  # to its cluster, in a block per node group of the label
+        assert [wv.value for wv in fn.finish_bundle()] == [(node_group("d0", 5), (entry,))]

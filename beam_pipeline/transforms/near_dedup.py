@@ -589,8 +589,9 @@ class AssignClusters(beam.PTransform):
     (:class:`AssembleFn`). The parts travel in blocks per doc group
     (:func:`doc_blocks`), like the signatures: one element per producing
     bundle and group, not one per document. Documents in no cluster get their row there; the
-    others are grouped by cluster label (``GroupByKey``), where each
-    cluster's representative is chosen (:class:`ClusterFn`); members of large
+    others are grouped by cluster label (a ``GroupByKey`` on the label's node
+    group, of blocks), where each cluster's representative is chosen
+    (:class:`ClusterFn`); members of large
     clusters are verified against it (:class:`VerifyPairs`).
     """
 
@@ -605,11 +606,13 @@ class AssignClusters(beam.PTransform):
             joined
             | "JoinByDocGroup" >> beam.CoGroupByKey()
             | "Assemble"
-            >> beam.ParDo(AssembleFn()).with_output_types(StrKeyed).with_outputs(_ROWS, COUNTS, main=_CLUSTERED)
+            >> beam.ParDo(AssembleFn(self._groups))
+            .with_output_types(IntKeyed)
+            .with_outputs(_ROWS, COUNTS, main=_CLUSTERED)
         )
         clusters = (
-            assembled[_CLUSTERED]  # (cluster label, (member, new, spans))
-            | "GroupByCluster" >> beam.GroupByKey()
+            assembled[_CLUSTERED]  # (group of the cluster label, block of (label, (member, new, spans)))
+            | "GroupByClusterGroup" >> beam.GroupByKey()
             | "Representatives"
             >> beam.ParDo(ClusterFn(self._params)).with_outputs(LARGE_CLUSTERS, _CHECK, COUNTS, main=_ROWS)
         )
@@ -889,12 +892,12 @@ class SimHashBucketFn(CountingDoFn):
         yield from _previous_members({d: m for d, m in old.items() if d in used or d in new})
 
 
-class AssembleFn(CountingDoFn):
+class AssembleFn(BundleBlocksFn):
     """(doc group, {member, previous, label, span: [blocks of (doc_id, value)]}) -> per document, a row
-    (not clustered) or (label, entry) to cluster."""
+    (not clustered, tagged ``rows``) or (label, entry) to cluster, in blocks per node group of the label."""
 
-    def __init__(self):
-        super().__init__(STAGE)
+    def setup(self):
+        self.tally = Tally(STAGE)
 
     def process(self, joined: tuple[int, dict]) -> Iterator:
         _, blocks = joined
@@ -904,9 +907,22 @@ class AssembleFn(CountingDoFn):
                 for doc_id, value in block:
                     by_document.setdefault(doc_id, {}).setdefault(part, []).append(value)
         for doc_id in sorted(by_document):
-            yield from self._assemble(doc_id, by_document[doc_id])
+            assembled = self._assemble(doc_id, by_document[doc_id])
+            if isinstance(assembled, dict):
+                yield beam.pvalue.TaggedOutput(_ROWS, assembled)
+            elif assembled is not None:
+                self._out.add(assembled[0], assembled)
+        yield from self._flush_if_full()
 
-    def _assemble(self, doc_id: str, parts: dict[str, list]) -> Iterator:
+    def finish_bundle(self):
+        yield from super().finish_bundle()
+        counts = self.tally.take()
+        if counts:
+            yield beam.pvalue.TaggedOutput(COUNTS, WindowedValue(counts, MIN_TIMESTAMP, [GlobalWindow()]))
+
+    def _assemble(self, doc_id: str, parts: dict[str, list]) -> tuple | dict | None:
+        """(cluster label, (member, new, spans)) for a document in a cluster, its row for a document of
+        this corpus in none, None for a previous version's document in none."""
         members, previous = parts.get(_MEMBER, ()), parts.get(_PREVIOUS, ())
         if members:
             member = members[0]
@@ -915,25 +931,25 @@ class AssembleFn(CountingDoFn):
         elif previous:  # (several buckets, or several earlier versions, may name it)
             member = min(previous, key=representative_order)
         else:  # spans of a document that was dead-lettered
-            return
+            return None
         new = bool(members)
         spans = tuple(merge_ranges(parts.get(_SPAN, ())))
         if spans:
             self.tally.inc("span_documents")
         labels = parts.get(_LABEL, ())
         if labels:
-            yield min(labels), (member, new, spans)
-        elif new:
-            self.tally.passed(member[_SOURCE])
-            if member[_PRIOR] == 0:
-                self.tally.inc("previous_version_copies")
-            yield beam.pvalue.TaggedOutput(
-                _ROWS, annotation_row(member, None, 1, doc_id, member[_PRIOR] == 0, False, spans)
-            )
+            return min(labels), (member, new, spans)
+        if not new:
+            return None
+        self.tally.passed(member[_SOURCE])
+        if member[_PRIOR] == 0:
+            self.tally.inc("previous_version_copies")
+        return annotation_row(member, None, 1, doc_id, member[_PRIOR] == 0, False, spans)
 
 
 class ClusterFn(CountingDoFn):
-    """(cluster label, [(member, new, spans)]) -> rows; large clusters: a report and pairs to verify."""
+    """(label group, [blocks of (cluster label, (member, new, spans))]) -> rows per cluster; large clusters:
+    a report and pairs to verify."""
 
     def __init__(self, params: NearDedupParams):
         super().__init__(STAGE)
@@ -941,8 +957,15 @@ class ClusterFn(CountingDoFn):
         self._sample = params.sample_members
         self._seed = params.seed
 
-    def process(self, keyed: tuple[str, Iterable[tuple]]) -> Iterator:
-        label, entries = keyed
+    def process(self, grouped: tuple[int, Iterable[tuple]]) -> Iterator:
+        clusters: dict[str, list[tuple]] = {}
+        for block in grouped[1]:
+            for label, entry in block:
+                clusters.setdefault(label, []).append(entry)
+        for label in sorted(clusters):
+            yield from self._cluster(label, clusters[label])
+
+    def _cluster(self, label: str, entries: list[tuple]) -> Iterator:
         entries = sorted(entries, key=lambda e: representative_order(e[0]))
         size = len(entries)
         representative = entries[0][0][_DOC_ID]
