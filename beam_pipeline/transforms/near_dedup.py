@@ -38,7 +38,7 @@ the reasoning and the numbers)::
                                            v
        AssignClusters: CoGroupByKey(doc group) of blocks of member, label, previous-version members, spans
            -> documents in no cluster: their row
-           -> GroupByKey(cluster label) -> representative = min(previous version first, source rank,
+           -> GroupByKey(node group of the label, blocks) -> per label: representative = min(previous version first, source rank,
                   date (missing last), doc_id)
                   +-- size <= max_cluster_size: every other member is a duplicate
                   +-- larger: reported; a member is a duplicate only if it verifies against the
