@@ -1,5 +1,6 @@
 """Connected components by large-star / small-star: pure steps and the Beam transform."""
 
+import pickle
 import random
 
 import apache_beam as beam
@@ -158,11 +159,13 @@ def test_after_convergence_steps_hand_their_blocks_on_unread():
 
     block = (("b", "a", 1), ("a", "b", 1), ("a", "c", 2))  # not even a star: proof that nobody looked
     fn = star_fn(large_star, 6)
-    out = list(fn.process((1, [block, CONVERGED])))
-    assert out == [(1, PASSING), (1, block)] and out[1][1] is block
+    (marker, (group, packed)) = fn.process((1, [block, CONVERGED, block[:1]]))
+    assert marker == (1, PASSING) and group == 1 and pickle.loads(packed) == (block, block[:1])  # one element
     assert list(fn.finish_bundle()) == []  # no edges rebuilt, no tally
     fn = star_fn(small_star, 6)
-    assert list(fn.process((1, [PASSING, block]))) == [(1, PASSING), (1, block)]
+    out = list(fn.process((1, [PASSING, packed])))
+    assert out == [(1, PASSING), (1, packed)] and out[1][1] is packed  # handed on as it came
+    assert list(star_fn(large_star, 7).process((1, [PASSING]))) == [(1, PASSING)]  # a group without edges
     # the small-star step that gets the news computes (its input is one direction) and hands it on
     fn = star_fn(small_star, 5)
     assert list(fn.process((1, [CONVERGED, (("b", "a", 1),)]))) == [(1, CONVERGED)]

@@ -52,13 +52,17 @@ computes as usual (its input holds one direction of each edge) and hands the
 marker on in its group; from round k + 1 on, a step whose group holds
 :data:`CONVERGED` or :data:`PASSING` hands its blocks on as they came, with
 :data:`PASSING` (the large-star step) or the marker it got (the small-star
-step), instead of rebuilding them edge by edge. The markers are strings, the
-blocks tuples; the labels step ignores the markers. Labels, tallies and the
+step), instead of rebuilding them edge by edge; the first such step packs a
+group's blocks into one pickled ``bytes`` (:func:`packed`), which the runner
+then moves as it is, without encoding and decoding each edge at every step.
+The markers are strings, the blocks tuples (or that ``bytes``); the labels
+step ignores the markers. Labels, tallies and the
 convergence check are those of the rounds computed in full.
 """
 
 from __future__ import annotations
 
+import pickle
 from typing import Iterable, Iterator
 
 import apache_beam as beam
@@ -254,15 +258,33 @@ class _StarRound(beam.PTransform):
         )
 
 
-def blocks_and_markers(values: Iterable) -> tuple[list[tuple], set[str]]:
-    """A group's values -> (its blocks of edges, the markers among them)."""
-    blocks, markers = [], set()
+def blocks_and_markers(values: Iterable) -> tuple[list[tuple | bytes], set[str]]:
+    """A group's values -> (its blocks of edges, packed or not, the markers among them)."""
+    blocks: list[tuple | bytes] = []
+    markers = set()
     for value in values:
         if isinstance(value, str):
             markers.add(value)
         else:
             blocks.append(value)
     return blocks, markers
+
+
+def packed(blocks: list[tuple | bytes]) -> bytes:
+    """A group's blocks as one pickled tuple of blocks: what a converged round hands on. Beam copies
+    bytes as they are, where it would encode and decode every edge at every step."""
+    if len(blocks) == 1 and isinstance(blocks[0], bytes):
+        return blocks[0]  # packed by an earlier step
+    return pickle.dumps(tuple(unpacked(blocks)), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def unpacked(blocks: Iterable[tuple | bytes]) -> Iterator[tuple]:
+    """Blocks of edges, whether they came packed (:func:`packed`) or not."""
+    for block in blocks:
+        if isinstance(block, bytes):
+            yield from pickle.loads(block)
+        else:
+            yield block
 
 
 class _StarFn(BundleBlocksFn):
@@ -293,14 +315,14 @@ class _StarFn(BundleBlocksFn):
         blocks, markers = blocks_and_markers(values)
         if PASSING in markers or (CONVERGED in markers and not self._both):
             yield group, PASSING
-            for block in blocks:
-                yield group, block
+            if blocks:
+                yield group, packed(blocks)
             return
         if CONVERGED in markers:
             yield group, CONVERGED
         self._worked = True
         changed, add, both = 0, self._out.add_to, self._both
-        neighbours, group_of = neighbours_of(blocks, group)
+        neighbours, group_of = neighbours_of(unpacked(blocks), group)
         for node, others in neighbours.items():
             edges, n = self._step(node, others)
             changed += n
@@ -347,7 +369,7 @@ class _LabelsFn(beam.DoFn):
                 if tally:
                     yield beam.pvalue.TaggedOutput(_ROUND_TALLIES, tally)
             return
-        neighbours, _ = neighbours_of(blocks_and_markers(blocks)[0], group)
+        neighbours, _ = neighbours_of(unpacked(blocks_and_markers(blocks)[0]), group)
         labels = [(node, min(node, min(others))) for node, others in sorted(neighbours.items())]
         if self._blocks:
             if labels:
