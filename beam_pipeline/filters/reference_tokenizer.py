@@ -475,9 +475,9 @@ def _alphabetic_runs(string: str) -> list[str]:
 #: Every run of letters of a special case: a chunk whose only run of letters is not one of these can
 #: contain no special case, whatever its other characters.
 _SPECIAL_LETTER_RUNS = frozenset(run for string in _SPECIALS for run in _alphabetic_runs(string))
-#: A word of three letters or more between characters that are no letter, digit or underscore:
-#: ``word.`` ``(word).`` ``“word”`` ``Word。`` (the letters are checked with ``str.isalpha``).
-_AFFIXED_WORD = re.compile(r"(\W*)([^\W\d_]{3,})(\W*)")
+#: A word between characters that are no letter, digit or underscore: ``word.`` ``(word).`` ``“word”``
+#: ``Word。`` (the letters are checked with ``str.isalpha``); both fast paths need this shape.
+_AFFIXED_WORD = re.compile(r"(\W*)([^\W\d_]+)(\W*)")
 _affixes_memo: dict[tuple[str, str, str], tuple[list[str], list[str]] | None] = {}
 
 
@@ -502,15 +502,12 @@ def _affixes_around_a_word(lead: str, last_letters: str, trail: str) -> tuple[li
     return prefixes, suffixes[::-1]
 
 
-def _affixed_word(chunk: str) -> list[str] | None:
-    """The tokens of a word of three letters or more with affixes around it (``word.`` ``(word),``), or
-    None when the chunk is not one, a special case could be involved, or its affixes are not all cut
-    (then :func:`_split_chunk` decides). The affixes' split is memoized by (affixes, last two letters)."""
-    match = _AFFIXED_WORD.fullmatch(chunk)
-    if match is None:
-        return None
-    lead, word, trail = match.groups()
-    if not (lead or trail) or not word.isalpha() or word in _SPECIAL_LETTER_RUNS:
+def _word_with_affixes(lead: str, word: str, trail: str) -> list[str] | None:
+    """The tokens of ``lead + word + trail`` (a match of :data:`_AFFIXED_WORD`) when ``word`` is three letters
+    or more with affixes around it, or None when it is not, a special case could be involved, or its
+    affixes are not all cut (then :func:`_split_chunk` decides). The affixes' split is memoized by (affixes,
+    last two letters)."""
+    if not (lead or trail) or len(word) < 3 or not word.isalpha() or word in _SPECIAL_LETTER_RUNS:
         return None
     key = (lead, word[-2:], trail)
     try:
@@ -525,12 +522,21 @@ def _affixed_word(chunk: str) -> list[str] | None:
     return [*prefixes, word, *suffixes]
 
 
+def _affixed_word(chunk: str) -> list[str] | None:
+    """:func:`_word_with_affixes` of a chunk, None when it has not the shape of :data:`_AFFIXED_WORD`."""
+    shape = _AFFIXED_WORD.fullmatch(chunk)
+    return None if shape is None else _word_with_affixes(*shape.groups())
+
+
 def _tokenize_chunk(chunk: str) -> tuple[str, ...]:
     if (chunk.isalpha() or (chunk.isascii() and chunk.isdigit())) and chunk not in _SPECIALS:
         return (chunk,)  # no affix or infix rule matches letters only (tested over Unicode)
-    split = _word_in_punctuation(chunk)
-    if split is None:
-        split = _affixed_word(chunk)
+    split = None
+    shape = _AFFIXED_WORD.fullmatch(chunk)
+    if shape is not None:  # a word with affixes around it: maybe a fast path
+        split = _word_with_affixes(*shape.groups())
+        if split is None:
+            split = _word_in_punctuation(chunk)
     if split is None:
         split = _split_chunk(chunk, specials=True)
     if len(split) > 1 and not _PATTERN_PAIRS.isdisjoint(zip(split, split[1:])):
