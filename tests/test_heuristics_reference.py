@@ -209,6 +209,44 @@ def test_letters_and_digits_take_the_fast_paths():
     assert [t for t in (chr(c) for c in range(0x30, 0x3A))] == [d for d in "0123456789"]
 
 
+def _affixed_chunks() -> list[str]:
+    """Words of three letters or more (ASCII, Latin-1, Cyrillic, Greek, CJK, uppercase and lowercase, words
+    that end special cases) between every affix the tokenizer knows and other non-word characters."""
+    rng = np.random.default_rng(24)
+    affix_characters = sorted(
+        {c for c in reference_tokenizer._PREFIX_START if not c.isalnum() and c != "_"}
+        | set("()[]{}<>\"'`.,;:!?%$#&*+-=/\\|~^@°²…—–‘’“”«»¶§。、，：；！？·")
+    )
+    affix_characters += ["..", "...", "US$", "C$", "A$", "'s", "’s", "(?", "°F", "°c"]
+    words = ["word", "the", "USA", "Mr", "etc", "dont", "gonna", "Inc", "km", "abc", "ßtraße", "слово",
+             "ΛΟΓΟΣ", "日本語", "ÉTÉ", "Capitals", "aB", "Ab", "vs", "etc", "Jan", "Feb", "Sept", "am", "pm"]
+    alphabet = list("abcxyzAXZéßÉøĳ") + ["я", "Ж", "λ", "Ω", "中", "ا"]
+    for _ in range(300):
+        words.append("".join(rng.choice(alphabet, int(rng.integers(3, 8)))))
+    chunks = []
+    for _ in range(40_000):
+        lead = "".join(rng.choice(affix_characters, int(rng.integers(0, 3))))
+        trail = "".join(rng.choice(affix_characters, int(rng.integers(0, 4))))
+        chunks.append(lead + str(rng.choice(words)) + trail)
+    return chunks
+
+
+def test_affixed_words_split_as_the_general_loop():
+    """The fast path for a word with affixes around it (its affixes' split memoized by the affixes and the
+    word's last two letters) gives the tokens of the general affix loop, on every chunk of the reference
+    fixture and on generated ones."""
+    documents = reference_fixture.documents()
+    chunks = set(_affixed_chunks())
+    chunks.update(chunk for document in documents for chunk in document["text"].split())
+    taken = 0
+    for chunk in sorted(chunks):
+        fast = reference_tokenizer._affixed_word(chunk)
+        if fast is not None:
+            taken += 1
+            assert fast == reference_tokenizer._split_chunk(chunk, specials=True), chunk
+    assert taken > 20_000
+
+
 def test_special_case_pass_inside_chunks():
     assert reference_tokenizer.words("Don't stop, Mr. Smith's U.S. (a.m.) e.g. gonna cannot") == [
         "Do", "n't", "stop", ",", "Mr.", "Smith", "'s", "U.S.", "(", "a.m.", ")", "e.g.", "gon", "na", "can", "not"]

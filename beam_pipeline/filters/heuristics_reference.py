@@ -75,7 +75,7 @@ COLUMNS = GOPHER_QUALITY_COLUMNS + GOPHER_REPETITION_COLUMNS + C4_COLUMNS + FINE
 _PUNCTUATION = frozenset(_rules.PUNCTUATION) | frozenset(_rules.TERMINAL_PUNCTUATION)
 _TERMINAL = tuple(_rules.TERMINAL_PUNCTUATION)
 _CITATION = re.compile(_rules.C4_CITATION)
-_PARAGRAPH_BREAK = re.compile(r"\n{2,}")
+_PARAGRAPH_BREAK = re.compile(r"\n\n+")  # as \n{2,}, three times faster (a literal prefix for sre)
 _POLICY = re.compile("|".join(map(re.escape, _rules.C4_POLICY_SUBSTRINGS))).search
 _GOPHER_STOP_WORDS = {"en": _rules.GOPHER_STOP_WORDS}
 
