@@ -93,7 +93,9 @@ class WriteLayerOutput(beam.PTransform):
 
 class _PartitionBlocksFn(beam.DoFn):
     """Rows -> (partition, block of rows): what the runner moves is one element per bundle and partition
-    (or per :data:`FLUSH_ROWS` rows held), not one per row."""
+    (or per :data:`FLUSH_ROWS` rows held), not one per row. The rows that come this way are small
+    (annotations, dead letters with a 256-byte prefix); stages whose rows hold documents' text write
+    their partitions in their tasks (:class:`WrittenPartitions`)."""
 
     def __init__(self, count: int, partition_key: Callable[[dict], str]):
         super().__init__()
