@@ -53,7 +53,7 @@ marker on in its group; from round k + 1 on, a step whose group holds
 :data:`CONVERGED` or :data:`PASSING` hands its blocks on as they came, with
 :data:`PASSING` (the large-star step) or the marker it got (the small-star
 step), instead of rebuilding them edge by edge; the first such step packs a
-group's blocks into one pickled ``bytes`` (:func:`packed`), which the runner
+group's edges into one ``bytes`` value (:func:`packed`, JSON), which the runner
 then moves as it is, without encoding and decoding each edge at every step.
 The markers are strings, the blocks tuples (or that ``bytes``); the labels
 step ignores the markers. Labels, tallies and the
@@ -62,7 +62,7 @@ convergence check are those of the rounds computed in full.
 
 from __future__ import annotations
 
-import pickle
+import json
 from typing import Iterable, Iterator
 
 import apache_beam as beam
@@ -217,7 +217,7 @@ class _EdgeBlocksFn(BundleBlocksFn):
         yield from self._flush_if_full()
 
 
-def neighbours_of(blocks: Iterable[tuple], group: int) -> tuple[dict[str, list[str]], dict[str, int]]:
+def neighbours_of(blocks: Iterable[Iterable], group: int) -> tuple[dict[str, list[str]], dict[str, int]]:
     """({node: its neighbours}, {node or neighbour: its node group}) of group ``group``'s blocks of
     edges (node, neighbour, the neighbour's group)."""
     neighbours: dict[str, list[str]] = {}
@@ -271,18 +271,19 @@ def blocks_and_markers(values: Iterable) -> tuple[list[tuple | bytes], set[str]]
 
 
 def packed(blocks: list[tuple | bytes]) -> bytes:
-    """A group's blocks as one pickled tuple of blocks: what a converged round hands on. Beam copies
-    bytes as they are, where it would encode and decode every edge at every step."""
+    """A group's edges as one JSON array of [node, neighbour, neighbour's group] (UTF-8): what a converged
+    round hands on. Beam copies bytes as they are, where it would encode and decode every edge at every
+    step. (JSON, not pickle: the package never unpickles, ``tests/test_security.py``.)"""
     if len(blocks) == 1 and isinstance(blocks[0], bytes):
         return blocks[0]  # packed by an earlier step
-    return pickle.dumps(tuple(unpacked(blocks)), protocol=pickle.HIGHEST_PROTOCOL)
+    return json.dumps([edge for block in unpacked(blocks) for edge in block], separators=(",", ":")).encode()
 
 
-def unpacked(blocks: Iterable[tuple | bytes]) -> Iterator[tuple]:
-    """Blocks of edges, whether they came packed (:func:`packed`) or not."""
+def unpacked(blocks: Iterable[tuple | bytes]) -> Iterator[Iterable]:
+    """Blocks of edges, whether they came packed (:func:`packed`, one block of lists) or not."""
     for block in blocks:
         if isinstance(block, bytes):
-            yield from pickle.loads(block)
+            yield json.loads(block)
         else:
             yield block
 

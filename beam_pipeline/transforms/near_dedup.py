@@ -477,8 +477,7 @@ class VerifyPairs(beam.PTransform):
         signatures = inputs[_SIGNATURE]
         attached = (
             {
-                _PAIRS: inputs[_PAIRS]
-                | "PairsByFirst" >> beam.ParDo(_PairBlocksFn(self._groups)).with_output_types(IntKeyed),
+                _PAIRS: inputs[_PAIRS] | "PairsByFirst" >> DocBlocks(self._groups),
                 _SIGNATURE: signatures,
             }
             | "JoinFirstSignature" >> beam.CoGroupByKey()
@@ -502,7 +501,9 @@ def doc_blocks(entries: Iterable[tuple], groups: int) -> list[tuple[int, tuple]]
 
 
 class DocBlocks(beam.PTransform):
-    """(doc_id, value) -> (doc group, block of (doc_id, value)), one block per bundle and group."""
+    """Entries whose first field is a doc_id ((doc_id, value) parts of a document, (a, b, carry) pairs)
+    -> (doc group of that doc_id, block of entries), one block per bundle and group (:func:`doc_blocks`
+    of a stream)."""
 
     def __init__(self, groups: int):
         super().__init__()
@@ -513,7 +514,7 @@ class DocBlocks(beam.PTransform):
 
 
 class _DocBlocksFn(BundleBlocksFn):
-    def process(self, entry: tuple[str, object]) -> Iterator:
+    def process(self, entry: tuple) -> Iterator:
         self._out.add(entry[0], entry)
         yield from self._flush_if_full()
 
@@ -533,14 +534,6 @@ def first_payloads(blocks: Iterable[tuple], wanted: set[str]) -> dict[str, tuple
     if missing:
         raise ValueError(f"{STAGE}: no signature for document {min(missing)} of a pair to verify ({LOST_IN_JOIN})")
     return {doc_id: payload for doc_id, (_, payload) in found.items()}
-
-
-class _PairBlocksFn(BundleBlocksFn):
-    """(a, b, carry) -> blocks of them per doc group of a."""
-
-    def process(self, pair: tuple) -> Iterator:
-        self._out.add(pair[0], pair)
-        yield from self._flush_if_full()
 
 
 class _AttachFirstFn(BundleBlocksFn):
