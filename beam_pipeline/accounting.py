@@ -111,6 +111,12 @@ class Tally:
         if counts:
             yield beam.pvalue.TaggedOutput(COUNTS, counts)
 
+    def tagged_at_bundle_end(self) -> Iterator[beam.pvalue.TaggedOutput]:
+        """:meth:`tagged` for ``finish_bundle``, whose outputs carry their window themselves."""
+        counts = self.take()
+        if counts:
+            yield beam.pvalue.TaggedOutput(COUNTS, WindowedValue(counts, MIN_TIMESTAMP, (GlobalWindow(),)))
+
     def _metric(self, namespace: str, name: str):
         key = (namespace, name)
         metric = self._metrics.get(key)
@@ -136,9 +142,7 @@ class CountingDoFn(beam.DoFn):
         self.tally = Tally(self.stage)
 
     def finish_bundle(self):
-        counts = self.tally.take()
-        if counts:
-            yield beam.pvalue.TaggedOutput(COUNTS, WindowedValue(counts, MIN_TIMESTAMP, [GlobalWindow()]))
+        yield from self.tally.tagged_at_bundle_end()
 
 
 class SumCounts(beam.CombineFn):

@@ -11,7 +11,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from beam_pipeline.accounting import COUNTS, SumCounts, stage_counts
 from beam_pipeline.dedup.components import components, large_star, small_star, star_round, union_find
-from beam_pipeline.transforms.connected_components import LABELS, ConnectedComponents
+from beam_pipeline.transforms.connected_components import LABELS, ConnectedComponents, node_group
 
 OPTIONS = PipelineOptions(["--runner=DirectRunner", "--direct_running_mode=in_memory"])
 
@@ -187,3 +187,45 @@ def test_many_rounds_after_convergence_keep_the_labels(node_groups):
         found = components_job(p, edges, rounds + 8, node_groups)
         assert_that(found[LABELS], equal_to(expected), label="labels")
         assert_that(summed_counts(found[COUNTS]), counted, label="counts")
+
+
+def steps_by_hand(edges, rounds: int, groups: int) -> list[int]:
+    """The rounds' steps run as a runner would (group by key between steps, one bundle per group)
+    -> how many groups each step handed on unread (PASSING)."""
+    from collections import defaultdict
+
+    from beam_pipeline.transforms.connected_components import PASSING, _EdgeBlocksFn, _StarFn
+
+    fn = _EdgeBlocksFn(groups)
+    fn.start_bundle()
+    out = [block for edge in edges for block in fn.process(edge)] + [wv.value for wv in fn.finish_bundle()]
+    passed = []
+    for index in range(1, rounds + 1):
+        for step in (large_star, small_star):
+            grouped = defaultdict(list)
+            for key, value in out:
+                grouped[key].append(value)
+            fn, out, passing = _StarFn(step, index, step is small_star, "near_dedup", groups), [], 0
+            fn.setup()
+            for key in sorted(grouped):
+                fn.start_bundle()
+                produced = list(fn.process((key, grouped[key]))) + [wv.value for wv in fn.finish_bundle()]
+                passing += (key, PASSING) in produced
+                out += produced
+            passed.append(passing)
+    return passed
+
+
+def test_a_graph_that_no_round_changes_is_passed_on_from_the_third_round():
+    # disjoint pairs (smaller, larger): already stars rooted at their smallest node, no step changes an edge;
+    # the large-star step of round 2 learns it from round 1's tallies, which are all empty
+    edges = [(node(2 * i), node(2 * i + 1)) for i in range(40)]
+    groups = 4
+    with_edges = len({node_group(a, groups) for edge in edges for a in edge})
+    assert components(edges)[1] == 1
+    assert steps_by_hand(edges, 5, groups) == [0, 0, 0, 0] + [with_edges] * 6
+    # a graph that keeps changing: round r changes nothing, r + 1 computes and tells, r + 2 passes on
+    path = [(node(i), node(i + 1)) for i in range(20)]
+    _, rounds = components(path)
+    passed = steps_by_hand(path, rounds + 3, groups)
+    assert passed[: 2 * (rounds + 1)] == [0] * (2 * (rounds + 1)) and all(passed[2 * (rounds + 1) :])

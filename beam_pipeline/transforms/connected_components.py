@@ -67,12 +67,10 @@ from typing import Iterable, Iterator
 
 import apache_beam as beam
 import xxhash
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
-from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_pipeline.accounting import COUNTS, Tally
 from beam_pipeline.dedup.components import large_star, small_star
+from beam_pipeline.transforms.blocks import BlocksFn, GroupBlocks, windowed
 from beam_pipeline.transforms.keys import IntKeyed, StrKeyed
 
 LABELS = "labels"
@@ -144,34 +142,16 @@ CONVERGED = "converged"
 PASSING = "passing"
 
 
-class NodeBlocks:
+class NodeBlocks(GroupBlocks):
     """Items (edges, pairs, signatures) collected per node group of the node they are keyed by,
     taken as ``(group, block of items)`` pairs."""
 
     def __init__(self, groups: int):
+        super().__init__(FLUSH_EDGES)
         self._groups = groups
-        self._pending: dict[int, list] = {}
-        self._size = 0
 
     def add(self, node: str, item) -> None:
         self.add_to(node_group(node, self._groups), item)
-
-    def add_to(self, group: int, item) -> None:
-        """Add an item to a group known already (``node_group`` of its node)."""
-        found = self._pending.get(group)
-        if found is None:
-            self._pending[group] = [item]
-        else:
-            found.append(item)
-        self._size += 1
-
-    def full(self) -> bool:
-        return self._size >= FLUSH_EDGES
-
-    def take(self) -> list[tuple[int, tuple]]:
-        blocks = [(group, tuple(items)) for group, items in sorted(self._pending.items())]
-        self._pending, self._size = {}, 0
-        return blocks
 
 
 def node_group(node: str, groups: int) -> int:
@@ -179,28 +159,15 @@ def node_group(node: str, groups: int) -> int:
     return xxhash.xxh3_64_intdigest(node.encode("utf-8")) % groups
 
 
-def _windowed(element) -> WindowedValue:
-    return WindowedValue(element, MIN_TIMESTAMP, (GlobalWindow(),))
-
-
-class BundleBlocksFn(beam.DoFn):
-    """A DoFn that hands its output on as :class:`NodeBlocks` (``self._out``) at the end of each bundle,
-    or earlier when they are full (``_flush_if_full``)."""
+class BundleBlocksFn(BlocksFn):
+    """A :class:`BlocksFn` whose blocks are :class:`NodeBlocks` of ``groups`` node groups."""
 
     def __init__(self, groups: int):
         super().__init__()
         self._groups = groups
 
-    def start_bundle(self):
-        self._out = NodeBlocks(self._groups)
-
-    def _flush_if_full(self) -> Iterator:
-        if self._out.full():
-            yield from self._out.take()
-
-    def finish_bundle(self):
-        for block in self._out.take():
-            yield _windowed(block)
+    def new_blocks(self) -> NodeBlocks:
+        return NodeBlocks(self._groups)
 
 
 class _EdgeBlocksFn(BundleBlocksFn):
@@ -352,7 +319,7 @@ class _StarFn(BundleBlocksFn):
         yield from super().finish_bundle()
         counts = self.tally.take()
         if counts or self._worked:  # an empty tally still tells the next step that this one ran
-            yield _windowed((TALLIES, counts))
+            yield windowed((TALLIES, counts))
 
 
 class _LabelsFn(beam.DoFn):

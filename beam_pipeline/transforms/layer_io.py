@@ -33,9 +33,6 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 import apache_beam as beam
 import pyarrow as pa
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
-from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_pipeline.accounting import (
     COUNTS,
@@ -56,6 +53,7 @@ from beam_pipeline.layers import (
     remove_temporaries,
     write_partition,
 )
+from beam_pipeline.transforms.blocks import BlocksFn, GroupBlocks
 from beam_pipeline.transforms.keys import IntKeyed
 
 
@@ -91,7 +89,7 @@ class WriteLayerOutput(beam.PTransform):
         return write_layer_partition(self._directory, index, self._num_partitions, rows, self._schema, self._sort_key)
 
 
-class _PartitionBlocksFn(beam.DoFn):
+class _PartitionBlocksFn(BlocksFn):
     """Rows -> (partition, block of rows): what the runner moves is one element per bundle and partition
     (or per :data:`FLUSH_ROWS` rows held), not one per row. The rows that come this way are small
     (annotations, dead letters with a 256-byte prefix); stages whose rows hold documents' text write
@@ -102,24 +100,12 @@ class _PartitionBlocksFn(beam.DoFn):
         self._count = count
         self._partition_key = partition_key
 
-    def start_bundle(self):
-        self._pending: dict[int, list[dict]] = {}
-        self._held = 0
+    def new_blocks(self) -> GroupBlocks:
+        return GroupBlocks(FLUSH_ROWS)
 
     def process(self, row: dict) -> Iterator[tuple[int, tuple]]:
-        self._pending.setdefault(bucket_of(self._partition_key(row), self._count), []).append(row)
-        self._held += 1
-        if self._held >= FLUSH_ROWS:
-            yield from self._take()
-
-    def finish_bundle(self):
-        for block in self._take():
-            yield WindowedValue(block, MIN_TIMESTAMP, (GlobalWindow(),))
-
-    def _take(self) -> list[tuple[int, tuple]]:
-        blocks = [(index, tuple(rows)) for index, rows in sorted(self._pending.items())]
-        self._pending, self._held = {}, 0
-        return blocks
+        self._out.add_to(bucket_of(self._partition_key(row), self._count), row)
+        yield from self._flush_if_full()
 
 
 #: Rows a bundle of :class:`WriteLayerOutput` holds before it hands its blocks on.

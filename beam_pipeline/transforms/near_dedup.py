@@ -66,9 +66,6 @@ from typing import Any, Iterable, Iterator
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
-from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_pipeline.accounting import COUNTS, LOST_IN_JOIN, CountingDoFn, Tally
 from beam_pipeline.config import ConfigError, NearDedupConfig
@@ -80,6 +77,7 @@ from beam_pipeline.dedup.shingling import distinct as distinct_shingles
 from beam_pipeline.hashing import bucket_of, stable_hash64
 from beam_pipeline.layers import EarlierLayerError, earlier_layer, join, part_name, read_partition_rows
 from beam_pipeline.schemas import LARGE_CLUSTER, NEAR_DEDUP, NEAR_SIGNATURE, dead_letter_row
+from beam_pipeline.transforms.blocks import windowed
 from beam_pipeline.transforms.connected_components import LABELS, BundleBlocksFn, ConnectedComponents, NodeBlocks
 from beam_pipeline.transforms.gate import DocumentPartitions
 from beam_pipeline.transforms.keys import IntKeyed, StrKeyed
@@ -831,7 +829,7 @@ class MinHashBucketFn(CountingDoFn):
 
     def finish_bundle(self):
         for pair in sorted(self._pairs):
-            yield WindowedValue(pair, MIN_TIMESTAMP, (GlobalWindow(),))
+            yield windowed(pair)
         self._pairs = set()
         yield from super().finish_bundle()
 
@@ -909,9 +907,7 @@ class AssembleFn(BundleBlocksFn):
 
     def finish_bundle(self):
         yield from super().finish_bundle()
-        counts = self.tally.take()
-        if counts:
-            yield beam.pvalue.TaggedOutput(COUNTS, WindowedValue(counts, MIN_TIMESTAMP, [GlobalWindow()]))
+        yield from self.tally.tagged_at_bundle_end()
 
     def _assemble(self, doc_id: str, parts: dict[str, list]) -> tuple | dict | None:
         """(cluster label, (member, new, spans)) for a document in a cluster, its row for a document of
