@@ -247,7 +247,7 @@ def render_run(data: dict, plots: dict) -> str:
     ]
     timing = run.get("timing_seconds") or {}
     if timing.get("total") is not None:
-        kpis.append(("wall_clock", f"{timing['total']:.1f} s", "build wall clock"))
+        kpis.append(("wall_clock", f"{timing['total']:.1f} s", "job start to published"))
     nav = [
         ("cascade", "Cascade"),
         ("drops", "Drops"),
