@@ -25,6 +25,7 @@ setuptools.setup(
         "tiktoken==0.14.0",  # the byte-level BPE fast path of the tokenize stage (transforms/token_encoder.py)
         "mmh3==5.3.1",
         "xxhash==4.1.0",
+        "numba==0.68.1",  # the MinHash inner loop compiled (beam_pipeline/dedup/minhash.py; docs/decisions.md)
         "zstandard==0.25.0",
         "pydantic==2.14.4",
         "PyYAML==6.0.4",

@@ -1,5 +1,6 @@
 """Shingling and MinHash signatures: normalization, short documents, exactness, the estimator."""
 import os
+import unicodedata
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -41,6 +42,31 @@ def test_ascii_fast_path_equals_the_unicode_path():
         assert " ".join(_fold_unicode(text).split()) == normalize_for_shingles(text)
 
 
+def character_by_character(text: str) -> str:
+    """Steps 1-4 of sh-v1 written out one character at a time (the module doc of shingling)."""
+    out = []
+    for ch in unicodedata.normalize("NFKC", text).casefold():
+        category = unicodedata.category(ch)
+        if ord(ch) > 0xFFFF or category[0] in "LNM":
+            out.append(ch)
+        elif category != "Cf":
+            out.append(" ")
+    return "".join(out)
+
+
+def test_the_compiled_fold_equals_the_rule_on_every_kind_of_character():
+    """Every BMP code point but the surrogates (in runs, so that combining marks meet letters), and a
+    sample above the BMP: the compiled class lookup and UTF-8 encoding give the rule's text."""
+    points = [p for p in range(0x10000) if not 0xD800 <= p <= 0xDFFF] + list(range(0x10000, 0x110000, 997))
+    for start in range(0, len(points), 4096):
+        text = "".join(map(chr, points[start : start + 4096]))
+        assert _fold_unicode(text) == character_by_character(text), hex(points[start])
+    mixed = "Stra\u00dfe \ufb01ne \uff21b e\u0301 \u00ad\u200b \U0001F600 \U0001D518 \u13a0\uab70 \u0130 \u01c5"
+    assert _fold_unicode(mixed) == character_by_character(mixed)
+    with pytest.raises(UnicodeEncodeError):  # a lone surrogate fails the document, as it always did
+        _fold_unicode("a\ud800b")
+
+
 def test_documents_shorter_than_the_shingle_have_no_shingles():
     assert shingle_hashes("one two three four", size=5) is None
     assert shingle_hashes("", size=5) is None
@@ -69,16 +95,25 @@ def test_char_shingles_span_word_boundaries():
 
 # --- signatures ----------------------------------------------------------------------
 
-def test_signature_is_exact_multiply_add_shift():
-    """The numpy result equals the formula computed with Python's unbounded ints."""
-    rng = np.random.default_rng(5)
-    shingles = rng.integers(0, 2**63, size=50, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
-    sig = minhash.signature(shingles, 16, seed=9)
-    a, b = minhash.permutations(16, 9)
+def exact_signature(shingles: np.ndarray, num_perm: int, seed: int) -> list[int]:
+    """The formula of the module doc with Python's unbounded ints."""
+    a, b = minhash.permutations(num_perm, seed)
     keys = [int(x) >> 32 for x in shingles]
-    expected = [min(((int(a[i, 0]) * k + int(b[i, 0])) % 2**64) >> 32 for k in keys) for i in range(16)]
-    assert sig.tolist() == expected
+    return [min(((int(a[i, 0]) * k + int(b[i, 0])) % 2**64) >> 32 for k in keys) for i in range(num_perm)]
+
+
+@pytest.mark.parametrize("size,num_perm,seed", [(1, 16, 9), (50, 16, 9), (700, 112, 0), (5000, 112, 3)])
+def test_signature_is_exact_multiply_add_shift(size, num_perm, seed):
+    """The compiled loop's result equals the formula computed with Python's unbounded ints."""
+    rng = np.random.default_rng(size)
+    shingles = rng.integers(0, 2**63, size=size, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    shingles[: min(size, 2)] = [2**64 - 1, 0][: min(size, 2)]  # the extremes of the key range
+    sig = minhash.signature(shingles, num_perm, seed=seed)
+    assert sig.tolist() == exact_signature(shingles, num_perm, seed)
     assert sig.dtype == np.uint32
+    # a strided (non-contiguous) view gives the same signature
+    doubled = np.repeat(shingles, 2)[::2]
+    assert minhash.signature(doubled, num_perm, seed).tolist() == sig.tolist()
 
 
 def test_signature_is_deterministic_and_ignores_shingle_order_and_repeats():

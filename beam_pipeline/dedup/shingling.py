@@ -24,8 +24,10 @@ Shingles are then word n-grams (default 5) or character n-grams of the
 normalized words joined by single spaces. A shingle's hash is computed
 without a Python loop per shingle: each word is hashed once with xxh3-64
 (``map`` over the words, in C), and the n hashes of a window are combined by a
-vectorised polynomial over uint64 (wrapping) followed by the murmur3 ``fmix64``
-finalizer, seeded. Documents with fewer than n words (n characters for
+polynomial over uint64 (wrapping) followed by the murmur3 ``fmix64``
+finalizer, seeded. The character classes of non-ASCII text and the window
+hashes are one compiled loop each (numba; ``docs/decisions.md``, "MinHash in
+compiled code"), which give the values the numpy passes gave before. Documents with fewer than n words (n characters for
 character shingles) have **no** shingles: :func:`shingle_hashes` returns None,
 and such documents get no signature, so short texts never share an empty one.
 """
@@ -35,6 +37,7 @@ from __future__ import annotations
 import functools
 import unicodedata
 
+import numba
 import numpy as np
 import xxhash
 
@@ -88,19 +91,60 @@ def _word_bytes(text: str) -> list[bytes]:
     """``sh-v1`` words as UTF-8 bytes (what gets hashed)."""
     if text.isascii():
         return text.lower().encode("ascii").translate(_ASCII_FOLD).split()
-    return _fold_unicode(text).encode("utf-8").split()
+    return _folded_utf8(text).split()
 
 
 def _fold_unicode(text: str) -> str:
+    """Steps 1-4 of ``sh-v1`` (the module doc) on any text: what :func:`words` splits."""
+    return _folded_utf8(text).decode("utf-8")
+
+
+def _folded_utf8(text: str) -> bytes:
+    """Steps 1-4 of ``sh-v1`` as UTF-8: NFKC and casefold by Python, then each code point's class by
+    :func:`_fold_points`. (``encode("utf-32-le")`` raises on a lone surrogate, as it always did.)"""
     text = unicodedata.normalize("NFKC", text).casefold()
     points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-    classes = np.take(_bmp_classes(), np.minimum(points, 0xFFFF))
-    classes[points > 0xFFFF] = _KEEP
-    keep = classes != _DELETE
-    if not keep.all():
-        points, classes = points[keep], classes[keep]
-    folded = np.where(classes == _SPACE, np.uint32(32), points).astype("<u4")
-    return folded.tobytes().decode("utf-32-le")
+    return _fold_points(points, _bmp_classes()).tobytes()
+
+
+@numba.njit(nogil=True, cache=False)
+def _fold_points(points, classes):  # pragma: no cover - compiled; tests/test_minhash.py checks it
+    """Code points -> the UTF-8 bytes of the kept ones (L, N, M, and every point above the BMP), a space
+    for each of the others, nothing for a format character (Cf).
+
+    Compiled (numba): one pass, where numpy took five over the text (class lookup, mask, replace,
+    re-encode through UTF-32 and UTF-8; docs/decisions.md, "MinHash in compiled code").
+    """
+    out = np.empty(points.shape[0] * 4, dtype=np.uint8)
+    n = 0
+    for point in points:
+        if point <= 0xFFFF:
+            kind = classes[point]
+            if kind == _DELETE:
+                continue
+            if kind == _SPACE:
+                out[n] = 32
+                n += 1
+                continue
+        if point < 0x80:
+            out[n] = point
+            n += 1
+        elif point < 0x800:
+            out[n] = 0xC0 | (point >> 6)
+            out[n + 1] = 0x80 | (point & 0x3F)
+            n += 2
+        elif point < 0x10000:
+            out[n] = 0xE0 | (point >> 12)
+            out[n + 1] = 0x80 | ((point >> 6) & 0x3F)
+            out[n + 2] = 0x80 | (point & 0x3F)
+            n += 3
+        else:
+            out[n] = 0xF0 | (point >> 18)
+            out[n + 1] = 0x80 | ((point >> 12) & 0x3F)
+            out[n + 2] = 0x80 | ((point >> 6) & 0x3F)
+            out[n + 3] = 0x80 | (point & 0x3F)
+            n += 4
+    return out[:n]
 
 
 @functools.lru_cache(maxsize=64)
@@ -132,16 +176,31 @@ def shingle_hashes(text: str, *, kind: str = "word", size: int = 5, seed: int = 
 
 
 def combine_windows(units: np.ndarray, size: int, seed: int = 0) -> np.ndarray:
-    """Hash of every window of ``size`` consecutive uint64 units (order-sensitive), vectorised."""
+    """Hash of every window of ``size`` consecutive uint64 units (order-sensitive): per window
+    ``h = u_0; h = h * multiplier + u_k`` for k = 1 .. size-1 (wrapping), then ``fmix64(h ^ final_xor)``."""
     multiplier, final_xor = _constants(seed)
-    count = units.size - size + 1
-    h = units[:count].copy()
-    with np.errstate(over="ignore"):
-        for offset in range(1, size):  # a loop over the window width, not over shingles
-            h *= multiplier
-            h += units[offset : offset + count]
-    h ^= final_xor
-    return fmix64(h)
+    return _combined_windows(np.ascontiguousarray(units, dtype=np.uint64), size, multiplier, final_xor)
+
+
+@numba.njit(nogil=True, cache=False)
+def _combined_windows(units, size, multiplier, final_xor):  # pragma: no cover - compiled; tested
+    """:func:`combine_windows` compiled (numba): one pass, where numpy made two per unit of the window and
+    five for ``fmix64``; the same uint64 arithmetic (C unsigned integers wrap as numpy's do)."""
+    count = units.shape[0] - size + 1
+    out = np.empty(max(count, 0), dtype=np.uint64)
+    s33, mul1, mul2 = np.uint64(33), np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53)
+    for j in range(count):
+        h = units[j]
+        for offset in range(1, size):
+            h = h * multiplier + units[j + offset]
+        h ^= final_xor
+        h ^= h >> s33
+        h *= mul1
+        h ^= h >> s33
+        h *= mul2
+        h ^= h >> s33
+        out[j] = h
+    return out
 
 
 def distinct(shingles: np.ndarray) -> np.ndarray:
