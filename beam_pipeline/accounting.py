@@ -68,6 +68,12 @@ class RecordsLost(AccountingError):
     """
 
 
+#: Increments a :class:`Tally` adds up before it passes them to the runner's counters, which only the
+#: live progress reads; :meth:`Tally.take` passes the rest. A counter update per increment cost more than
+#: the count itself (~1 s of CPU in near dedup's 200 MB side-by-side run: 400k increments).
+REPORT_EVERY = 1024
+
+
 class Tally:
     """Counts of one stage, in total and per source, kept by a DoFn and emitted as data.
 
@@ -79,14 +85,17 @@ class Tally:
         self.stage = stage
         self._counts: collections.Counter = collections.Counter()
         self._metrics: dict[tuple[str, str], Any] = {}
+        self._unreported: collections.Counter = collections.Counter()
+        self._held = 0
 
     def inc(self, name: str, source: str | None = None, n: int = 1) -> None:
         if not n:
             return
         self._counts[(self.stage, name, source or "")] += n
-        self._metric(self.stage, name).inc(n)
-        if source is not None:
-            self._metric(SOURCE_NAMESPACE.format(stage=self.stage, source=source), name).inc(n)
+        self._unreported[(name, source)] += n
+        self._held += 1
+        if self._held >= REPORT_EVERY:
+            self._report()
 
     def entered(self, source: str | None = None, n: int = 1) -> None:
         self.inc(IN, source, n)
@@ -101,9 +110,25 @@ class Tally:
         self.inc(DEAD_LETTER, source, n)
 
     def take(self) -> dict[CountKey, int]:
-        """The counts since the last call (and forget them)."""
+        """The counts since the last call (and forget them); the runner's counters get them too."""
+        self._report()
         counts, self._counts = dict(self._counts), collections.Counter()
         return counts
+
+    def discard(self) -> None:
+        """Forget the counts since the last call, unreported: what an attempt that failed counted."""
+        self._counts.clear()
+        self._unreported.clear()
+        self._held = 0
+
+    def _report(self) -> None:
+        """Add the increments held to the runner's counters (live progress only: counts travel as data)."""
+        for (name, source), n in self._unreported.items():
+            self._metric(self.stage, name).inc(n)
+            if source is not None:
+                self._metric(SOURCE_NAMESPACE.format(stage=self.stage, source=source), name).inc(n)
+        self._unreported.clear()
+        self._held = 0
 
     def tagged(self) -> Iterator[beam.pvalue.TaggedOutput]:
         """The counts since the last call as a ``counts`` output (nothing if there are none)."""

@@ -28,6 +28,14 @@ def test_golden_values_pin_the_hash_functions():
     assert hashing.stable_hash64(0, "a", "b") != hashing.stable_hash64(0, "ab")
 
 
+def test_bucket_of_is_the_stable_hash_of_the_key_modulo_the_count():
+    """bucket_of hashes in one call what stable_hash64 streams: every partition of every layer depends on it."""
+    keys = ["", "a", "doc-0001", "Stra\u00dfe", "\U0001F600 x", "k" * 300] + [f"{i:032x}" for i in range(2000)]
+    for count, seed in ((1, 0), (7, 0), (97, 3), (1 << 20, 2**64 - 1), (5, -1)):
+        assert [hashing.bucket_of(k, count, seed) for k in keys] == [hashing.stable_hash64(seed, k) % count for k in keys]
+    assert hashing.bucket_of("k", 97) == 60  # pinned: a change moves every document to another partition
+
+
 def test_stable_hash_does_not_depend_on_pythonhashseed():
     code = "from beam_pipeline.hashing import stable_hash64, bucket_of; print(stable_hash64(5, 'x', 3), bucket_of('k', 97))"
     outputs = set()

@@ -646,7 +646,7 @@ class SignPartitionFn(beam.DoFn):
             self._lines_source = lines
             self._boilerplate, self._signature_lines = (np.array(keys, dtype=np.int64) for keys in lines)
         params, count, tally = self._params, self._documents.count, self.tally
-        tally.take()  # what an attempt that failed on this instance counted is not this element's
+        tally.discard()  # what an attempt that failed on this instance counted is not this element's
         rows, members, payloads, keys = [], [], [], LshKeyBlocks(params, self._key_groups)
         for document in self._documents.rows(index, INPUT_COLUMNS, tally, where=f"{STAGE} gate"):
             doc_id = document["doc_id"]
