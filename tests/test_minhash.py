@@ -1,5 +1,7 @@
 """Shingling and MinHash signatures: normalization, short documents, exactness, the estimator."""
 import os
+import subprocess
+import sys
 import unicodedata
 
 import numpy as np
@@ -188,3 +190,40 @@ def test_s_curve():
     assert 0.3 < minhash.collision_probability(0.7, 12, 9) < 0.6
     fp, fn = minhash.error_areas(0.7, 12, 9)
     assert 0 < fp < 0.05 and 0 < fn < 0.06
+
+
+def test_the_compiled_loops_are_cached_for_the_next_process(tmp_path):
+    """The first process compiles and writes numba's cache; the next one loads the machine code."""
+    code = (
+        "import numpy as np\n"
+        "from beam_pipeline.dedup import minhash, shingling\n"
+        "minhash.signature(np.arange(9, dtype=np.uint64), 8, 0)\n"
+        "shingling.shingle_hashes('\\u00e9 a b c d e f')\n"
+        "stats = [f.stats for f in (minhash._min_hashes, shingling._fold_points, shingling._combined_windows)]\n"
+        "print(sum(sum(s.cache_hits.values()) for s in stats), sum(sum(s.cache_misses.values()) for s in stats))\n"
+    )
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}  # a fresh cache (where the package's folder is not used)
+    runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+            for _ in range(2)]
+    hits = [tuple(map(int, run.stdout.split())) for run in runs]
+    assert hits[1][0] == 3, hits  # every loop loaded by the second process
+
+
+def test_a_loop_compiles_per_process_where_nothing_can_cache_it(monkeypatch):
+    import numba
+
+    from beam_pipeline.dedup import compiled
+
+    real = numba.njit
+
+    def refusing(*args, cache=False, **kwargs):
+        if cache:
+            raise RuntimeError("cannot cache function 'add': no locator available for file 'x.py'")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compiled.numba, "njit", refusing)
+
+    def add(a, b):
+        return a + b
+
+    assert compiled.compiled(add)(2, 3) == 5

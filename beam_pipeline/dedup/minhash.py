@@ -44,10 +44,10 @@ from __future__ import annotations
 
 import functools
 
-import numba
 import numpy as np
 import xxhash
 
+from beam_pipeline.dedup.compiled import compiled
 from beam_pipeline.hashing import stable_hash64
 
 MASK63 = (1 << 63) - 1
@@ -69,7 +69,7 @@ def signature(shingles: np.ndarray, num_perm: int, seed: int) -> np.ndarray:
     return _min_hashes(np.ascontiguousarray(shingles, dtype=np.uint64), a[:, 0], b[:, 0])
 
 
-@numba.njit(nogil=True, cache=False)
+@compiled
 def _min_hashes(shingles, a, b):  # pragma: no cover - compiled; tests/test_minhash.py checks it against Python ints
     """``min over x of ((a_i * (x >> 32) + b_i) mod 2^64) >> 32`` for every i, as uint32.
 

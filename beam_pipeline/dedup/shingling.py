@@ -27,8 +27,9 @@ without a Python loop per shingle: each word is hashed once with xxh3-64
 polynomial over uint64 (wrapping) followed by the murmur3 ``fmix64``
 finalizer, seeded. The character classes of non-ASCII text and the window
 hashes are one compiled loop each (numba; ``docs/decisions.md``, "MinHash in
-compiled code"), which give the values the numpy passes gave before. Documents with fewer than n words (n characters for
-character shingles) have **no** shingles: :func:`shingle_hashes` returns None,
+compiled code"), which give the values the numpy passes gave before.
+Documents with fewer than n words (n characters for character shingles)
+have **no** shingles: :func:`shingle_hashes` returns None,
 and such documents get no signature, so short texts never share an empty one.
 """
 
@@ -37,10 +38,10 @@ from __future__ import annotations
 import functools
 import unicodedata
 
-import numba
 import numpy as np
 import xxhash
 
+from beam_pipeline.dedup.compiled import compiled
 from beam_pipeline.hashing import stable_hash64
 
 NORMALIZATION_VERSION = f"sh-v1+unicode-{unicodedata.unidata_version}"
@@ -107,7 +108,7 @@ def _folded_utf8(text: str) -> bytes:
     return _fold_points(points, _bmp_classes()).tobytes()
 
 
-@numba.njit(nogil=True, cache=False)
+@compiled
 def _fold_points(points, classes):  # pragma: no cover - compiled; tests/test_minhash.py checks it
     """Code points -> the UTF-8 bytes of the kept ones (L, N, M, and every point above the BMP), a space
     for each of the others, nothing for a format character (Cf).
@@ -182,7 +183,7 @@ def combine_windows(units: np.ndarray, size: int, seed: int = 0) -> np.ndarray:
     return _combined_windows(np.ascontiguousarray(units, dtype=np.uint64), size, multiplier, final_xor)
 
 
-@numba.njit(nogil=True, cache=False)
+@compiled
 def _combined_windows(units, size, multiplier, final_xor):  # pragma: no cover - compiled; tested
     """:func:`combine_windows` compiled (numba): one pass, where numpy made two per unit of the window and
     five for ``fmix64``; the same uint64 arithmetic (C unsigned integers wrap as numpy's do)."""
