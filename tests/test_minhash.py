@@ -199,7 +199,7 @@ def test_the_compiled_loops_are_cached_for_the_next_process(tmp_path):
         "from beam_pipeline.dedup import minhash, shingling\n"
         "minhash.signature(np.arange(9, dtype=np.uint64), 8, 0)\n"
         "shingling.shingle_hashes('\\u00e9 a b c d e f')\n"
-        "stats = [f.stats for f in (minhash._min_hashes, shingling._fold_points, shingling._combined_windows)]\n"
+        "stats = [f.dispatcher.stats for f in (minhash._min_hashes, shingling._fold_points, shingling._combined_windows)]\n"
         "print(sum(sum(s.cache_hits.values()) for s in stats), sum(sum(s.cache_misses.values()) for s in stats))\n"
     )
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}  # a fresh cache (where the package's folder is not used)
@@ -212,7 +212,7 @@ def test_the_compiled_loops_are_cached_for_the_next_process(tmp_path):
 def test_a_loop_compiles_per_process_where_nothing_can_cache_it(monkeypatch):
     import numba
 
-    from beam_pipeline.dedup import compiled
+    from beam_pipeline.dedup.compiled import compiled
 
     real = numba.njit
 
@@ -221,9 +221,24 @@ def test_a_loop_compiles_per_process_where_nothing_can_cache_it(monkeypatch):
             raise RuntimeError("cannot cache function 'add': no locator available for file 'x.py'")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(compiled.numba, "njit", refusing)
+    monkeypatch.setattr(numba, "njit", refusing)
 
+    @compiled
     def add(a, b):
         return a + b
 
-    assert compiled.compiled(add)(2, 3) == 5
+    assert add(2, 3) == 5 and add.__name__ == "add"
+
+
+def test_numba_is_imported_only_when_a_loop_first_runs():
+    code = (
+        "import sys\n"
+        "from beam_pipeline.transforms import near_dedup\n"
+        "from beam_pipeline.dedup import minhash\n"
+        "before = 'numba' in sys.modules\n"
+        "import numpy as np\n"
+        "minhash.signature(np.arange(9, dtype=np.uint64), 8, 0)\n"
+        "print(before, 'numba' in sys.modules)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.split() == ["False", "True"]
