@@ -51,11 +51,16 @@ def windowed(element) -> WindowedValue:
 
 
 class BlocksFn(beam.DoFn):
-    """A DoFn that collects its output in ``self._out`` (made by :meth:`new_blocks` per bundle) and hands
-    the blocks on at the end of each bundle, or earlier when they are full (``_flush_if_full``)."""
+    """A DoFn that collects its output in ``self._out`` (made by :meth:`new_blocks` per bundle: a
+    :class:`GroupBlocks` of ``flush_at`` items) and hands the blocks on at the end of each bundle, or
+    earlier when they are full (``_flush_if_full``)."""
+
+    def __init__(self, flush_at: int):
+        super().__init__()
+        self._flush_at = flush_at
 
     def new_blocks(self) -> GroupBlocks:
-        raise NotImplementedError
+        return GroupBlocks(self._flush_at)
 
     def start_bundle(self):
         self._out = self.new_blocks()

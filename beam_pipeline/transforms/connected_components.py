@@ -163,7 +163,7 @@ class BundleBlocksFn(BlocksFn):
     """A :class:`BlocksFn` whose blocks are :class:`NodeBlocks` of ``groups`` node groups."""
 
     def __init__(self, groups: int):
-        super().__init__()
+        super().__init__(FLUSH_EDGES)
         self._groups = groups
 
     def new_blocks(self) -> NodeBlocks:

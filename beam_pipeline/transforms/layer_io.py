@@ -53,7 +53,7 @@ from beam_pipeline.layers import (
     remove_temporaries,
     write_partition,
 )
-from beam_pipeline.transforms.blocks import BlocksFn, GroupBlocks
+from beam_pipeline.transforms.blocks import BlocksFn
 from beam_pipeline.transforms.keys import IntKeyed
 
 
@@ -96,12 +96,9 @@ class _PartitionBlocksFn(BlocksFn):
     their partitions in their tasks (:class:`WrittenPartitions`)."""
 
     def __init__(self, count: int, partition_key: Callable[[dict], str]):
-        super().__init__()
+        super().__init__(FLUSH_ROWS)
         self._count = count
         self._partition_key = partition_key
-
-    def new_blocks(self) -> GroupBlocks:
-        return GroupBlocks(FLUSH_ROWS)
 
     def process(self, row: dict) -> Iterator[tuple[int, tuple]]:
         self._out.add_to(bucket_of(self._partition_key(row), self._count), row)
