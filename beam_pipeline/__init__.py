@@ -18,3 +18,7 @@ Where things are:
 """
 
 __version__ = "0.1.0"
+
+from beam_pipeline import fast_exit as _fast_exit  # noqa: E402  (after the version: nothing else is imported)
+
+_fast_exit.install_in_sdk_workers()

@@ -36,7 +36,7 @@ import time
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_pipeline import usage
+from beam_pipeline import fast_exit, usage
 from beam_pipeline.accounting import AccountingError
 from beam_pipeline.arrivals import commands as arrivals_commands
 from beam_pipeline.build import CorpusBuild, StageFailed
@@ -127,7 +127,9 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run one command; its exit code (``beam_pipeline.usage``: 0 done, 1 failed, 2 usage or config,
     3 not found, 4 output root not writable, 130 interrupted). ``--verbose`` anywhere: tracebacks
-    instead of one-line errors."""
+    instead of one-line errors. The process then exits without a last garbage collection
+    (``beam_pipeline.fast_exit``)."""
+    fast_exit.install()
     argv = list(sys.argv[1:] if argv is None else argv)
     verbose = "--verbose" in argv
     argv = [arg for arg in argv if arg != "--verbose"]
