@@ -19,6 +19,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend is chosen first)
+from matplotlib.collections import PolyCollection  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
@@ -171,6 +172,19 @@ def _log_axis(axis) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
+def _bars(edges: list, counts: list) -> PolyCollection:
+    """A histogram's bars as one artist: drawn like ``Axes.bar`` (white edges, resting on 0) at a fraction
+    of the cost of one patch per bin (46 histograms per sample report)."""
+    bars = PolyCollection(
+        [[(a, 0), (a, c), (b, c), (b, 0)] for a, b, c in zip(edges[:-1], edges[1:], counts)],
+        facecolors=KEPT_COLOR,
+        edgecolors="white",
+        linewidths=0.5,
+    )
+    bars.sticky_edges.y.append(0)  # like bar(): no margin below the bars' base
+    return bars
+
+
 # --- the run report ---------------------------------------------------------
 
 
@@ -299,8 +313,7 @@ def histogram(h: dict, index: int) -> Plot:
     legend_height = 0.24 * len(thresholds) + (0.1 if thresholds else 0)
     with plt.rc_context(_STYLE):
         fig, ax = plt.subplots(figsize=(6.8, 3.4 + legend_height))
-        widths = [b - a for a, b in zip(edges[:-1], edges[1:])]
-        ax.bar(edges[:-1], counts, width=widths, align="edge", color=KEPT_COLOR, edgecolor="white", linewidth=0.5)
+        ax.add_collection(_bars(edges, counts))
         if h["log"]:
             ax.set_xscale("log")
             _log_axis(ax.xaxis)
