@@ -19,6 +19,8 @@ import json
 import math
 import os
 import re
+import subprocess
+import sys
 from collections import Counter, defaultdict
 
 import numpy as np
@@ -27,7 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from beam_pipeline.report import locate, plots, write_report
+from beam_pipeline.report import locate, plot_names, plots, write_report
 from beam_pipeline.report.gather import gather, stage_flow
 
 BUDGET = {"target_tokens": 20_000_000, "mixture": {"docs": 5, "encyclopedic": 3, "legal": 2}}
@@ -370,6 +372,16 @@ def test_shard_table_recounted_from_the_shard_files(report, truth):
 
 
 # --- how the plots are drawn ----------------------------------------------------------
+
+def test_every_named_section_has_its_plot_and_naming_needs_no_matplotlib():
+    assert tuple(plots.SECTIONS) == plot_names.SECTION_NAMES
+    assert plot_names.plot_names({"histograms": [{}, {}]}) == [*plot_names.SECTION_NAMES, "hist-0", "hist-1"]
+    assert [plot_names.histogram_index(n) for n in ("funnel", "hist-0", "hist-12")] == [None, 0, 12]
+    # the job lists its plot tasks and writes the page with these: only the drawing workers load matplotlib
+    probe = "import sys, beam_pipeline.report.plot_names, beam_pipeline.report.html; print('matplotlib' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
 
 def test_no_plot_draws_labels_on_top_of_each_other_and_drop_colors_are_distinct(report):
     _, data = report

@@ -4,7 +4,8 @@ Modules, in the order the data flows:
 
 * :mod:`~beam_pipeline.report.locate`   what the user pointed at -> the run's files;
 * :mod:`~beam_pipeline.report.gather`   metrics, ledgers, layers, manifest -> numbers;
-* :mod:`~beam_pipeline.report.plots`    numbers -> PNG plots (matplotlib, Agg);
+* :mod:`~beam_pipeline.report.plots`    numbers -> PNG plots (matplotlib, Agg), named by
+  :mod:`~beam_pipeline.report.plot_names`;
 * :mod:`~beam_pipeline.report.html`     numbers + plots -> the page;
 * :mod:`~beam_pipeline.report.compare`  two runs -> the side-by-side page.
 
@@ -36,7 +37,7 @@ def report_numbers(target, *, report_config: dict | None = None) -> tuple[RunRef
 
 
 def write_report_page(ref: RunRef, data: dict, figures: dict, *, output: str | None = None) -> str:
-    """The page of the numbers and their plots (``plots.by_section``), written; its path. The last step of
+    """The page of the numbers and their plots (``plot_names.by_section``), written; its path. The last step of
     :func:`write_report`."""
     from beam_pipeline.report import html
 

@@ -25,6 +25,8 @@ from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter  # noqa: E402
 
+from beam_pipeline.report.plot_names import by_section, histogram_index, plot_names  # noqa: E402
+
 #: Okabe & Ito's colour-blind-safe palette, then a few more distinct hues.
 COLORS = [
     "#0072B2",
@@ -567,7 +569,7 @@ def shard_sizes(data: dict, colors: Palette) -> Plot | None:
     return _finish(fig, "shards", "Shard sizes", "Tokens per shard, by domain bucket")
 
 
-#: The run report's plots other than the histograms, by section.
+#: The run report's plots other than the histograms, by section (``plot_names.SECTION_NAMES``, in that order).
 SECTIONS = {
     "funnel": funnel,
     "drops": drops_by_source,
@@ -576,7 +578,6 @@ SECTIONS = {
     "mixture": mixture,
     "shards": shard_sizes,
 }
-HISTOGRAM_PREFIX = "hist-"
 
 
 def run_plots(data: dict) -> dict[str, object]:
@@ -584,28 +585,13 @@ def run_plots(data: dict) -> dict[str, object]:
     return by_section({name: draw(name, data) for name in plot_names(data)}, data)
 
 
-def plot_names(data: dict) -> list[str]:
-    """The names of a run report's plots: its sections, then ``hist-<i>`` per histogram. Each is drawn
-    on its own (:func:`draw`), so the build's job draws them in parallel."""
-    return [*SECTIONS, *(f"{HISTOGRAM_PREFIX}{i}" for i in range(len(data.get("histograms") or [])))]
-
-
 def draw(name: str, data: dict) -> Plot | None:
-    """One plot of a run report (a name of :func:`plot_names`). Its colors come from a fresh
+    """One plot of a run report (a name of ``plot_names.plot_names``). Its colors come from a fresh
     :func:`palette_for`, so its bytes do not depend on which plots were drawn before it, or where."""
-    if name.startswith(HISTOGRAM_PREFIX):
-        index = int(name[len(HISTOGRAM_PREFIX) :])
+    index = histogram_index(name)
+    if index is not None:
         return histogram(data["histograms"][index], index)
     return SECTIONS[name](data, palette_for(data))
-
-
-def by_section(drawn: dict[str, Plot | None], data: dict) -> dict[str, object]:
-    """{plot name: Plot} -> what the page renders: each section's plot, and the histograms as a list."""
-    count = len(data.get("histograms") or [])
-    return {
-        **{name: drawn[name] for name in SECTIONS},
-        "histograms": [drawn[f"{HISTOGRAM_PREFIX}{i}"] for i in range(count)],
-    }
 
 
 # --- the comparison ---------------------------------------------------------

@@ -253,7 +253,7 @@ class WriteReport(beam.PTransform):
     """The run's metrics -> the same metrics, once runs/<run_id>/report.html is written (or a failing
     step is logged: never fatal, the dataset is published by then).
 
-    The numbers are gathered once; the plots (one task each, ``report.plots.plot_names``) are spread over
+    The numbers are gathered once; the plots (one task each, ``report.plot_names``) are spread over
     the workers by a reshuffle and drawn in parallel; the page is written last, from the same functions
     as ``python -m beam_pipeline report``, so both give the same bytes.
 
@@ -292,11 +292,11 @@ def _gather_numbers(metrics_path: str, _metrics: dict) -> tuple:
 
 def _plot_tasks(metrics: dict, gathered: tuple | None) -> list[tuple]:
     """(metrics, (the run, its numbers)) -> (metrics, (plot name, the run, its numbers)) per plot."""
-    from beam_pipeline.report import plots
+    from beam_pipeline.report.plot_names import plot_names  # not matplotlib: the drawing workers import it
 
     if gathered is None:  # logged by that step
         return [(metrics, None)]
-    return [(metrics, (name, *gathered)) for name in plots.plot_names(gathered[1])]
+    return [(metrics, (name, *gathered)) for name in plot_names(gathered[1])]
 
 
 def _draw_plot(_metrics_path: str, task: tuple) -> tuple:
@@ -312,15 +312,16 @@ def _plots_of_the_run(tasks: list[tuple]) -> tuple[dict, list]:
 
 
 def _write_page(_metrics_path: str, drawn: list) -> str | None:
-    from beam_pipeline.report import plots, write_report_page
+    from beam_pipeline.report import write_report_page
+    from beam_pipeline.report.plot_names import by_section, plot_names
 
     if any(plot is None for plot in drawn):  # the numbers could not be gathered or a plot failed: logged
         return None
     _, _, ref, data = drawn[0]
     figures = {name: plot for name, plot, _, _ in drawn}
-    if set(figures) != set(plots.plot_names(data)):
+    if set(figures) != set(plot_names(data)):
         return None
-    return write_report_page(ref, data, plots.by_section(figures, data))
+    return write_report_page(ref, data, by_section(figures, data))
 
 
 class _ReportStepFn(beam.DoFn):
