@@ -2,7 +2,7 @@
 
 The build's job lists the plot tasks and assembles the page with these, so
 only the workers that draw (:mod:`beam_pipeline.report.plots`) import
-matplotlib (~0.8 s per process), and they do it in parallel.
+matplotlib (~0.3 s per process once Beam is loaded), and they do it in parallel.
 """
 
 from __future__ import annotations
