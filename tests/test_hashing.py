@@ -3,6 +3,8 @@ import os
 import subprocess
 import sys
 
+import xxhash
+
 from beam_pipeline import hashing
 
 
@@ -28,11 +30,26 @@ def test_golden_values_pin_the_hash_functions():
     assert hashing.stable_hash64(0, "a", "b") != hashing.stable_hash64(0, "ab")
 
 
-def test_bucket_of_is_the_stable_hash_of_the_key_modulo_the_count():
-    """bucket_of hashes in one call what stable_hash64 streams: every partition of every layer depends on it."""
+def _streamed(seed: int, *parts) -> int:
+    """The framing stable_hash64 promises, streamed part by part: an 8-byte little-endian length, then the bytes."""
+    h = xxhash.xxh3_64(seed=seed & 0xFFFFFFFFFFFFFFFF)
+    for part in parts:
+        data = str(part) if isinstance(part, int) else part
+        data = data.encode("utf-8") if isinstance(data, str) else data
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+    return h.intdigest()
+
+
+def test_stable_hash_and_buckets_are_the_length_prefixed_parts_hashed():
+    """stable_hash64 hashes its framed parts in one call; every id, key and partition of every layer depends on it."""
     keys = ["", "a", "doc-0001", "Stra\u00dfe", "\U0001F600 x", "k" * 300] + [f"{i:032x}" for i in range(2000)]
+    parts = [(), ("a",), ("a", "b"), ("ab",), (b"\x00\xff", 7, -3), ("x", 2**70, b"", "")]
+    for seed in (0, 3, 2**64 - 1, -1, 2**70):
+        assert [hashing.stable_hash64(seed, *p) for p in parts] == [_streamed(seed, *p) for p in parts]
+        assert [hashing.stable_hash64(seed, k) for k in keys] == [_streamed(seed, k) for k in keys]
     for count, seed in ((1, 0), (7, 0), (97, 3), (1 << 20, 2**64 - 1), (5, -1)):
-        assert [hashing.bucket_of(k, count, seed) for k in keys] == [hashing.stable_hash64(seed, k) % count for k in keys]
+        assert [hashing.bucket_of(k, count, seed) for k in keys] == [_streamed(seed, k) % count for k in keys]
     assert hashing.bucket_of("k", 97) == 60  # pinned: a change moves every document to another partition
 
 
