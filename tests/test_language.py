@@ -86,6 +86,9 @@ def test_word_boundaries(badwords):
 def test_phrases_and_symbol_entries(badwords):
     assert badwords.score("he said: blow job, then BLOW   JOB", "en")["badword_count"] == 2
     assert badwords.score("a$$ and s&m", "en")["badword_count"] == 2
+    # symbol entries are whole words too: not inside a word, and a text without them skips their regex
+    assert badwords.score("xa$$ s&mx (a$$) $hit!", "en")["badword_count"] == 2
+    assert badwords.score("costs $5 & more - at @home!", "en")["badword_count"] == 0
 
 
 def test_language_without_list_has_no_score(badwords):

@@ -107,7 +107,7 @@ class BadWords:
 
     def __init__(self, lists: Mapping[str, Iterable[str]]):
         self._substring: dict[str, re.Pattern] = {}
-        self._words: dict[str, tuple[frozenset, dict, re.Pattern | None]] = {}
+        self._words: dict[str, tuple[frozenset, dict, re.Pattern | None, tuple[str, ...]]] = {}
         for language, words in lists.items():
             entries = sorted(
                 {w.strip().lower() for w in words if w.strip()} - ALLOWLIST.get(language, set()),
@@ -129,7 +129,7 @@ class BadWords:
                 else:
                     other.append(entry)
             pattern = re.compile(rf"(?<!\w)(?:{'|'.join(re.escape(w) for w in other)})(?!\w)") if other else None
-            self._words[language] = (frozenset(single), phrases, pattern)
+            self._words[language] = (frozenset(single), phrases, pattern, tuple(other))
 
     @property
     def languages(self) -> list[str]:
@@ -146,7 +146,7 @@ class BadWords:
                 count += 1
                 chars += len(match.group(0))
         else:
-            single, phrases, pattern = self._words[language]
+            single, phrases, pattern, other = self._words[language]
             tokens = _WORD.findall(lowered)
             present = Counter(tokens)
             for word in single.intersection(present):
@@ -159,7 +159,9 @@ class BadWords:
                         if tuple(tokens[i : i + len(phrase)]) == phrase:
                             count += 1
                             chars += sum(map(len, phrase)) + len(phrase) - 1
-            if pattern is not None:
+            # a whole-word match is a substring: the boundary regex (slow: a lookbehind at every
+            # position) runs only on a text holding one of its entries
+            if pattern is not None and any(map(lowered.__contains__, other)):
                 for match in pattern.finditer(lowered):
                     count += 1
                     chars += len(match.group(0))
