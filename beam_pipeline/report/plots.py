@@ -67,6 +67,7 @@ _STYLE = {
     "font.size": 10,
     "axes.titlesize": 12,
     "axes.titleweight": "bold",
+    "axes.titley": 1.0,
     "axes.labelsize": 10,
     "axes.spines.top": False,
     "axes.spines.right": False,
