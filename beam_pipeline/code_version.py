@@ -14,7 +14,9 @@ So editing a stage's code, or upgrading a library it uses, gives its layer a
 new key: the rerun computes that stage and every stage downstream (their keys
 hold their inputs' keys), and reuses everything else. The model and data files
 a stage reads are in its stage config already, by sha256 (the language model,
-the tokenizer, blocklists, evaluation sets).
+the tokenizer, blocklists, evaluation sets). Parsing every module for this
+takes most of a second, so each module's tree digest and import statements
+are kept in its ``__pycache__``, keyed by a digest of its bytes (:func:`_facts`).
 
 A scorer stage is a class in :mod:`beam_pipeline.transforms.score`, next to
 the other scorers: its code is that module without the other scorers'
@@ -30,12 +32,15 @@ runners), and a Beam upgrade should not recompute a corpus.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import importlib.metadata
+import json
 import os
 import sys
+import tempfile
 
-from beam_pipeline.hashing import digest_json
+from beam_pipeline.hashing import canonical_json, digest_json, sha256_bytes
 
 PACKAGE = "beam_pipeline"
 
@@ -84,10 +89,10 @@ def stage_code(stage: str) -> dict:
         trees = {name: _module_fingerprint(name) for name in _package_modules(modules)}
     else:
         scorer_class = _scorer_class(stage)
-        root_tree = _scorer_module_tree(scorer_class)
-        modules = closure(imports_of(root_tree, package_of=SCORER_MODULE)) - {SCORER_MODULE}
+        scorer = _facts(SCORER_MODULE, keep=scorer_class)
+        modules = closure(_resolve(scorer.imports, package_of=SCORER_MODULE)) - {SCORER_MODULE}
         trees = {name: _module_fingerprint(name) for name in _package_modules(modules)}
-        trees[f"{SCORER_MODULE}:{scorer_class}"] = _digest(root_tree)
+        trees[f"{SCORER_MODULE}:{scorer_class}"] = scorer.fingerprint
     libraries = _library_versions(frozenset(modules))
     python = f"{sys.version_info.major}.{sys.version_info.minor}"
     return {
@@ -144,7 +149,7 @@ def _tree(module: str) -> ast.Module:
 
 @functools.cache
 def _module_imports(module: str) -> frozenset[str]:
-    return frozenset(imports_of(_tree(module), package_of=module))
+    return frozenset(_resolve(_facts(module).imports, package_of=module))
 
 
 def _is_package(module: str) -> bool:
@@ -154,23 +159,40 @@ def _is_package(module: str) -> bool:
 def imports_of(tree: ast.AST, package_of: str | None = None) -> set[str]:
     """Every module an ``import`` anywhere in ``tree`` names (this package's modules resolved, including
     ``from package import module``; third-party ones by their top-level name)."""
-    found: set[str] = set()
+    return _resolve(_import_statements(tree), package_of)
+
+
+def _import_statements(tree: ast.AST) -> list[list]:
+    """The ``import`` statements of ``tree`` as JSON values: ``[0, [names]]`` for ``import a, b``,
+    ``[level, module, [names]]`` for ``from module import names`` (``module`` "" for ``from . import``)."""
+    statements: list[list] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
+            statements.append([0, [alias.name for alias in node.names]])
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:  # relative: resolved against the importing module's package
+            statements.append([node.level, node.module or "", [alias.name for alias in node.names]])
+    return statements
+
+
+def _resolve(statements: list[list], package_of: str | None) -> set[str]:
+    """The modules :func:`_import_statements` name (see :func:`imports_of`)."""
+    found: set[str] = set()
+    for statement in statements:
+        if len(statement) == 2:
+            found.update(statement[1])
+        else:
+            level, base, names = statement
+            if level:  # relative: resolved against the importing module's package
                 if package_of is None:
                     raise ValueError("a relative import needs the importing module's name")
                 parent = package_of if _is_package(package_of) else package_of.rpartition(".")[0]
-                for _ in range(node.level - 1):
+                for _ in range(level - 1):
                     parent = parent.rpartition(".")[0]
                 base = f"{parent}.{base}" if base else parent
             found.add(base)
-            for alias in node.names:  # `from beam_pipeline.filters import heuristics` imports a module
-                if _module_file(f"{base}.{alias.name}") is not None:
-                    found.add(f"{base}.{alias.name}")
+            for name in names:  # `from beam_pipeline.filters import heuristics` imports a module
+                if _module_file(f"{base}.{name}") is not None:
+                    found.add(f"{base}.{name}")
     return found
 
 
@@ -206,7 +228,69 @@ def _package_modules(modules: set[str]) -> set[str]:
 
 @functools.cache
 def _module_fingerprint(module: str) -> str:
-    return _digest(_tree(module))
+    return _facts(module).fingerprint
+
+
+@dataclasses.dataclass(frozen=True)
+class Facts:
+    """What the code digests read of a module: the digest of its syntax tree without docstrings, and its
+    ``import`` statements (:func:`_import_statements`)."""
+
+    fingerprint: str
+    imports: list[list]
+
+
+#: Changes when :class:`Facts` or the way they are computed changes: older cache files are then ignored.
+FACTS_FORMAT = "code-facts-v1"
+
+
+@functools.cache
+def _facts(module: str, keep: str | None = None) -> Facts:
+    """The :class:`Facts` of one of this package's modules (``keep``: of the scorer module with only that
+    scorer's class, :func:`_scorer_module_tree`).
+
+    Parsing and dumping the syntax trees of every module a build's stages import takes most of a second,
+    on every build. So the facts are kept beside the module, in its ``__pycache__`` (like Python's own
+    bytecode, and numba's compiled loops), keyed by a digest of the module's bytes, the Python version
+    (``ast.dump`` may differ between versions), :data:`FACTS_FORMAT` and ``keep``: a file made from other
+    bytes is never used, whatever its time stamps. Where the folder cannot be written (a read-only
+    install) the facts are computed each time; the values are the same.
+    """
+    path = _source_path(module)
+    with open(path, "rb") as f:
+        source = f.read()
+    others = sorted(_scorer_classes() - {keep}) if keep else []
+    key = sha256_bytes(canonical_json([FACTS_FORMAT, sys.version, keep, others]) + b"\0" + source)
+    name = os.path.basename(path)[: -len(".py")]
+    cached = os.path.join(
+        os.path.dirname(path),
+        "__pycache__",
+        f"{name}{'.' + keep if keep else ''}.{sys.implementation.cache_tag}.code-facts.json",
+    )
+    try:
+        with open(cached, encoding="utf-8") as f:
+            stored = json.load(f)
+        if stored["key"] == key:
+            return Facts(stored["fingerprint"], stored["imports"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # not there yet, or unreadable: computed below
+    tree = _scorer_module_tree(keep) if keep else _tree(module)
+    facts = Facts(_digest(tree), _import_statements(tree))
+    _write_quietly(cached, canonical_json({"key": key, **dataclasses.asdict(facts)}))
+    return facts
+
+
+def _write_quietly(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary sibling (readers never see half a file); a folder that
+    cannot be written is no error (the cache is only an optimization)."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 def _fingerprint(tree: ast.Module) -> str:
@@ -235,11 +319,15 @@ def _drop_docstrings(tree: ast.AST) -> None:
                 node.body = body[1:] or [ast.Pass()]
 
 
-def _scorer_module_tree(keep: str) -> ast.Module:
-    """:mod:`~beam_pipeline.transforms.score` without the scorer classes other than ``keep``."""
+def _scorer_classes() -> set[str]:
     from beam_pipeline.transforms.score import SCORERS
 
-    others = {cls.__name__ for cls in SCORERS.values()} - {keep}
+    return {cls.__name__ for cls in SCORERS.values()}
+
+
+def _scorer_module_tree(keep: str) -> ast.Module:
+    """:mod:`~beam_pipeline.transforms.score` without the scorer classes other than ``keep``."""
+    others = _scorer_classes() - {keep}
     tree = _tree(SCORER_MODULE)  # shared: the new module takes its nodes and changes none of them
     return ast.Module(
         body=[node for node in tree.body if not (isinstance(node, ast.ClassDef) and node.name in others)],

@@ -69,6 +69,61 @@ def test_closure_follows_imports_inside_functions_and_relative_ones(tmp_path, mo
         code_version._module_imports.cache_clear()
 
 
+def _clear_caches():
+    for cached in (code_version._module_file, code_version._tree, code_version._module_imports,
+                   code_version._module_fingerprint, code_version._facts):
+        cached.cache_clear()
+
+
+def test_the_facts_kept_in_pycache_are_the_computed_ones_and_follow_the_bytes(tmp_path, monkeypatch):
+    package = tmp_path / "beam_pipeline"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    module = package / "a.py"
+    module.write_text('"""Doc."""\nimport numpy\nfrom . import b\ndef f():\n    return 1\n')
+    (package / "b.py").write_text("X = 1\n")
+    monkeypatch.setattr(code_version, "_ROOT", str(tmp_path))
+    _clear_caches()
+    try:
+        computed = code_version._facts("beam_pipeline.a")
+        (cached,) = (package / "__pycache__").glob("a.*.code-facts.json")
+        _clear_caches()
+        assert code_version._facts("beam_pipeline.a") == computed  # read back from the file
+        assert code_version._module_imports("beam_pipeline.a") == {"numpy", "beam_pipeline", "beam_pipeline.b"}
+        # a file made from other bytes is never used: editing the code changes the facts ...
+        module.write_text('"""Doc."""\nimport numpy\nfrom . import b\ndef f():\n    return 2\n')
+        _clear_caches()
+        edited = code_version._facts("beam_pipeline.a")
+        assert edited.fingerprint != computed.fingerprint and edited.imports == computed.imports
+        # ... and a stored entry whose key does not match is recomputed, not trusted
+        stored = json.loads(cached.read_text())
+        cached.write_text(json.dumps({**stored, "key": "0" * 64, "fingerprint": "0" * 64}))
+        _clear_caches()
+        assert code_version._facts("beam_pipeline.a") == edited
+        # where nothing can be written, the facts are computed all the same
+        shutil.rmtree(package / "__pycache__")
+        (package / "__pycache__").write_text("not a folder")
+        _clear_caches()
+        assert code_version._facts("beam_pipeline.a") == edited
+    finally:
+        _clear_caches()
+
+
+def test_the_stage_digests_are_the_same_from_the_cache_as_computed(tmp_path):
+    """Every stage's code digest in a fresh process with a copy of the package: computed (empty caches),
+    then read from the facts the first process left in ``__pycache__``."""
+    shutil.copytree(os.path.join(REPO, "beam_pipeline"), tmp_path / "beam_pipeline",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    probe = ("import json; from beam_pipeline import code_version as c; from beam_pipeline.transforms.score import "
+             "SCORERS; print(json.dumps({s: c.stage_code(s) for s in [*c.STAGE_MODULES, *SCORERS]}))")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    runs = [subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True,
+                           cwd=tmp_path).stdout for _ in range(2)]
+    assert list((tmp_path / "beam_pipeline" / "filters" / "__pycache__").glob("heuristics.*.code-facts.json"))
+    assert json.loads(runs[0]) == json.loads(runs[1])
+    assert json.loads(runs[0])["heuristics"]["digest"] == code_version.stage_code("heuristics")["digest"]
+
+
 def test_docstrings_and_comments_are_not_code():
     import ast
 
