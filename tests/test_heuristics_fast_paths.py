@@ -2,12 +2,14 @@
 
 beam_pipeline/filters/heuristics.py and heuristics_reference.py compute
 their columns with C-level ``map``/``filter`` passes, numpy arrays, n-gram
-hashes sorted only where a repeat is possible, and one sentence search per
-document (bench/bench_heuristics_reference.py times them). Each test here
-recomputes columns the plain way (a loop per line, a Counter of n-gram
-tuples, one sentencizer count per line) and asserts the very same values on
-the bundled sample's documents (Python docs, Wikipedia, Debian copyright
-files), so a faster implementation can never change a score.
+hashes counted only where a repeat is possible (a compiled loop,
+ngram_repeats.py), and one sentence search per document
+(bench/bench_heuristics_reference.py times them). Each test here recomputes
+columns the plain way (a loop per line, a Counter of n-gram tuples, one
+sentencizer count per line) and asserts the very same values on the bundled
+sample's documents (Python docs, Wikipedia, Debian copyright files), so a
+faster implementation can never change a score. The compiled n-gram loop is
+also compared with the numpy code it replaced, kept here.
 """
 
 from __future__ import annotations
@@ -15,12 +17,15 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
+from itertools import count
 
+import numpy as np
 import pytest
 
 from beam_pipeline.filters import heuristics as h
-from beam_pipeline.filters import heuristics_reference, reference_tokenizer
+from beam_pipeline.filters import heuristics_reference, ngram_repeats, reference_tokenizer
 from beam_pipeline.filters.paragraphs import split_paragraphs
+from beam_pipeline.hashing import splitmix64
 from tests.helpers import reference_fixture
 
 PUNCTUATION = string.punctuation + "«»“”‘’„‚‹›…–—‐·•¡¿،؛؟۔।॥。、，！？：；（）【】《》〈〉「」『』〔〕"
@@ -283,3 +288,352 @@ def test_reference_ngram_columns_equal_the_plain_scan(texts):
         fast = heuristics_reference.score(text, "en")
         plain = plain_reference_ngrams(reference_tokenizer.words(text), text)
         assert {name: fast[name] for name in plain} == plain, text[:60]
+
+
+# --- the compiled n-gram loop against the numpy code it replaced ---------------------------------
+#
+# beam_pipeline/filters/ngram_repeats.py computes both definitions' n-gram scores in one compiled loop
+# (numba). The functions below are the numpy versions it replaced (heuristics.ngram_repetition and
+# heuristics_reference._ngram_scores with _occurrences and _skipping_duplicates, as of 936e466), taking
+# word ids and lengths; the one change is that a word's count comes from np.unique rather than
+# np.bincount(ids), the same counts for any ids (the crafted collisions below use ids near 2^64). Every
+# float must be the very same: the same hashes, tie-breaking and operation order.
+
+MULTIPLIER = np.uint64(0x100000001B3)
+NGRAM_NAMES = [f"rep_top_{n}gram" for n in (2, 3, 4)] + [f"rep_dup_{n}gram" for n in range(5, 11)]
+REFERENCE_NGRAM_NAMES = ["ref_" + name for name in NGRAM_NAMES]
+
+
+def word_repeats(ids):
+    """Position i starts a repeated 1-gram (``np.bincount(ids)[ids] > 1`` for any int64 ids)."""
+    _, inverse, counts = np.unique(ids, return_inverse=True, return_counts=True)
+    return counts[inverse] > 1
+
+
+def first_occurrence_ids(words):
+    """heuristics.ngram_repetition's word ids: the position of each word's first occurrence."""
+    vocabulary: dict[str, int] = {}
+    return np.fromiter(map(vocabulary.setdefault, words, count()), dtype=np.int64, count=len(words))
+
+
+def numpy_project_ngrams(ids, lengths):
+    """heuristics.ngram_repetition's numpy code (936e466), from its word ids and lengths."""
+    names = NGRAM_NAMES
+    if not len(ids):
+        return dict.fromkeys(names)
+    n_words = len(ids)
+    total_chars = int(lengths.sum())
+    cumulative = np.concatenate(([0], np.cumsum(lengths)))
+    base = splitmix64(ids.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15))
+    repeats = word_repeats(ids)
+    out = {}
+    rolling = base
+    with np.errstate(over="ignore"):
+        for n in range(2, 11):
+            if n_words < n:
+                out[names[n - 2]] = 0.0
+                continue
+            rolling = rolling[:-1] * MULTIPLIER + base[n - 1 :]
+            candidates = np.flatnonzero(repeats[:-1] & repeats[1:])
+            repeats = np.zeros(len(rolling), dtype=bool)
+            if candidates.size:
+                _, inverse, counts = np.unique(rolling[candidates], return_inverse=True, return_counts=True)
+                occurrences = counts[inverse]
+                repeated_mask = occurrences > 1
+                repeated = candidates[repeated_mask]
+                repeats[repeated] = True
+            else:
+                repeated = candidates
+            if n <= 4:
+                if repeated.size == 0:
+                    out[names[n - 2]] = 0.0
+                else:
+                    top = int(occurrences.max())
+                    at = candidates[occurrences == top]
+                    chars = (cumulative[at + n] - cumulative[at]).max()
+                    out[names[n - 2]] = min(1.0, top * int(chars) / total_chars)
+            else:
+                if repeated.size == 0:
+                    out[names[n - 2]] = 0.0
+                    continue
+                marks = np.zeros(n_words + 1, dtype=np.int64)
+                marks[repeated] = 1
+                marks[repeated + n] -= 1
+                covered = np.cumsum(marks[:-1]) > 0
+                out[names[n - 2]] = int(lengths[covered].sum()) / total_chars
+    return {name: out[name] for name in names}
+
+
+def numpy_occurrences(keys):
+    size = len(keys)
+    order = keys.argsort()
+    ordered = keys[order]
+    starts = np.empty(size + 1, dtype=bool)
+    starts[0] = starts[size] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=starts[1:size])
+    bounds = starts.nonzero()[0]
+    run_sizes = bounds[1:] - bounds[:-1]
+    occurrences = np.empty(size, dtype=np.int64)
+    occurrences[order] = run_sizes.repeat(run_sizes)
+    return occurrences
+
+
+def numpy_skipping_duplicates(hashes, repeated, cumulative, n):
+    seen: set[int] = set()
+    counted: list[int] = []
+    resume = 0
+    for position, value in zip(repeated.tolist(), hashes[repeated].tolist()):
+        if position >= resume:
+            if value in seen:
+                counted.append(position)
+                resume = position + n
+            else:
+                seen.add(value)
+    if not counted:
+        return 0
+    at = np.array(counted, dtype=np.int64)
+    return int((cumulative[at + n] - cumulative[at]).sum())
+
+
+def numpy_reference_ngrams(ids, lengths, text_length):
+    """heuristics_reference._ngram_scores's numpy code (936e466), from token ids and lengths."""
+    names = REFERENCE_NGRAM_NAMES
+    out = {}
+    n_tokens = len(ids)
+    cumulative = np.concatenate(([0], np.cumsum(lengths)))
+    base = splitmix64(ids.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15))
+    repeats = word_repeats(ids) if n_tokens else np.zeros(0, bool)
+    rolling = base
+    with np.errstate(over="ignore"):
+        for n in range(2, 11):
+            name = names[n - 2]
+            if n_tokens < n:
+                out[name] = 0.0
+                continue
+            candidates = (repeats[:-1] & repeats[1:]).nonzero()[0]
+            if not candidates.size:
+                for size in range(n, 11):
+                    if size >= 5 or n_tokens < size:
+                        out[names[size - 2]] = 0.0
+                    else:
+                        out[names[size - 2]] = (int(cumulative[size]) + size - 1) / text_length
+                break
+            rolling = rolling[:-1] * MULTIPLIER + base[n - 1 :]
+            repeats = np.zeros(len(rolling), dtype=bool)
+            occurrences = numpy_occurrences(rolling[candidates])
+            repeated = candidates[occurrences > 1]
+            repeats[repeated] = True
+            if n <= 4:
+                if repeated.size:
+                    first_top = int(occurrences.argmax())
+                    top, at = int(occurrences[first_top]), int(candidates[first_top])
+                else:
+                    top, at = 1, 0
+                chars = int(cumulative[at + n] - cumulative[at]) + n - 1
+                out[name] = chars * top / text_length
+            else:
+                out[name] = numpy_skipping_duplicates(rolling, repeated, cumulative, n) / text_length
+    return out
+
+
+def word_lengths(words):
+    return np.fromiter(map(len, words), dtype=np.int64, count=len(words))
+
+
+def assert_project_ngrams(words):
+    """The compiled project scores equal the numpy code's and the plain Counter's, float for float."""
+    compiled = h.ngram_repetition(words)
+    assert list(compiled) == NGRAM_NAMES
+    assert compiled == numpy_project_ngrams(first_occurrence_ids(words), word_lengths(words)), words[:12]
+    assert compiled == plain_ngrams(words), words[:12]
+    assert all(type(value) is (float if words else type(None)) for value in compiled.values())
+
+
+def assert_reference_ngrams(words, ids=None):
+    """The compiled datatrove scores of ``words`` (a text of them joined by spaces; token ids: ``ids`` or
+    sparse ones) equal the numpy code's and datatrove's expressions written plainly."""
+    text = " ".join(words)
+    if ids is None:  # ids far apart, unrelated to the positions (the tokenizer's vocabulary ids are global)
+        vocabulary = {word: 7919 * rank + 3 for rank, word in enumerate(sorted(set(words), reverse=True))}
+        ids = np.array([vocabulary[word] for word in words], dtype=np.int64)
+    tokens = heuristics_reference._Tokens.__new__(heuristics_reference._Tokens)
+    tokens.count, tokens.ids, tokens.lengths = len(words), ids, word_lengths(words)
+    compiled = heuristics_reference._ngram_scores(tokens, len(text))
+    assert list(compiled) == REFERENCE_NGRAM_NAMES
+    assert compiled == numpy_reference_ngrams(ids, tokens.lengths, len(text)), words[:12]
+    if text:
+        assert compiled == plain_reference_ngrams(words, text), words[:12]
+    assert all(type(value) is float for value in compiled.values())
+
+
+def test_compiled_ngrams_equal_the_numpy_code_on_every_sample_document(texts):
+    """Both definitions, every sample document: the project's words, and the reference tokenizer's tokens."""
+    for index, text in enumerate(texts):
+        words = h.split_words(text)
+        assert h.ngram_repetition(words) == numpy_project_ngrams(first_occurrence_ids(words), word_lengths(words)), index
+        tokens = heuristics_reference._Tokens(reference_tokenizer.word_ids(text))
+        expected = numpy_reference_ngrams(tokens.ids, tokens.lengths, len(text))
+        assert heuristics_reference._ngram_scores(tokens, len(text)) == expected, index
+
+
+def generated_documents():
+    """Word lists at the edges of the loop: no words, fewer than n, one word repeated, short periods, top
+    counts tied between n-grams of different lengths (the project takes the longest, datatrove the first),
+    random documents over small vocabularies (many repeats, jumps in datatrove's scan) and long ones."""
+    yield []
+    yield ["lone"]
+    for size in range(2, 12):
+        yield [f"w{i}" for i in range(size)]  # fewer words than n for some n, nothing repeats
+        yield ["a", "bb"] * (size // 2) + ["ccc"] * (size % 2)
+    yield ["spam"] * 20
+    yield ["spam"] * 3
+    for period in (2, 3, 4, 5, 7, 11):
+        words = [f"{'x' * (i + 1)}" for i in range(period)]
+        yield words * 6
+        yield words * 3 + ["stop"] + words * 2
+        yield ["intro", "words"] + words * 4 + words[:-1]
+    # ties: two 2-grams twice each, short one first / long one first; 3- and 4-grams the same way
+    yield ["a", "b", "a", "b", "long", "longer", "x", "long", "longer"]
+    yield ["long", "longer", "a", "b", "long", "longer", "x", "a", "b"]
+    yield ["p", "q", "r", "s", "p", "q", "r", "s", "t", "uuuu", "vvvv", "wwww", "zzzz", "uuuu", "vvvv", "wwww", "zzzz"]
+    yield ["uuuu", "vvvv", "wwww", "zzzz", "p", "q", "uuuu", "vvvv", "wwww", "zzzz", "r", "p", "q"]
+    yield ["a", "b"] * 3 + ["cc", "dd"] * 3 + ["a", "b"]  # (a b) 4 times, (cc dd) 3 times
+    yield ["", "x", "", "x", "y"]  # an empty word weighs nothing
+    rng = np.random.default_rng(20261206)
+    for trial in range(300):
+        vocabulary = ["a", "bb", "ccc", "d", "eeeee", "ff", "g", "hhhhhhh"][: int(rng.integers(1, 9))]
+        size = int(rng.integers(1, 60 if trial < 200 else 2_000))
+        yield [vocabulary[i] for i in rng.integers(0, len(vocabulary), size)]
+    for _ in range(20):  # long documents: mostly distinct words, with copied spans
+        words = [f"t{i}" for i in rng.integers(0, 5_000, 3_000)]
+        for _ in range(int(rng.integers(0, 20))):
+            start, length, to = (int(v) for v in rng.integers(0, 2_900, 3))
+            length = length % 40 + 1
+            words[to : to + length] = words[start : start + length]
+        yield words
+
+
+def test_compiled_project_ngrams_on_generated_documents():
+    checked = 0
+    for words in generated_documents():
+        assert_project_ngrams(words)
+        checked += 1
+    assert checked > 350
+
+
+def test_compiled_reference_ngrams_on_generated_documents():
+    for words in generated_documents():
+        assert_reference_ngrams(words)
+        ids = first_occurrence_ids(words)  # other ids, other hashes: the same scores
+        assert_reference_ngrams(words, ids)
+
+
+def test_compiled_ngrams_hand_checked_ties():
+    """A tie of top counts: the project scores the longest n-gram, datatrove the first seen."""
+    words = ["a", "b", "a", "b", "long", "longer", "x", "long", "longer"]  # 25 characters
+    assert h.ngram_repetition(words)["rep_top_2gram"] == 2 * 10 / 25
+    text = " ".join(words)
+    tokens = heuristics_reference._Tokens.__new__(heuristics_reference._Tokens)
+    tokens.count, tokens.ids, tokens.lengths = len(words), first_occurrence_ids(words), word_lengths(words)
+    assert heuristics_reference._ngram_scores(tokens, len(text))["ref_rep_top_2gram"] == 2 * 3 / len(text)
+
+
+def test_empty_words_only_divide_by_zero_as_before():
+    """Words of no characters (split_words never makes them): nothing repeats, 0; a repeat, division by 0."""
+    assert h.ngram_repetition(["", ""]) == numpy_project_ngrams(np.array([0, 0]), np.array([0, 0]))
+    with pytest.raises(ZeroDivisionError):
+        numpy_project_ngrams(np.array([0, 0, 0]), np.array([0, 0, 0]))
+    with pytest.raises(ZeroDivisionError):
+        h.ngram_repetition(["", "", ""])
+
+
+def unmix(value):
+    """The inverse of splitmix64(id + 0x9E3779B97F4A7C15) over Python ints: the id of a given base hash."""
+    mask = (1 << 64) - 1
+
+    def unshift(y, shift):
+        x = y
+        for _ in range(64 // shift + 1):
+            x = y ^ (x >> shift)
+        return x
+
+    x = unshift(value, 31)
+    x = (x * pow(0x94D049BB133111EB, -1, 1 << 64)) & mask
+    x = unshift(x, 27)
+    x = (x * pow(0xBF58476D1CE4E5B9, -1, 1 << 64)) & mask
+    x = unshift(x, 30)
+    return (x - 0x9E3779B97F4A7C15) & mask
+
+
+def colliding_document(n):
+    """Token ids where two different n-grams X and Y have the same rolling hash, and their inner
+    (n-1)-grams repeat (so both are candidates); each n-gram occurs once as a tuple."""
+    mask = (1 << 64) - 1
+
+    def base(i):
+        return int(splitmix64(np.array([i], dtype=np.int64).astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15))[0])
+
+    def rolling(gram):
+        value = 0
+        for i in gram:
+            value = (value * int(MULTIPLIER) + base(i)) & mask
+        return value
+
+    x = [10 + i for i in range(n)]
+    y = [40 + i for i in range(n - 1)]
+    wanted = (rolling(x) - rolling(y) * int(MULTIPLIER)) & mask
+    last = unmix(wanted)
+    y.append(last - (1 << 64) if last >= 1 << 63 else last)
+    assert rolling(y) == rolling(x) and y[-1] not in x + y[:-1]
+    separators = iter(range(100, 200))
+    parts = [x, x[:-1], x[1:], y, y[:-1], y[1:]]
+    ids = [i for part in parts for i in [*part, next(separators)]]
+    return np.array(ids, dtype=np.int64), x, y
+
+
+@pytest.mark.parametrize("n", range(2, 11))
+def test_compiled_ngrams_use_the_same_hashes(n):
+    """A crafted 64-bit collision between two n-grams: counted as one n-gram by the numpy code and by the
+    compiled loop alike (the same splitmix64 bases, multiplier and wraparound), not by a tuple count."""
+    ids, x, y = colliding_document(n)
+    lengths = (np.abs(ids) % 5 + 1).astype(np.int64)
+    project = ngram_repeats.project_scores(ids, lengths)
+    assert project == list(numpy_project_ngrams(ids, lengths).values())
+    reference = ngram_repeats.datatrove_scores(ids, lengths, int(lengths.sum()) + len(ids) - 1)
+    assert reference == list(numpy_reference_ngrams(ids, lengths, int(lengths.sum()) + len(ids) - 1).values())
+    other_ids = first_occurrence_ids(ids.tolist())  # the same document, other hashes: no collision
+    assert project != ngram_repeats.project_scores(other_ids, lengths)
+    assert reference != ngram_repeats.datatrove_scores(other_ids, lengths, int(lengths.sum()) + len(ids) - 1)
+
+
+def assert_word_ids(words):
+    ids, lengths = ngram_repeats.word_ids(words)
+    assert ids.dtype == lengths.dtype == np.int64
+    assert ids.tolist() == first_occurrence_ids(words).tolist(), words[:12]
+    assert lengths.tolist() == list(map(len, words)), words[:12]
+
+
+def test_word_ids_equal_a_dict_of_the_words(texts):
+    """The compiled word ids (first occurrence of equal strings) and lengths, on every sample document's
+    words, the generated documents, and words the join by spaces must not confuse."""
+    for text in texts:
+        assert_word_ids(h.split_words(text))
+    for words in generated_documents():
+        assert_word_ids(words)
+    odd = [
+        [""],
+        ["", ""],
+        ["", "a", "", "a", ""],
+        ["a b", "a", "b", "a b"],  # a space inside a word: the dict path
+        [" ", " ", ""],
+        ["ab", "a", "b", "ba", "ab", "abc", "abd", "abc"],
+        ["é", "e\u0301", "é", "e\u0301"],  # different code points, the same look: different words
+        ["\U0001f600x", "\U0001f600", "\U0001f600x", "x"],
+        ["\ud800", "\udc00", "\ud800\udc00", "\U00010000", "\ud800"],  # lone surrogates (JSON \ud800)
+        ["日本語", "日本", "語", "日本語"],
+        [f"w{i % 37}" for i in range(5_000)],
+    ]
+    for words in odd:
+        assert_word_ids(words)
+        if any(words):  # (no characters at all: test_empty_words_only_divide_by_zero_as_before)
+            assert_project_ngrams(words)

@@ -39,13 +39,13 @@ from __future__ import annotations
 
 import re
 import string
-from itertools import count, filterfalse, repeat
+from itertools import filterfalse, repeat
 from typing import Iterable
 
 import numpy as np
 
+from beam_pipeline.filters import ngram_repeats
 from beam_pipeline.filters.paragraphs import split_paragraphs
-from beam_pipeline.hashing import splitmix64
 
 #: Languages (lid.176 codes) whose script does not put spaces between words.
 NO_SPACE_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo", "wuu", "yue", "dz"})
@@ -71,8 +71,8 @@ FINEWEB_STOP_CHARS = (".", "'", '"', "!", "?", "。", "！", "？", "؟", "۔", 
 #: C4 drops lines containing these (tfds ``c4_utils._POLICY_SUBSTRINGS``-style list).
 POLICY_SUBSTRINGS = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
 
-TOP_NGRAM_SIZES = (2, 3, 4)
-DUP_NGRAM_SIZES = (5, 6, 7, 8, 9, 10)
+TOP_NGRAM_SIZES = ngram_repeats.TOP_NGRAM_SIZES  # (2, 3, 4)
+DUP_NGRAM_SIZES = ngram_repeats.DUP_NGRAM_SIZES  # (5, ..., 10)
 
 _LETTER = re.compile(r"[^\W\d_]")
 _MASK64 = 0xFFFFFFFFFFFFFFFF
@@ -213,64 +213,23 @@ def _repeats(parts: list[str]) -> tuple[int, int]:
 def ngram_repetition(words: list[str]) -> dict:
     """The n-gram part of :func:`gopher_repetition` for a list of words.
 
-    An n-gram can repeat only where the two (n-1)-grams inside it repeat, so
-    each size hashes and sorts only the *candidates* left by the size before
-    (at size 1, the words that occur twice); the others occur once and count
-    neither for the top n-gram (a top count of 1 scores 0) nor as duplicates.
+    Words get ids (the position of their first occurrence) and lengths, and
+    the scores are one compiled loop (:mod:`.ngram_repeats`): an n-gram can
+    repeat only where the two (n-1)-grams inside it repeat, so each size
+    hashes and counts only the *candidates* left by the size before (at size
+    1, the words that occur twice); the others occur once and count neither
+    for the top n-gram (a top count of 1 scores 0) nor as duplicates.
     ``tests/test_heuristics_fast_paths.py`` compares the columns with a
-    straightforward count over every n-gram.
+    straightforward count over every n-gram and with the numpy version the
+    loop replaced.
     """
-    names = [f"rep_top_{n}gram" for n in TOP_NGRAM_SIZES] + [f"rep_dup_{n}gram" for n in DUP_NGRAM_SIZES]
     if not words:
-        return dict.fromkeys(names)
-    n_words = len(words)
-    vocabulary: dict[str, int] = {}
-    ids = np.fromiter(map(vocabulary.setdefault, words, count()), dtype=np.int64, count=n_words)
-    lengths = np.fromiter(map(len, words), dtype=np.int64, count=n_words)
-    total_chars = int(lengths.sum())
-    cumulative = np.concatenate(([0], np.cumsum(lengths)))
-    base = splitmix64(ids.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15))
-    repeats = np.bincount(ids)[ids] > 1  # position i starts a repeated 1-gram
-    out = {}
-    rolling = base
-    multiplier = np.uint64(0x100000001B3)
-    with np.errstate(over="ignore"):
-        for n in range(2, max(DUP_NGRAM_SIZES) + 1):
-            if n_words < n:
-                if n in TOP_NGRAM_SIZES:
-                    out[f"rep_top_{n}gram"] = 0.0
-                if n in DUP_NGRAM_SIZES:
-                    out[f"rep_dup_{n}gram"] = 0.0
-                continue
-            rolling = rolling[:-1] * multiplier + base[n - 1 :]
-            candidates = np.flatnonzero(repeats[:-1] & repeats[1:])
-            repeats = np.zeros(len(rolling), dtype=bool)
-            if candidates.size:
-                _, inverse, counts = np.unique(rolling[candidates], return_inverse=True, return_counts=True)
-                occurrences = counts[inverse]
-                repeated_mask = occurrences > 1
-                repeated = candidates[repeated_mask]
-                repeats[repeated] = True
-            else:
-                repeated = candidates
-            if n in TOP_NGRAM_SIZES:
-                if repeated.size == 0:
-                    out[f"rep_top_{n}gram"] = 0.0
-                else:
-                    top = int(occurrences.max())
-                    at = candidates[occurrences == top]
-                    chars = (cumulative[at + n] - cumulative[at]).max()
-                    out[f"rep_top_{n}gram"] = min(1.0, top * int(chars) / total_chars)
-            if n in DUP_NGRAM_SIZES:
-                if repeated.size == 0:
-                    out[f"rep_dup_{n}gram"] = 0.0
-                    continue
-                marks = np.zeros(n_words + 1, dtype=np.int64)
-                marks[repeated] = 1  # repeated is increasing: no index twice
-                marks[repeated + n] -= 1
-                covered = np.cumsum(marks[:-1]) > 0
-                out[f"rep_dup_{n}gram"] = int(lengths[covered].sum()) / total_chars
-    return {name: out[name] for name in names}
+        return dict.fromkeys(_NGRAM_COLUMNS)
+    ids, lengths = ngram_repeats.word_ids(words)
+    return dict(zip(_NGRAM_COLUMNS, ngram_repeats.project_scores(ids, lengths)))
+
+
+_NGRAM_COLUMNS = tuple(f"rep_top_{n}gram" for n in TOP_NGRAM_SIZES) + tuple(f"rep_dup_{n}gram" for n in DUP_NGRAM_SIZES)
 
 
 def _line_flags(flags: Iterable[bool], n_lines: int) -> np.ndarray:

@@ -37,13 +37,10 @@ from typing import Iterable
 
 import numpy as np
 
+from beam_pipeline.filters import ngram_repeats, reference_tokenizer
 from beam_pipeline.filters import reference_rules as _rules
-from beam_pipeline.filters import reference_tokenizer
+from beam_pipeline.filters.ngram_repeats import DUP_NGRAM_SIZES, TOP_NGRAM_SIZES
 from beam_pipeline.filters.reference_tokenizer import sentence_total
-from beam_pipeline.hashing import splitmix64
-
-TOP_NGRAM_SIZES = (2, 3, 4)
-DUP_NGRAM_SIZES = (5, 6, 7, 8, 9, 10)
 
 GOPHER_QUALITY_COLUMNS = (
     "ref_gopher_words",
@@ -247,102 +244,27 @@ def gopher_repetition(text: str, tokens: _Tokens, pieces: list[str] | None = Non
     return {name: out[name] for name in GOPHER_REPETITION_COLUMNS}
 
 
-_MULTIPLIER = np.uint64(0x100000001B3)
-
-
 def _ngram_scores(tokens: _Tokens, text_length: int) -> dict:
-    """Top and duplicate n-gram scores from 64-bit rolling hashes of token ids.
+    """Top and duplicate n-gram scores (datatrove ``find_top_duplicate``, ``find_all_duplicate``) from
+    64-bit rolling hashes of token ids, in one compiled loop (:mod:`.ngram_repeats`).
 
     An n-gram can repeat only where the two (n-1)-grams inside it repeat, so
     each size looks at the *candidates* of the size before (at size 1, tokens
-    that occur twice) and hashes and sorts only those positions; once there
-    is none, no longer n-gram repeats either.
+    that occur twice) and hashes and counts only those positions; once there
+    is none, no longer n-gram repeats either (the top n-gram is then the
+    first, which occurs once). The duplicate scan visits only the positions
+    whose n-gram occurs more than once: only those can be "seen before", and
+    a position in between only moves datatrove's scan one token forward.
     """
-    out = {}
-    n_tokens = tokens.count
-    ids = tokens.ids
-    cumulative = np.concatenate(([0], np.cumsum(tokens.lengths)))
-    base = splitmix64(ids.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15))
-    token_counts = np.bincount(ids) if n_tokens else np.zeros(0, np.int64)
-    repeats = token_counts[ids] > 1  # position i starts a repeated 1-gram
-    rolling = base
-    with np.errstate(over="ignore"):
-        for n in range(2, max(DUP_NGRAM_SIZES) + 1):
-            name = _ngram_column(n)
-            if n_tokens < n:
-                out[name] = 0.0
-                continue
-            candidates = (repeats[:-1] & repeats[1:]).nonzero()[0]
-            if not candidates.size:  # no n-gram repeats, nor any longer one
-                for size in range(n, max(DUP_NGRAM_SIZES) + 1):
-                    if size in DUP_NGRAM_SIZES or n_tokens < size:
-                        out[_ngram_column(size)] = 0.0
-                    else:  # every n-gram once: the first one is the top
-                        out[_ngram_column(size)] = (int(cumulative[size]) + size - 1) / text_length
-                break
-            rolling = rolling[:-1] * _MULTIPLIER + base[n - 1 :]
-            repeats = np.zeros(len(rolling), dtype=bool)
-            occurrences = _occurrences(rolling[candidates])
-            repeated = candidates[occurrences > 1]
-            repeats[repeated] = True
-            if n in TOP_NGRAM_SIZES:
-                if repeated.size:  # the first of the most frequent (candidates increase)
-                    first_top = int(occurrences.argmax())
-                    top, at = int(occurrences[first_top]), int(candidates[first_top])
-                else:  # every n-gram once: the first one is the top
-                    top, at = 1, 0
-                chars = int(cumulative[at + n] - cumulative[at]) + n - 1
-                out[name] = chars * top / text_length
-            else:
-                out[name] = _skipping_duplicates(rolling, repeated, cumulative, n) / text_length
-    return out
-
-
-def _occurrences(keys: np.ndarray) -> np.ndarray:
-    """How many elements of ``keys`` equal each one (``counts[inverse]`` of ``np.unique``, in fewer steps)."""
-    size = len(keys)
-    order = keys.argsort()
-    ordered = keys[order]
-    starts = np.empty(size + 1, dtype=bool)
-    starts[0] = starts[size] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=starts[1:size])
-    bounds = starts.nonzero()[0]  # run starts, then the end
-    run_sizes = bounds[1:] - bounds[:-1]
-    occurrences = np.empty(size, dtype=np.int64)
-    occurrences[order] = run_sizes.repeat(run_sizes)
-    return occurrences
+    scores = ngram_repeats.datatrove_scores(tokens.ids, tokens.lengths, text_length)
+    return dict(zip(_NGRAM_COLUMNS, scores))
 
 
 def _ngram_column(n: int) -> str:
     return f"ref_rep_top_{n}gram" if n in TOP_NGRAM_SIZES else f"ref_rep_dup_{n}gram"
 
 
-def _skipping_duplicates(hashes: np.ndarray, repeated: np.ndarray, cumulative: np.ndarray, n: int) -> int:
-    """datatrove ``find_all_duplicate``: characters of n-grams already seen, jumping n tokens after each.
-
-    datatrove scans every position left to right; at an n-gram seen at an
-    earlier *visited* position it counts its characters and jumps n positions,
-    otherwise it remembers the n-gram and moves one. ``repeated`` (increasing)
-    are the positions whose n-gram occurs more than once: only those can be
-    "seen before", and a position in between only moves the scan one token
-    forward, so the loop visits just them.
-    """
-    seen: set[int] = set()
-    remember = seen.add
-    counted: list[int] = []
-    count = counted.append
-    resume = 0  # positions are increasing: only a jump can skip one
-    for position, value in zip(repeated.tolist(), hashes[repeated].tolist()):
-        if position >= resume:
-            if value in seen:
-                count(position)
-                resume = position + n
-            else:
-                remember(value)
-    if not counted:
-        return 0
-    at = np.array(counted, dtype=np.int64)
-    return int((cumulative[at + n] - cumulative[at]).sum())
+_NGRAM_COLUMNS = tuple(map(_ngram_column, TOP_NGRAM_SIZES + DUP_NGRAM_SIZES))
 
 
 # --- C4 ------------------------------------------------------------------------------
