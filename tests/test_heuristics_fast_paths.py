@@ -211,6 +211,113 @@ def test_sentence_total_is_the_sum_of_line_counts(texts):
     assert reference_tokenizer.sentence_total(odd) == sum(map(reference_tokenizer.sentence_count, odd))
 
 
+def plain_c4(lines):
+    """C4's (kept lines, lorem ipsum, curly bracket) from the per-line loop :func:`_c4_lines`."""
+    outcomes = list(heuristics_reference._c4_lines(lines))
+    kept = [line for line, outcome in outcomes if outcome == "kept"]
+    return kept, any(o == "lorem_ipsum" for _, o in outcomes), any(o == "curly_bracket" for _, o in outcomes)
+
+
+C4_ODD_LINES = [
+    "Plain prose with three words.",
+    "  Indented line, stripped first.  ",
+    "Two words.",
+    "A line ending in an ellipsis...",
+    "A cited sentence goes here[1].",
+    "A sentence cited at the end. [12]",
+    "A line that [edit] never ends",
+    "Citation [citation needed] and yet it ends!",
+    "Our [2]Privacy Policy applies here.",
+    "java[1]script turned on, please.",
+    "This site uses cookies to work.",
+    "Read the TERMS OF USE first.",
+    "We use of cookies sometimes, it says.",
+    "Lorem ipsum dolor sit amet.",
+    "LOREM IPSUM in capitals, surely.",
+    "int main() { return 0; } is C.",
+    "Turn on JavaScript to see this page.",
+    "Quotes end it \"here\"",
+    "Apostrophes end it 'here'",
+    "\u0130stanbul lowers to two characters, fine.",
+    "A Kelvin sign \u212a lowers to k, fine.",
+    "Greek \u039f\u0394\u039f\u03a3 ends in a capital sigma.",
+    "x " * 600 + "end.",
+    "a " + "y" * 1001 + " long word.",
+    "short " + "z" * 999 + " word under the limit.",
+    "[1] [2] [3]",
+    "",
+    "   ",
+    "\u3002\u3002\u3002",
+]
+
+
+def test_c4_kept_equals_the_per_line_loop(texts):
+    """C4's map passes (:func:`heuristics_reference._c4_kept`) keep and flag what the per-line loop does,
+    on every sample document, on crafted lines, and on every pair of crafted lines as a document (with
+    and without a ``[`` or ``{`` elsewhere in the text)."""
+    for text in texts:
+        lines = text.splitlines()
+        assert heuristics_reference._c4_kept(lines, text) == plain_c4(lines)
+    documents = [[line] for line in C4_ODD_LINES] + [[a, b] for a in C4_ODD_LINES for b in C4_ODD_LINES]
+    for lines in documents:
+        for extra in ("", "\n[", "\n{", "\n[ {"):
+            text = "\n".join(lines) + extra
+            all_lines = text.splitlines()
+            assert heuristics_reference._c4_kept(all_lines, text) == plain_c4(all_lines), lines
+    flags = {name: 0 for name in ("lorem", "curly", "policy", "kept")}
+    for text in texts + ["\n".join(C4_ODD_LINES)]:
+        kept, lorem, curly = heuristics_reference._c4_kept(text.splitlines(), text)
+        flags["lorem"] += lorem
+        flags["curly"] += curly
+        flags["kept"] += bool(kept)
+        flags["policy"] += heuristics_reference._POLICY(text.lower()) is not None
+    assert all(flags.values()), flags  # every outcome occurs
+
+
+def test_c4_policy_words_cover_every_phrase():
+    """The lowered kept lines are searched for these words only: each policy phrase holds one."""
+    for phrase in heuristics_reference._rules.C4_POLICY_SUBSTRINGS:
+        assert any(word in phrase for word in heuristics_reference._POLICY_WORDS), phrase
+
+
+def test_sentence_total_of_joined_lines_equals_the_per_line_search(texts):
+    """The one search over all lines' cached classes (:func:`reference_tokenizer.sentence_total`) counts
+    what the per-line search does and what each line's sentencizer count adds up to, on every sample
+    document's kept lines and on lines with runs of spaces, tabs, trailing spaces, uncached chunks."""
+    fast_path = 0
+    for text in texts:
+        kept = heuristics_reference._c4_kept(text.splitlines(), text)[0]
+        reference_tokenizer.word_ids(text)  # the document's chunks cached, as in score()
+        total = reference_tokenizer.sentence_total(kept)
+        assert total == reference_tokenizer._sentence_total_by_line(kept)
+        assert total == sum(map(reference_tokenizer.sentence_count, kept))
+        classes = reference_tokenizer.VOCABULARY.classes
+        fast_path += all(piece == "\n" or piece in classes for piece in " \n ".join(kept).split(" "))
+    assert fast_path > 500
+    odd = [
+        ["One. Two"],
+        ["One.", "Two"],  # no break across lines
+        ["One. ", "Two"],  # a line's trailing single space is no token
+        ["One.  ", "Two. x"],
+        ["One.  Two", " Three. four", "five.   six"],
+        ["One. Two ", "x"],
+        ["a\tb. c", "d. e"],
+        ["new-chunk-never-seen-1. Next", "x. y"],
+        ["(1) one.) two!  ?three", "a . . b"],
+        ["", "a. b", "   ", " "],
+        ["end.\u00a0Next", "x.  \t y"],
+    ]
+    for lines in odd:
+        for line in lines:  # cached chunks for some, not for others
+            if "never" not in line:
+                reference_tokenizer.word_ids(line)
+        total = reference_tokenizer.sentence_total(lines)  # first: before sentence_count caches the chunks
+        expected = sum(map(reference_tokenizer.sentence_count, lines))
+        assert total == expected, lines
+        assert reference_tokenizer.sentence_total(lines) == expected, lines
+        assert reference_tokenizer._sentence_total_by_line(lines) == expected, lines
+
+
 def test_chunk_cache_cleared_when_full_gives_the_same_words(texts, monkeypatch):
     """A full chunk cache is cleared between documents (a new generation) and the words stay the same."""
     sample = texts[:40]
@@ -637,3 +744,20 @@ def test_word_ids_equal_a_dict_of_the_words(texts):
         assert_word_ids(words)
         if any(words):  # (no characters at all: test_empty_words_only_divide_by_zero_as_before)
             assert_project_ngrams(words)
+
+
+def test_distinct_stop_words_from_the_vocabulary_mask_equal_the_id_comparisons(texts, monkeypatch):
+    """Gopher's distinct stop words from one masked pass over a document's token ids equal one comparison
+    per stop word's id, through new generations of the vocabulary, for lists given anew each time."""
+    monkeypatch.setattr(reference_tokenizer, "VOCABULARY", reference_tokenizer._Vocabulary())
+    monkeypatch.setattr(reference_tokenizer, "CACHE_SIZE", 5_000)
+    lists = [h.GOPHER_STOP_WORDS["en"], ("the", "of", "The", "(", "zzz-not-a-token"), ()]
+    checked = 0
+    for index, text in enumerate(texts[:200]):
+        tokens = heuristics_reference._Tokens(reference_tokenizer.word_ids(text))
+        for words in lists + [list(h.GOPHER_STOP_WORDS["en"])]:  # the last one a new list each time
+            ids = reference_tokenizer.VOCABULARY.ids
+            expected = tokens.distinct_present(map(ids.get, words))
+            assert tokens.distinct_members(words) == expected, index
+            checked += expected
+    assert reference_tokenizer.VOCABULARY.generation > 2 and checked > 1000

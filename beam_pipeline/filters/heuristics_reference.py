@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import re
 from itertools import compress, filterfalse, repeat
-from operator import or_
+from operator import and_, itemgetter, not_, or_
 from typing import Iterable
 
 import numpy as np
@@ -71,6 +71,10 @@ COLUMNS = GOPHER_QUALITY_COLUMNS + GOPHER_REPETITION_COLUMNS + C4_COLUMNS + FINE
 
 _PUNCTUATION = frozenset(_rules.PUNCTUATION) | frozenset(_rules.TERMINAL_PUNCTUATION)
 _TERMINAL = tuple(_rules.TERMINAL_PUNCTUATION)
+#: ``line.endswith(_TERMINAL)`` is ``line[-1] in _TERMINAL_CHARACTERS`` for a non-empty line (every entry is one
+#: character): one set lookup instead of ~160 suffix comparisons.
+_TERMINAL_CHARACTERS = frozenset(_TERMINAL)
+assert all(len(character) == 1 for character in _TERMINAL)
 _CITATION = re.compile(_rules.C4_CITATION)
 _PARAGRAPH_BREAK = re.compile(r"\n\n+")  # as \n{2,}, three times faster (a literal prefix for sre)
 _POLICY = re.compile("|".join(map(re.escape, _rules.C4_POLICY_SUBSTRINGS))).search
@@ -90,6 +94,8 @@ class _TokenProperties:
 
     def __init__(self):
         self.generation = -1
+        self.masks_generation = -1
+        self.masks: dict[int, tuple[Iterable[str], frozenset[str], np.ndarray]] = {}
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         vocabulary = reference_tokenizer.VOCABULARY
@@ -111,14 +117,31 @@ class _TokenProperties:
                     grown[: self.size] = old[: self.size]
                     setattr(self, name, grown)
             self.lengths[self.size : end] = np.fromiter(map(len, new), np.int64, len(new))
-            self.symbolic[self.size : end] = np.fromiter(
-                (_PUNCTUATION.issuperset(token) for token in new), bool, len(new)
-            )
+            self.symbolic[self.size : end] = np.fromiter(map(_PUNCTUATION.issuperset, new), bool, len(new))
             self.alpha[self.size : end] = np.fromiter(
                 (token.isalpha() or any(c.isalpha() for c in token) for token in new), bool, len(new)
             )
             self.size = end
         return self.lengths, self.symbolic, self.alpha
+
+    def member_mask(self, words: Iterable[str]) -> np.ndarray:
+        """A bool per interned token id (up to the vocabulary's size now): the token is one of ``words``.
+        Kept per word list (by its identity) and generation, extended as the vocabulary grows."""
+        self.arrays()  # a new generation resets the masks
+        if self.masks_generation != self.generation:
+            self.masks_generation, self.masks = self.generation, {}
+        key = id(words)
+        kept = self.masks.get(key)
+        if kept is None or kept[0] is not words:
+            if len(self.masks) >= 8:  # a caller passing a new list each time: no more than 8 masks kept
+                self.masks.clear()
+            kept = self.masks[key] = (words, frozenset(words), np.zeros(0, bool))
+        words, members, mask = kept
+        if len(mask) < self.size:
+            new = reference_tokenizer.VOCABULARY.strings[len(mask) : self.size]
+            mask = np.concatenate([mask, np.fromiter(map(members.__contains__, new), bool, len(new))])
+            self.masks[key] = (words, members, mask)
+        return mask
 
 
 _PROPERTIES = _TokenProperties()
@@ -139,6 +162,12 @@ class _Tokens:
         """How many of the distinct token ``ids`` (None: a token not in the vocabulary) occur."""
         return sum(1 for i in set(ids) if i is not None and bool((self.ids == i).any()))
 
+    def distinct_members(self, words: Iterable[str]) -> int:
+        """How many distinct tokens of ``words`` occur: ``distinct_present`` of their ids, from one pass
+        over the token ids with a mask of the vocabulary (:meth:`_TokenProperties.member_mask`)."""
+        mask = _PROPERTIES.member_mask(words)
+        return len(set(self.ids[mask[self.ids]].tolist()))
+
 
 # --- Gopher quality ------------------------------------------------------------------
 
@@ -149,6 +178,7 @@ def gopher_quality(
     language: str | None,
     stop_words: dict[str, Iterable[str]] | None = None,
     lines: list[str] | None = None,
+    stripped: list[str] | None = None,
 ) -> dict:
     """datatrove ``GopherQualityFilter.filter`` (Rae et al. 2021, A.1.1), as scores.
 
@@ -166,23 +196,20 @@ def gopher_quality(
     words_mask = ~tokens.symbolic
     n_words = int(np.count_nonzero(words_mask))
     lines = text.splitlines() if lines is None else lines
+    # a line's lstrip() starts, and its rstrip() ends, as its strip() (no bullet or ellipsis is whitespace)
+    stripped = list(map(str.strip, lines)) if stripped is None else stripped
     out = {
         "ref_gopher_words": n_words,
         "ref_gopher_mean_word_length": int(tokens.lengths[words_mask].sum()) / n_words if n_words else None,
         "ref_gopher_hash_ratio": _fraction(text.count("#"), n_tokens),
         "ref_gopher_ellipsis_ratio": _fraction(text.count("...") + text.count("…"), n_tokens),
-        "ref_gopher_bullet_lines": _fraction(
-            sum(map(str.startswith, map(str.lstrip, lines), repeat(("•", "-")))), len(lines)
-        ),
-        "ref_gopher_ellipsis_lines": _fraction(
-            sum(map(str.endswith, map(str.rstrip, lines), repeat(("...", "…")))), len(lines)
-        ),
+        "ref_gopher_bullet_lines": _fraction(sum(map(str.startswith, stripped, repeat(("•", "-")))), len(lines)),
+        "ref_gopher_ellipsis_lines": _fraction(sum(map(str.endswith, stripped, repeat(("...", "…")))), len(lines)),
         "ref_gopher_alpha_words": _fraction(int(np.count_nonzero(tokens.alpha)), n_tokens),
         "ref_gopher_stop_words": None,
     }
     if language in stop_words:
-        ids = reference_tokenizer.VOCABULARY.ids
-        out["ref_gopher_stop_words"] = tokens.distinct_present(map(ids.get, stop_words[language]))
+        out["ref_gopher_stop_words"] = tokens.distinct_members(stop_words[language])
     return out
 
 
@@ -307,7 +334,67 @@ def _c4_lines(lines: list[str]):
         yield line, "kept"
 
 
-def c4(text: str, lines: list[str] | None = None) -> dict:
+def _c4_kept(lines: list[str], text: str, stripped: list[str] | None = None) -> tuple[list[str], bool, bool]:
+    """(kept lines, a line has "lorem ipsum", a line has "{") of :func:`_c4_lines`, the kept lines in
+    order, with C-level ``map``/``compress`` passes over all lines instead of a Python loop per line.
+
+    ``text`` (the lines' text) decides which passes are needed: without ``[``
+    no line has a citation to remove, so a line is the same before and after;
+    the lowered kept lines are searched once for "lorem ipsum", "javascript"
+    and the policy phrases (each ASCII, so a line holding one makes the
+    joined lines hold it too), and only a document that has one takes the
+    per-line checks. ``tests/test_heuristics_fast_paths.py`` compares with
+    :func:`_c4_lines` on every sample document and crafted lines.
+    """
+    end_punctuation, ellipsis = _rules.C4_END_PUNCTUATION, _rules.C4_ELLIPSIS
+    stripped = list(map(str.strip, lines)) if stripped is None else stripped
+    if "[" in text:
+        ending = map(str.endswith, stripped, repeat(end_punctuation))
+        originals = list(compress(stripped, map(or_, ending, map(str.__contains__, stripped, repeat("[")))))
+        cited = list(map(_cited, originals))
+        punctuated = list(map(str.endswith, cited, repeat(end_punctuation)))
+    else:  # no citation: the line as is
+        originals = cited = list(compress(stripped, map(str.endswith, stripped, repeat(end_punctuation))))
+        punctuated = repeat(True)
+    unended = map(not_, map(str.endswith, cited, repeat(ellipsis)))
+    worded = map((2).__lt__, map(len, map(str.split, originals, repeat(None), repeat(2))))
+    passing = list(map(and_, map(and_, punctuated, unended), worded))
+    if max(map(len, originals), default=0) > 1000:  # a line over 1,000 characters may hold a long word
+        passing = list(map(and_, passing, map(_no_long_word, originals)))
+    kept = list(compress(cited, passing))
+    lower = "\n".join(kept).lower()
+    if "lorem ipsum" in lower or "javascript" in lower or any(map(lower.__contains__, _POLICY_WORDS)):
+        kept_lines, lorem, curly = [], False, False
+        for line in kept:  # the per-line content checks of _c4_lines
+            line_lower = line.lower()
+            if "lorem ipsum" in line_lower:
+                lorem = True
+            elif "javascript" in line_lower:
+                continue
+            elif "{" in line:
+                curly = True
+            elif not _POLICY(line_lower):
+                kept_lines.append(line)
+        return kept_lines, lorem, curly
+    if "{" not in text:
+        return kept, False, False
+    bracketed = list(map(str.__contains__, kept, repeat("{")))
+    return list(compress(kept, map(not_, bracketed))), False, any(bracketed)
+
+
+def _cited(line: str) -> str:
+    return _CITATION.sub("", line) if "[" in line else line
+
+
+def _no_long_word(line: str) -> bool:
+    return len(line) <= 1000 or all(len(word) <= 1000 for word in line.split())
+
+
+#: A line holds a C4 policy phrase only if it holds one of these (each phrase holds one).
+_POLICY_WORDS = ("cookie", "terms of use", "privacy policy")
+
+
+def c4(text: str, lines: list[str] | None = None, stripped: list[str] | None = None) -> dict:
     """datatrove ``C4QualityFilter`` (tfds ``c4_utils.clean_page``; Raffel et al. 2020, 2.2), as scores.
 
     Lines are ``splitlines()``, stripped; a line is removed when it has a word
@@ -319,16 +406,10 @@ def c4(text: str, lines: list[str] | None = None) -> dict:
     ``ref_c4_curly_bracket``  a line contains "{" (C4 drops the page)
     ``ref_c4_kept_lines``     lines kept
     ``ref_c4_sentences``      spaCy sentencizer sentences in the kept lines (C4: < 5 drops the page)
+
+    (:func:`_c4_kept` computes what :func:`_c4_lines` yields.)
     """
-    kept_lines = []
-    lorem = curly = False
-    for line, outcome in _c4_lines(text.splitlines() if lines is None else lines):
-        if outcome == "kept":
-            kept_lines.append(line)
-        elif outcome == "lorem_ipsum":
-            lorem = True
-        else:
-            curly = True
+    kept_lines, lorem, curly = _c4_kept(text.splitlines() if lines is None else lines, text, stripped)
     return {
         "ref_c4_sentences": sentence_total(kept_lines),
         "ref_c4_kept_lines": len(kept_lines),
@@ -362,7 +443,7 @@ def fineweb(text: str, tokens: _Tokens, pieces: list[str] | None = None) -> dict
     if not lines:
         return dict.fromkeys(FINEWEB_COLUMNS)
     return {
-        "ref_fw_line_punct_ratio": sum(map(str.endswith, lines, repeat(_TERMINAL))) / len(lines),
+        "ref_fw_line_punct_ratio": sum(map(_TERMINAL_CHARACTERS.__contains__, map(itemgetter(-1), lines))) / len(lines),
         "ref_fw_short_line_ratio": sum(map((30).__ge__, map(len, lines))) / len(lines),
         "ref_fw_dup_line_char_frac": _repeats(lines)[1] / (len(text) - text.count("\n")),
         "ref_fw_newline_ratio": _fraction(text.count("\n"), tokens.count),
@@ -384,10 +465,11 @@ def score(
     ``text.split()``, when the caller has them already)."""
     tokens = _Tokens(reference_tokenizer.word_ids(text, chunks))
     lines = text.splitlines()
+    stripped = list(map(str.strip, lines))
     pieces = text.split("\n") if pieces is None else pieces
     return {
-        **gopher_quality(text, tokens, language, stop_words, lines),
+        **gopher_quality(text, tokens, language, stop_words, lines, stripped),
         **gopher_repetition(text, tokens, pieces),
-        **c4(text, lines),
+        **c4(text, lines, stripped),
         **fineweb(text, tokens, pieces),
     }

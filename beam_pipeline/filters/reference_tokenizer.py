@@ -349,7 +349,7 @@ class _Vocabulary:
 
     def clear(self) -> None:
         self.chunk_ids: dict[str, int] = {}
-        self.classes: dict[str, str] = {}
+        self.classes: dict[str, str] = {"": "W"}  # "": between two spaces (sentence_total); never a chunk
         self.ids: dict[str, int] = {}
         self.strings: list[str] = []
         self.token_classes: list[str] = []
@@ -618,6 +618,22 @@ def _one_sentence(line: str) -> bool:
 
 
 def sentence_total(lines: list[str]) -> int:
+    """``sum(map(sentence_count, lines))`` in one pass: the lines joined by `` \\n `` and cut at single
+    spaces, every piece's token classes taken from the chunk cache (a separator ``\\n`` and a piece not
+    cached get ``|``, which no sentence break spans; the empty piece between two spaces is a whitespace
+    token, W), and the class string searched once. When some piece is not a cached chunk (a tab, a chunk
+    not tokenized yet) or a line ends with a space, :func:`_sentence_total_by_line` counts."""
+    if not lines:
+        return 0
+    joined = " \n ".join(lines)
+    if not joined.endswith(" ") and "  \n" not in joined:  # a line's last single space is no token
+        classes = "".join(map(VOCABULARY.classes.get, joined.split(" "), repeat("|")))
+        if classes.count("|") == len(lines) - 1:  # only the separators: every piece was cached
+            return len(lines) + len(_SENTENCE_BREAK.findall(classes))
+    return _sentence_total_by_line(lines)
+
+
+def _sentence_total_by_line(lines: list[str]) -> int:
     """``sum(map(sentence_count, lines))`` in one pass: the token classes of every line, joined by ``|``
     (which no sentence break spans), searched once; lines of single-spaced chunks take their classes
     from the chunk cache."""
