@@ -114,7 +114,7 @@ def main() -> int:
     results: dict = {"date": datetime.date.today().isoformat(), "base": args.base, "repeat": args.repeat,
                      "python": platform.python_version(), "cores": os.cpu_count(),
                      "load_start": os.getloadavg(), "corpora": {},
-                     "args": f" --suffix {args.suffix}" if args.suffix else ""}
+                     "args": "".join(f" {arg}" for arg in sys.argv[1:])}
     with tempfile.TemporaryDirectory() as tmp:
         before_path = os.path.join(tmp, "heuristics_before.py")
         Path(before_path).write_text(before)
