@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from typing import Callable
 
 #: The sentinel: writes ``r`` once its handler is in place, ``!`` on SIGINT; exits when the driver closes
@@ -83,7 +84,14 @@ class QuietInterrupt:
             return  # the command ended
         logging.disable(logging.CRITICAL)  # the job's errors about its killed workers
         threading.excepthook = lambda args: None  # runner threads reporting a dead worker
-        kill_descendants()
+        # a runner thread may be starting a worker while this runs: kill until a scan finds none twice,
+        # else a worker started after the kill outlives the driver and reports its lost channel later
+        quiet = 0
+        for _ in range(50):
+            quiet = 0 if kill_descendants() else quiet + 1
+            if quiet == 2:
+                break
+            time.sleep(0.02)
         try:
             line = self.message()
         except Exception:  # noqa: BLE001 - the line must come out
