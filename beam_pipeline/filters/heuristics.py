@@ -75,7 +75,6 @@ TOP_NGRAM_SIZES = ngram_repeats.TOP_NGRAM_SIZES  # (2, 3, 4)
 DUP_NGRAM_SIZES = ngram_repeats.DUP_NGRAM_SIZES  # (5, ..., 10)
 
 _LETTER = re.compile(r"[^\W\d_]")
-_MASK64 = 0xFFFFFFFFFFFFFFFF
 
 
 # --- text units ------------------------------------------------------------

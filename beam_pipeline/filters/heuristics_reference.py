@@ -158,12 +158,8 @@ class _Tokens:
         self.symbolic = symbolic[self.ids]
         self.alpha = alpha[self.ids]
 
-    def distinct_present(self, ids: Iterable[int | None]) -> int:
-        """How many of the distinct token ``ids`` (None: a token not in the vocabulary) occur."""
-        return sum(1 for i in set(ids) if i is not None and bool((self.ids == i).any()))
-
     def distinct_members(self, words: Iterable[str]) -> int:
-        """How many distinct tokens of ``words`` occur: ``distinct_present`` of their ids, from one pass
+        """How many distinct tokens of ``words`` occur (their ids compared one by one in the tests), from one pass
         over the token ids with a mask of the vocabulary (:meth:`_TokenProperties.member_mask`)."""
         mask = _PROPERTIES.member_mask(words)
         return len(set(self.ids[mask[self.ids]].tolist()))
