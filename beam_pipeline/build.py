@@ -48,6 +48,7 @@ from beam_pipeline.config import CorpusConfig
 from beam_pipeline.hashing import digest_json
 from beam_pipeline.layers import Layer, join, layer_key, read_bytes
 from beam_pipeline.manifest import MANIFEST, dataset_path
+from beam_pipeline.options.shared_views import SharedViewOptions
 from beam_pipeline.progress import BuildProgress
 from beam_pipeline.scoring import cascade
 from beam_pipeline.scoring.cascade import ReselectError
@@ -338,7 +339,7 @@ class CorpusBuild:
         progress_interval: float = 30.0,
     ):
         self.config = config
-        self.options = pipeline_options
+        self.options = SharedViewOptions.of(pipeline_options)  # graph construction asks for views ~2,800 times
         self.max_attempts = max_attempts  # runs of the job when a stage's records do not balance
         self.progress_interval = progress_interval
         FileSystems.set_options(pipeline_options)  # the driver's own s3:// / gs:// calls (docs/s3.md)
