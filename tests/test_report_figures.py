@@ -385,10 +385,13 @@ def test_every_named_section_has_its_plot_and_naming_needs_no_matplotlib():
 
 def test_no_plot_draws_labels_on_top_of_each_other_and_drop_colors_are_distinct(report):
     _, data = report
-    drawn = plots.run_plots(data)
+    with plots.checking_overlaps():
+        drawn = plots.run_plots(data)
     every = [p for v in drawn.values() for p in (v if isinstance(v, list) else [v]) if p is not None]
     assert len(every) == 7 + len(data["histograms"]) - 1
+    assert all(p.overlaps is not None for p in every)  # each was looked at
     assert {p.id: p.overlaps for p in every if p.overlaps} == {}
+    assert plots.draw("funnel", data).overlaps is None  # a build's report does not look
     colors = plots.palette_for(data)
     reasons = sorted({r for per in data["drops_by_source"].values() for r in per})
     assert len({colors("reason", r) for r in reasons}) == len(reasons)
