@@ -106,7 +106,10 @@ class QuietInterrupt:
 
 
 def kill_descendants(pid: int | None = None) -> list[int]:
-    """SIGKILL every process below ``pid`` (default: this one), deepest first; their pids (Linux /proc)."""
+    """SIGKILL every live process below ``pid`` (default: this one), deepest first; their pids (Linux /proc).
+
+    Processes that ended and wait to be reaped (zombies) are neither killed nor returned, so an empty
+    list means nothing below ``pid`` still runs."""
     pid = os.getpid() if pid is None else pid
     children: dict[int, list[int]] = {}
     try:
@@ -122,6 +125,8 @@ def kill_descendants(pid: int | None = None) -> list[int]:
         except OSError:
             continue
         fields = stat[stat.rfind(")") + 2 :].split()  # after "pid (comm) ": state, ppid, ...
+        if fields[0] in ("Z", "X"):
+            continue  # ended, not yet reaped: nothing to kill, and counting it would keep the watcher busy
         children.setdefault(int(fields[1]), []).append(int(entry))
     order, stack = [], list(children.get(pid, []))
     while stack:
