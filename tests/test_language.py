@@ -1,5 +1,6 @@
 """Language ID with lid.176 (filters/language.py) and per-language bad words (filters/safety.py)."""
 import os
+import random
 
 import pytest
 
@@ -89,6 +90,25 @@ def test_phrases_and_symbol_entries(badwords):
     # symbol entries are whole words too: not inside a word, and a text without them skips their regex
     assert badwords.score("xa$$ s&mx (a$$) $hit!", "en")["badword_count"] == 2
     assert badwords.score("costs $5 & more - at @home!", "en")["badword_count"] == 0
+
+
+def test_word_and_phrase_counts_equal_a_walk_over_every_position(badwords):
+    """The counting (a set of the words, a phrase looked for only when all its words occur) against the
+    plain definition: every single-word entry at every token, every multi-word entry at every position."""
+    entries = [e for e in safety.builtin_words("en") if " ".join(safety._WORD.findall(e)) == e]
+    phrases = [tuple(e.split()) for e in entries if " " in e]
+    single = {e for e in entries if " " not in e}
+    pieces = [*entries, *{w for p in phrases for w in p}, "the", "a", "-", ".", "\n", "Two", "GIRLS"]
+    rng = random.Random(11)
+    walked_phrases = 0
+    for _ in range(3000):
+        text = " ".join(rng.choice(pieces) for _ in range(rng.randint(0, 40)))
+        tokens = safety._WORD.findall(text.lower())
+        count = sum(t in single for t in tokens)
+        found = sum(tuple(tokens[i : i + len(p)]) == p for i in range(len(tokens)) for p in phrases)
+        walked_phrases += found
+        assert badwords.score(text, "en")["badword_count"] == count + found, text
+    assert walked_phrases > 500  # the texts do hold phrases, partial ones and whole ones
 
 
 def test_language_without_list_has_no_score(badwords):
