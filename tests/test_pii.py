@@ -97,3 +97,89 @@ def test_luhn_and_iban_checks():
     assert pii.luhn_valid("4111111111111111") and not pii.luhn_valid("4111111111111112")
     assert pii.iban_valid("GB82 WEST 1234 5698 7654 32") and not pii.iban_valid("GB82 WEST 1234 5698 7654 33")
     assert not pii.iban_valid("XX82WEST12345698765432")
+
+
+# --- fast paths: each is compared with its plain twin (the regex over the whole text) ----------------------
+
+def _crafted_cases():
+    """Deterministic edge cases for the fast paths: PII pieces glued to separators, Unicode letters and digits,
+    text boundaries, long local parts and domains, runs of '@' and ':'."""
+    import random
+
+    pieces = [
+        "a@b.cc", "a@b.c", "a@b.c@d.ee", "a@@b.cc", "x.y-z+w@q.rs", "user@localhost", "pkg@1.2", "@decorator",
+        "a" * 63 + "@ex.com", "a" * 64 + "@ex.com", "a" * 65 + "@ex.com", "a@" + "d" * 61 + ".com",
+        "a@" + "d" * 62 + ".com", "a@" + "lab." * 40 + "org", "a@b." + "c" * 24, "a@b." + "c" * 25, "a@ex.com_",
+        "a@ex.com-", "a@ex.com\u00e9", "\u00e9a@ex.com", "a@ex.c0m", "@@@",
+        "DE89370400440532013000", "DE89 3704 0044 0532 0130 00", "GB82WEST12345698765432", "GB82WEST1234569876543",
+        "NO9386011117947", "XX82WEST12345698765432", "GB\u0663\u0662WEST12345698765432", "AB12", "ABC123",
+        "::1", "fe80::1ff:fe23:4567:890a", "2001:db8::ff00:42:8329", "::ffff:192.168.0.1", "::abc:1", "abc::1",
+        "1:2:3:4:5:6:7:8", "1:2:3:4:5:6:7:255.255.255.255", "1234:5678:9abc:def0:1234:5678:9abc:def0:",
+        "ffff:ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255", ":ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255",
+        "XX12 ABCD AB12 CDEF GHIJ KLMN", "DE89 3704 0044 0532 0130 00 GB82 WEST 1234 5698 7654 32",
+        "\u0663::", ":\u0663:", "std::map", "12:30:45", ".. note::", "1abcd:a:",
+        "AKIAIOSFODNN7EXAMPLE", "ASIA" + "B" * 16, "AIPA" + "C" * 16, "ANVA" + "D" * 15, "ghp_" + "x" * 36,
+        "ghu_" + "y" * 36, "github_pat_" + "a" * 22, "xoxb-" + "1" * 10, "AIza" + "B" * 35, "sk_live_" + "k" * 24,
+        "eyJ" + "a" * 10 + ".eyJ" + "b" * 10 + "." + "c" * 10, "-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY-----",
+        "1234567", "123456", "1     1", "1    1", "1 2 3 4 5 6 7", "(617) 542-5942", "+1 415 555 2671", "078-05-1120",
+        "4111 1111 1111 1111", "\u0661\u0662\u0663\u0664\u0665\u0666\u0667", "\uff11\uff12\uff13\uff14\uff15\uff16\uff17",
+        "12\u00b2345678", "1-------1", ".-1 2(3)4+5-6.7-", "192.168.0.1",
+    ]
+    atoms = [".", "+", "-", "_", "@", " ", "\n", ":", "::", "\u00e9", "\u4e2d", "a", "Z", "0", "9", "#", "\u0663",
+             "\ud800", "DE", "12"]
+    cases = list(pieces)
+    for piece in pieces:
+        for atom in atoms:
+            cases += [atom + piece, piece + atom]
+    rng = random.Random(26)
+    for _ in range(1500):
+        cases.append("".join(rng.choice(pieces + atoms * 3) for _ in range(rng.randint(1, 8))))
+    for alphabet in ("a@.-_+", "aZ9@.-\u00e9", "0123456789:abcdef.", "DEGB0123456789 ", "1:a.g \u0663", "0123456789 .()+-a",
+                     "19 -\u0663\uff11\u00b2\n"):
+        for _ in range(300):
+            cases.append("".join(rng.choice(alphabet) for _ in range(rng.randint(1, 120))))
+    return cases
+
+
+CRAFTED = _crafted_cases()
+
+
+def test_email_windows_match_the_whole_text():
+    for text in CRAFTED:
+        windowed = [m.span() for m in pii._in_windows(pii._EMAIL, text, pii.email_windows(text))]
+        assert windowed == [m.span() for m in pii._EMAIL.finditer(text)], text
+
+
+def test_number_runs_match_the_whole_text():
+    assert pii._digit_characters().tolist() == [chr(c).isdecimal() for c in range(0x110000)]
+    for text in CRAFTED:
+        assert [m.span() for m in pii._numberish_matches(text)] == [m.span() for m in pii._NUMBERISH.finditer(text)], text
+
+
+def test_ipv6_windows_and_hint_match_the_whole_text():
+    for text in CRAFTED:
+        assert (pii._IPV6_HINT_AT_COLON.search(text) is None) == (pii._IPV6_HINT.search(text) is None), text
+        windowed = [m.span() for m in pii._in_windows(pii._IPV6_CANDIDATE, text, pii.ipv6_windows(text))]
+        assert windowed == [m.span() for m in pii._IPV6_CANDIDATE.finditer(text)], text
+
+
+def test_iban_starts_match_the_whole_text():
+    for text in CRAFTED:
+        assert [m.span() for m in pii._iban_matches(text)] == [m.span() for m in pii._IBAN.finditer(text)], text
+
+
+def test_secret_prefilters_match_the_substring_checks():
+    aws = ("AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA")
+    plain = [lambda t: any(p in t for p in aws), lambda t: any(f"gh{c}_" in t for c in "pousr")]
+    plain += [lambda t, p=p: p in t for p in ("github_pat_", "xox", "AIza", "_live_", "eyJ", "PRIVATE KEY")]
+    assert len(plain) == len(pii._SECRETS)
+    for text in CRAFTED + [p for p in aws] + [f"gh{c}_" for c in "pousr"]:
+        assert [pii._occurs(prefilter, text) for prefilter, _ in pii._SECRETS] == [check(text) for check in plain]
+        whole = [m.span() for _, pattern in pii._SECRETS for m in pattern.finditer(text)]
+        assert list(pii.find_secrets(text)) == whole, text
+
+
+def test_detectors_find_what_the_crafted_cases_hold():
+    """The crafted cases exercise every fast path (not only texts where nothing matches)."""
+    kinds = {kind for text in CRAFTED for _, _, kind in pii.detect(text)}
+    assert {"email", "ip", "iban", "secret"} <= kinds

@@ -41,9 +41,14 @@ on detector order.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from typing import Callable, Iterable, Iterator, Mapping
+
+import numpy as np
+
+from beam_pipeline.dedup.compiled import compiled
 
 KINDS = ("email", "phone", "ip", "credit_card", "ssn", "iban", "secret")
 #: Which detection wins when two overlap (earlier wins).
@@ -68,10 +73,50 @@ _EMAIL = re.compile(
 )
 
 
+#: The longest local part of :data:`_EMAIL`: a first character and up to 63 more.
+_EMAIL_LOCAL_MAX = 64
+#: The characters an email's domain (labels, dots, TLD) is made of.
+_EMAIL_DOMAIN_RUN = re.compile(r"[A-Za-z0-9.-]*")
+
+
+def email_windows(text: str) -> list[tuple[int, int]]:
+    """Merged (start, end) windows around each '@' where :data:`_EMAIL` can match, for ``finditer(text, start, end)``.
+
+    Why exact (the matches in the windows are those over the whole text, at a fraction of the cost: the
+    regex's leading lookbehind defeats the engine's literal-prefix scan, so over the whole text it tries
+    every position): a match holds exactly one '@' (neither part's characters include it), starts at most
+    :data:`_EMAIL_LOCAL_MAX` characters before it, and ends within the run of domain characters after it.
+    Every attempt from a start within reach of an '@' reads nothing beyond that run's end plus the
+    lookahead's one character, so the window of that '@' (up to one character past the run) holds all it
+    reads; ``pos`` does not hide the character before a window from the lookbehind. An attempt from a start
+    with no '@' within reach fails whatever follows, so positions outside every window never match.
+    """
+    windows: list[tuple[int, int]] = []
+    at = text.find("@")
+    while at != -1:
+        start = max(0, at - _EMAIL_LOCAL_MAX)
+        end = min(len(text), _domain_run_end(text, at + 1) + 1)
+        _add_window(windows, start, end)
+        at = text.find("@", at + 1)
+    return windows
+
+
+def _domain_run_end(text: str, start: int) -> int:
+    """The end of the run of domain characters that begins at ``start``."""
+    run = _EMAIL_DOMAIN_RUN.match(text, start)  # never None: the run may be empty
+    return start if run is None else run.end()
+
+
+def _add_window(windows: list[tuple[int, int]], start: int, end: int) -> None:
+    """Append (start, end) to ``windows`` (sorted by start), merged with the last one when they overlap."""
+    if windows and start <= windows[-1][1]:
+        windows[-1] = (windows[-1][0], max(end, windows[-1][1]))
+    else:
+        windows.append((start, end))
+
+
 def find_emails(text: str) -> Iterator[tuple[int, int]]:
-    if "@" not in text:
-        return
-    for m in _EMAIL.finditer(text):
+    for m in _in_windows(_EMAIL, text, email_windows(text)):
         yield m.span()
 
 
@@ -94,13 +139,73 @@ _NUMBERISH = re.compile(r"\d[\d .()+\-]{5,}\d")
 def number_windows(text: str) -> list[tuple[int, int]]:
     """Merged (start, end) windows around digit-and-separator runs, with 3 characters of context."""
     windows: list[tuple[int, int]] = []
-    for m in _NUMBERISH.finditer(text):
+    for m in _numberish_matches(text):
         start, end = max(0, m.start() - 3), min(len(text), m.end() + 3)
         if windows and start <= windows[-1][1]:
             windows[-1] = (windows[-1][0], end)
         else:
             windows.append((start, end))
     return windows
+
+
+def _numberish_matches(text: str) -> Iterator[re.Match]:
+    """``_NUMBERISH.finditer(text)``, run only over the runs of :func:`number_runs` (a compiled scan of the
+    code points instead of the regex's attempt at every digit).
+
+    Exact: a match is made of the class's characters only, so it lies inside one maximal run of them, and
+    it begins and ends with a digit at least 6 apart, so that run is one of :func:`number_runs`. An attempt
+    from a start inside a run reads no further than the first character after it, where the repeat stops
+    (the pattern has no lookaround); with ``endpos`` at the run's end the repeat stops there too. Attempts
+    from other starts fail at once (not a digit).
+    """
+    for start, end in number_runs(text):
+        yield from _NUMBERISH.finditer(text, start, end)
+
+
+def number_runs(text: str) -> list[tuple[int, int]]:
+    """(start, end) of the maximal runs of ``[\\d .()+\\-]`` characters whose first and last digits are at
+    least 6 apart: where :data:`_NUMBERISH` can match. ``surrogatepass`` keeps lone surrogates (JSON's
+    ``\\ud800``) as the code points they are, so positions are the string's."""
+    points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    starts, ends = _number_runs(points, _digit_characters())
+    return list(zip(starts.tolist(), ends.tolist()))
+
+
+@functools.cache
+def _digit_characters() -> np.ndarray:
+    """A bool per code point (0 to 0x10FFFF): whether ``\\d`` matches it (made by the regex itself, once)."""
+    every = np.arange(0x110000, dtype=np.uint32).tobytes().decode("utf-32-le", "surrogatepass")
+    table = np.zeros(len(every), dtype=np.bool_)
+    for m in re.finditer(r"\d+", every):
+        table[m.start() : m.end()] = True
+    return table
+
+
+@compiled
+def _number_runs(points, is_digit):  # pragma: no cover - compiled; tests compare number_windows with the regex
+    """(starts, ends) of :func:`number_runs`, given a bool per code point for ``\\d``."""
+    size = points.shape[0]
+    starts = np.empty(size // 8 + 1, dtype=np.int64)  # a run is 7+ characters and a character after it
+    ends = np.empty(size // 8 + 1, dtype=np.int64)
+    found = 0
+    i = 0
+    while i < size:
+        j, first, last = i, -1, -1
+        while j < size:
+            c = points[j]
+            if is_digit[c]:
+                if first < 0:
+                    first = j
+                last = j
+            elif not (c == 32 or c == 46 or c == 40 or c == 41 or c == 43 or c == 45):  # " .()+-"
+                break
+            j += 1
+        if first >= 0 and last - first >= 6:
+            starts[found] = i
+            ends[found] = j
+            found += 1
+        i = j + 1
+    return starts[:found], ends[:found]
 
 
 def _in_windows(pattern: re.Pattern, text: str, windows) -> Iterator[re.Match]:
@@ -130,14 +235,49 @@ _IPV6_CANDIDATE = re.compile(
 )
 
 
+# IPv6 candidates are looked for only in a text where this matches somewhere (the definition; what runs is
+# its twin below, which matches in the same texts).
 _IPV6_HINT = re.compile(r"\d[0-9A-Fa-f]{0,3}:[0-9A-Fa-f]{0,4}:|::[0-9A-Fa-f]{0,3}\d|:\d[0-9A-Fa-f]{0,3}:")
+#: :data:`_IPV6_HINT` anchored at the first colon of its match, so the engine finds candidates by a fast
+#: scan for ':' instead of trying every position: its first alternative's part before that colon (a digit
+#: and up to 3 hex digits) becomes one fixed-width lookbehind per length. It matches in a text exactly when
+#: :data:`_IPV6_HINT` does (each alternative matches at ``i`` exactly when its twin here does at the colon).
+_IPV6_HINT_AT_COLON = re.compile(
+    r":(?:(?:(?<=\d:)|(?<=\d[0-9A-Fa-f]:)|(?<=\d[0-9A-Fa-f]{2}:)|(?<=\d[0-9A-Fa-f]{3}:))[0-9A-Fa-f]{0,4}:"
+    r"|:[0-9A-Fa-f]{0,3}\d"
+    r"|\d[0-9A-Fa-f]{0,3}:)"
+)
+#: A colon followed by another within 5 characters, hex digits between (a fast literal scan for ':').
+_COLON_PAIR = re.compile(r":(?=[\dA-Fa-f]{0,4}:)")
+#: The most characters an :data:`_IPV6_CANDIDATE` match holds after its first colon: 6 more groups of 4 hex
+#: digits and a colon, then an IPv4 tail (15).
+_IPV6_AFTER_FIRST_COLON = 6 * 5 + 15
+
+
+def ipv6_windows(text: str) -> list[tuple[int, int]]:
+    """Merged (start, end) windows where :data:`_IPV6_CANDIDATE` can match, for ``finditer(text, start, end)``.
+
+    Why exact: a match starts at most 4 characters (hex digits) before its first colon, which is followed
+    by another within 5 characters, hex digits between (a :data:`_COLON_PAIR`); it holds at most
+    :data:`_IPV6_AFTER_FIRST_COLON` characters after that colon, and an attempt reads at most its
+    lookahead's one character more. So the window from 4 characters before each colon pair to the
+    lookahead's character after the longest match holds everything an attempt from a start within reach
+    reads (``pos`` does not hide the character before it from the lookbehind); an attempt from any other
+    start fails before it reaches a second colon.
+    """
+    windows: list[tuple[int, int]] = []
+    for m in _COLON_PAIR.finditer(text):
+        colon = m.start()
+        end = colon + 1 + _IPV6_AFTER_FIRST_COLON + 1  # the colon, the rest of the longest match, the lookahead
+        _add_window(windows, max(0, colon - 4), min(len(text), end))
+    return windows
 
 
 def find_ips(text: str, windows=None) -> Iterator[tuple[int, int]]:
     for m in _in_windows(_IPV4, text, windows):
         yield m.span()
-    if _IPV6_HINT.search(text):
-        for m in _IPV6_CANDIDATE.finditer(text):
+    if _IPV6_HINT_AT_COLON.search(text):
+        for m in _in_windows(_IPV6_CANDIDATE, text, ipv6_windows(text)):
             candidate = m.group(0)
             if not any(c.isdigit() for c in candidate) or candidate.count(":") < 2:
                 continue
@@ -278,10 +418,41 @@ def iban_valid(iban: str) -> bool:
     return int(number) % 97 == 1
 
 
+def iban_starts(text: str) -> list[int]:
+    """Every position where :data:`_IBAN_PREFILTER` (the start of every :data:`_IBAN` match) may match, in order.
+
+    A superset, from four vectorized comparisons of the code points instead of the regex's scan of every
+    position: non-ASCII characters count as digits (``\\d`` matches every Unicode digit), so the regex
+    decides at each start. ``surrogatepass`` keeps lone surrogates (JSON's ``\\ud800``) as code points.
+    """
+    if len(text) < 4:
+        return []
+    points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    upper = (points >= 65) & (points <= 90)
+    digit = ((points >= 48) & (points <= 57)) | (points > 127)
+    return np.flatnonzero(upper[:-3] & upper[1:-2] & digit[2:-1] & digit[3:]).tolist()
+
+
+def _iban_matches(text: str) -> Iterator[re.Match]:
+    """``_IBAN.finditer(text)``, trying only the starts of :func:`iban_starts`.
+
+    Exact: every match starts with ``[A-Z]{2}\\d{2}``, so finditer's attempts at other positions fail;
+    ``match`` at a start makes the same attempt as ``finditer`` there (``pos`` does not hide the
+    character before it from the lookbehind), and starts inside the previous match are skipped, as
+    finditer resumes at its end.
+    """
+    resume = 0
+    for start in iban_starts(text):
+        if start < resume:
+            continue
+        m = _IBAN.match(text, start)
+        if m is not None:
+            resume = m.end()
+            yield m
+
+
 def find_ibans(text: str) -> Iterator[tuple[int, int]]:
-    if not _IBAN_PREFILTER.search(text):
-        return
-    for m in _IBAN.finditer(text):
+    for m in _iban_matches(text):
         candidate = m.group(0)
         expected = IBAN_LENGTHS.get(m.group(1))
         if expected is None:
@@ -302,9 +473,14 @@ def find_ibans(text: str) -> Iterator[tuple[int, int]]:
 
 # --- secrets ---------------------------------------------------------------------
 
-_SECRETS = [
-    ("AKIA", re.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}(?![A-Z0-9])")),
-    ("gh?_", re.compile(r"(?<!\w)gh[pousr]_[A-Za-z0-9]{36,255}(?!\w)")),
+#: (prefilter, pattern): the pattern runs over the text only when its prefilter (a substring, or a regex
+#: that starts with a literal character, so the engine finds candidates by a fast scan) occurs in it.
+_SECRETS: list[tuple[str | re.Pattern, re.Pattern]] = [
+    (
+        re.compile("A(?:KIA|SIA|GPA|IDA|ROA|NPA|NVA|IPA)"),
+        re.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}(?![A-Z0-9])"),
+    ),
+    (re.compile("gh[pousr]_"), re.compile(r"(?<!\w)gh[pousr]_[A-Za-z0-9]{36,255}(?!\w)")),
     ("github_pat_", re.compile(r"(?<!\w)github_pat_[A-Za-z0-9_]{22,255}(?!\w)")),
     ("xox", re.compile(r"(?<!\w)xox[abposr]-[A-Za-z0-9-]{10,250}(?![\w-])")),
     ("AIza", re.compile(r"(?<![\w-])AIza[0-9A-Za-z_-]{35}(?![\w-])")),
@@ -320,18 +496,15 @@ _SECRETS = [
 ]
 
 
+def _occurs(prefilter: str | re.Pattern, text: str) -> bool:
+    return prefilter in text if isinstance(prefilter, str) else prefilter.search(text) is not None
+
+
 def find_secrets(text: str) -> Iterator[tuple[int, int]]:
     for prefilter, pattern in _SECRETS:
-        if prefilter == "AKIA":
-            if not any(p in text for p in ("AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA")):
-                continue
-        elif prefilter == "gh?_":
-            if not any(f"gh{c}_" in text for c in "pousr"):
-                continue
-        elif prefilter not in text:
-            continue
-        for m in pattern.finditer(text):
-            yield m.span()
+        if _occurs(prefilter, text):
+            for m in pattern.finditer(text):
+                yield m.span()
 
 
 _DIGIT = re.compile(r"\d")
