@@ -59,6 +59,78 @@ def test_index_rows_are_sorted_and_distinct():
     assert len(pairs) == len(set(pairs)) and pairs == sorted(pairs)
 
 
+# --- the compiled word split: compared with the plain twin (findall and a hash per word) ------------------
+
+def _plain_ngram_hashes(text, n):
+    """ngram_hashes as it was defined before the compiled split: the on-disk index format."""
+    import re
+
+    import xxhash
+
+    from beam_pipeline.hashing import splitmix64
+
+    tokens = re.findall(r"\w+", text.lower())
+    if len(tokens) < n:
+        return np.empty(0, dtype=np.uint64)
+    base = np.array([xxhash.xxh3_64_intdigest(w.encode("utf-8"), seed=dc.WORD_SEED) for w in tokens], dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        rolling = base[: len(base) - n + 1].copy()
+        for i in range(1, n):
+            rolling = rolling * np.uint64(0x100000001B3) + base[i : len(base) - n + 1 + i]
+        return splitmix64(rolling)
+
+
+def _word_cases():
+    import random
+
+    atoms = ["a", "B", "ab", "Ab", "x_y", "_", "__", "12", "\u0661\u0662", "\u00b2", "\u00bd", "\u00e9", "E\u0301",
+             "\u00df", "\u0130", "\u212a", "\ufb01", "\u03a3", "\u03c3\u03c2", "\u4e2d\u6587", "\U0001f600",
+             "\U00010400", "\ud800", "\udfff", " ", "  ", "\n", "\t", ".", ",", "-", "'", "\u00a0", "\u200b",
+             "\u0301", "\x00", "\u2028"]
+    rng = random.Random(13)
+    cases = ["", " ", "a", "a b", PASSAGE, PASSAGE.upper()] + atoms
+    for _ in range(2000):
+        cases.append("".join(rng.choice(atoms) for _ in range(rng.randint(1, 60))))
+    # many distinct words of one length, so that words share hash-table slots
+    cases.append(" ".join(f"{a}{b}{c}" for a in "abcdefghij" for b in "klmnopqrst" for c in "uvwxyz0123"))
+    return cases
+
+
+def test_word_characters_are_those_of_the_regex():
+    table = dc._word_characters()
+    assert table.shape == (0x110000,)
+    assert table.tolist() == [chr(c).isalnum() or c == 95 for c in range(0x110000)]
+
+
+def test_distinct_words_rebuild_words():
+    for text in _word_cases():
+        lowered = text.lower()
+        distinct, ids = dc.distinct_words(lowered)
+        assert len(set(distinct)) == len(distinct) and list(dict.fromkeys(dc.words(text))) == distinct
+        assert [distinct[i] for i in ids.tolist()] == dc.words(text), text
+
+
+def test_ngram_hashes_match_the_plain_twin():
+    cache = {}
+    for text in _word_cases():
+        for n in (1, 2, 13):
+            expected = _plain_ngram_hashes(text, n).tolist()
+            assert dc.ngram_hashes(text, n).tolist() == expected, text
+            assert dc.ngram_hashes(text, n, cache).tolist() == expected, text
+    assert all(dc.word_hash(w) == h for w, h in cache.items())
+
+
+def test_ngram_hashes_are_pinned():
+    """The hash is the index format (INDEX_FORMAT): these values must never change."""
+    assert dc.INDEX_FORMAT == "ngram-xxh3w-poly-splitmix64-v1"
+    assert dc.ngram_hashes("a b c d a b c", 2).tolist() == [
+        11082540707977493286, 1370234709057745135, 7016634405026243004, 7121778298288418089,
+        11082540707977493286, 1370234709057745135]
+    assert dc.ngram_hashes("The aardwolf, the AARDWOLF: \u00df \u0130 x_y 12", 3).tolist() == [
+        2465611928486026304, 12718748255492758860, 6572411227992394955, 7168524201874418658,
+        14135293005813294940, 18319107307023283848]
+
+
 # --- on the sample (the session build of tests/conftest.py) -----------------------------
 
 def test_the_sample_evalset_leaks_on_purpose(built):
