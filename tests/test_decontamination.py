@@ -10,6 +10,8 @@ import pytest
 
 from beam_pipeline import cli
 from beam_pipeline.filters import decontamination as dc
+from beam_pipeline.filters.code_points import code_point_table
+from beam_pipeline.filters.lowered_words import distinct_words, lowered_words
 
 PASSAGE = ("The aardwolf (Proteles cristata) is a small, insectivorous mammal, native to East and Southern "
            "Africa. Its name means earth wolf in Afrikaans and Dutch.")
@@ -97,7 +99,7 @@ def _word_cases():
 
 
 def test_word_characters_are_those_of_the_regex():
-    table = dc._word_characters()
+    table = code_point_table(r"\w")
     assert table.shape == (0x110000,)
     assert table.tolist() == [chr(c).isalnum() or c == 95 for c in range(0x110000)]
 
@@ -105,7 +107,7 @@ def test_word_characters_are_those_of_the_regex():
 def test_distinct_words_rebuild_words():
     for text in _word_cases():
         lowered = text.lower()
-        distinct, ids = dc.distinct_words(lowered)
+        distinct, ids = distinct_words(lowered)
         assert len(set(distinct)) == len(distinct) and list(dict.fromkeys(dc.words(text))) == distinct
         assert [distinct[i] for i in ids.tolist()] == dc.words(text), text
 
@@ -175,3 +177,15 @@ def test_contamination_report_needs_an_index(tmp_path, capsys):
     (tmp_path / "e.txt").write_text("x\n")
     assert cli.main(["contamination-report", "--dataset", str(dataset), "--evalset", str(tmp_path / "e.txt")]) == 2
     assert "built without decontamination.index: true" in capsys.readouterr().err
+
+
+def test_the_lowered_words_of_a_text_are_made_once_and_equal_findall():
+    """The safety and decontamination scorers share one text's words (filters/lowered_words.py)."""
+    text = "Ünïcode WORDS, words\u00a0and_more 42 \ud800 lone \u0130stanbul"
+    found = lowered_words(text)
+    assert found.lowered == text.lower() and found.words() == dc.words(text)
+    assert lowered_words(text) is found  # the same text object: made once
+    equal = "".join(list(text))  # equal characters, another object: made again, the same values
+    again = lowered_words(equal)
+    assert again is not found and again.words() == found.words() and again.distinct == found.distinct
+    assert lowered_words("").words() == [] and lowered_words("").ids.size == 0

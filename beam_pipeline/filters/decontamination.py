@@ -24,7 +24,6 @@ item per line).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import re
 from typing import Iterable
@@ -32,7 +31,7 @@ from typing import Iterable
 import numpy as np
 import xxhash
 
-from beam_pipeline.dedup.compiled import compiled
+from beam_pipeline.filters.lowered_words import lowered_words
 from beam_pipeline.hashing import splitmix64
 
 WORD_SEED = 0x5EED_13
@@ -54,11 +53,12 @@ def ngram_hashes(text: str, n: int, cache: dict[str, int] | None = None) -> np.n
     """uint64 hashes of every word n-gram of ``text`` (in order; repeats kept).
 
     The words are those of :func:`words`, found by a compiled loop over the code points of the lower-cased
-    text (:func:`distinct_words`), which also numbers the distinct ones: only those become Python strings
-    and get hashed (2.5x cheaper on the sample than ``findall`` and a dict lookup per word).
+    text (:func:`.lowered_words`, shared with the safety scorer), which also numbers the distinct ones: only
+    those become Python strings and get hashed (2.5x cheaper on the sample than ``findall`` and a dict
+    lookup per word).
     """
-    lowered = text.lower()
-    distinct, ids = distinct_words(lowered)
+    found = lowered_words(text)
+    distinct, ids = found.distinct, found.ids
     if len(ids) < n:
         return np.empty(0, dtype=np.uint64)
     if cache is None:
@@ -74,88 +74,6 @@ def ngram_hashes(text: str, n: int, cache: dict[str, int] | None = None) -> np.n
         for i in range(1, n):
             rolling = rolling * _MULTIPLIER + base[i : len(base) - n + 1 + i]
         return splitmix64(rolling)
-
-
-def distinct_words(lowered: str) -> tuple[list[str], np.ndarray]:
-    """(the distinct words of ``lowered`` in order of first occurrence, each word's number in that list).
-
-    ``[distinct[i] for i in ids] == words(lowered)`` for a lower-cased text: a word is a maximal run of the
-    code points that ``\\w`` matches (:func:`_word_characters`, made by the regex itself), so the runs are
-    ``findall``'s. ``surrogatepass`` keeps lone surrogates (JSON's ``\\ud800``) as the code points they are
-    (``\\w`` matches none), so the loop's positions are the string's.
-    """
-    points = np.frombuffer(lowered.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    starts, ends, ids, firsts = _split_words(points, _word_characters())
-    distinct = [lowered[start:end] for start, end in zip(starts[firsts].tolist(), ends[firsts].tolist())]
-    return distinct, ids
-
-
-@functools.cache
-def _word_characters() -> np.ndarray:
-    """A bool per code point (0 to 0x10FFFF): whether ``\\w`` (:data:`_WORD`) matches it (~0.04 s, once)."""
-    every = np.arange(0x110000, dtype=np.uint32).tobytes().decode("utf-32-le", "surrogatepass")
-    table = np.zeros(len(every), dtype=np.bool_)
-    for m in _WORD.finditer(every):
-        table[m.start() : m.end()] = True
-    return table
-
-
-@compiled
-def _split_words(points, is_word):  # pragma: no cover - compiled; tests compare it with words()
-    """(starts, ends, ids, firsts) of the words of ``points`` (maximal runs of code points ``c`` with
-    ``is_word[c]``): each word's start and end, its number (distinct words are numbered in order of first
-    occurrence) and, for each number, the word that first had it. A hash table of word numbers: words are
-    compared by length and code points (the hash only picks the slot)."""
-    size = points.shape[0]
-    starts = np.empty(size // 2 + 1, dtype=np.int64)
-    ends = np.empty(size // 2 + 1, dtype=np.int64)
-    n_words = 0
-    i = 0
-    while i < size:
-        if is_word[points[i]]:
-            j = i + 1
-            while j < size and is_word[points[j]]:
-                j += 1
-            starts[n_words] = i
-            ends[n_words] = j
-            n_words += 1
-            i = j
-        else:
-            i += 1
-    table, bits = 2, 1
-    while table < 2 * n_words:
-        table, bits = 2 * table, bits + 1
-    mask, shift = table - 1, np.uint64(64 - bits)
-    slots = np.full(table, -1, dtype=np.int64)  # the first word of each slot's number, -1 for none
-    ids = np.empty(n_words, dtype=np.int64)
-    firsts = np.empty(n_words, dtype=np.int64)
-    distinct = 0
-    prime, golden = np.uint64(0x100000001B3), np.uint64(0x9E3779B97F4A7C15)
-    for w in range(n_words):
-        start, end = starts[w], ends[w]
-        length = end - start
-        value = np.uint64(length)  # FNV-style over the code points
-        for j in range(start, end):
-            value = (value ^ np.uint64(points[j])) * prime
-        slot = np.int64((value * golden) >> shift)
-        while True:
-            other = slots[slot]
-            if other < 0:
-                slots[slot] = w
-                ids[w] = distinct
-                firsts[distinct] = w
-                distinct += 1
-                break
-            if ends[other] - starts[other] == length:
-                offset = starts[other] - start
-                j = start
-                while j < end and points[j + offset] == points[j]:
-                    j += 1
-                if j == end:
-                    ids[w] = ids[other]
-                    break
-            slot = (slot + 1) & mask
-    return starts[:n_words], ends[:n_words], ids, firsts[:distinct]
 
 
 @dataclasses.dataclass

@@ -41,7 +41,6 @@ on detector order.
 
 from __future__ import annotations
 
-import functools
 import ipaddress
 import re
 from typing import Callable, Iterable, Iterator, Mapping
@@ -49,6 +48,7 @@ from typing import Callable, Iterable, Iterator, Mapping
 import numpy as np
 
 from beam_pipeline.dedup.compiled import compiled
+from beam_pipeline.filters.code_points import code_point_table, code_points
 
 KINDS = ("email", "phone", "ip", "credit_card", "ssn", "iban", "secret")
 #: Which detection wins when two overlap (earlier wins).
@@ -164,21 +164,9 @@ def _numberish_matches(text: str) -> Iterator[re.Match]:
 
 def number_runs(text: str) -> list[tuple[int, int]]:
     """(start, end) of the maximal runs of ``[\\d .()+\\-]`` characters whose first and last digits are at
-    least 6 apart: where :data:`_NUMBERISH` can match. ``surrogatepass`` keeps lone surrogates (JSON's
-    ``\\ud800``) as the code points they are, so positions are the string's."""
-    points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    starts, ends = _number_runs(points, _digit_characters())
+    least 6 apart: where :data:`_NUMBERISH` can match (positions are the string's: :func:`.code_points`)."""
+    starts, ends = _number_runs(code_points(text), code_point_table(r"\d"))
     return list(zip(starts.tolist(), ends.tolist()))
-
-
-@functools.cache
-def _digit_characters() -> np.ndarray:
-    """A bool per code point (0 to 0x10FFFF): whether ``\\d`` matches it (made by the regex itself, once)."""
-    every = np.arange(0x110000, dtype=np.uint32).tobytes().decode("utf-32-le", "surrogatepass")
-    table = np.zeros(len(every), dtype=np.bool_)
-    for m in re.finditer(r"\d+", every):
-        table[m.start() : m.end()] = True
-    return table
 
 
 @compiled
@@ -423,11 +411,11 @@ def iban_starts(text: str) -> list[int]:
 
     A superset, from four vectorized comparisons of the code points instead of the regex's scan of every
     position: non-ASCII characters count as digits (``\\d`` matches every Unicode digit), so the regex
-    decides at each start. ``surrogatepass`` keeps lone surrogates (JSON's ``\\ud800``) as code points.
+    decides at each start.
     """
     if len(text) < 4:
         return []
-    points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    points = code_points(text)
     upper = (points >= 65) & (points <= 90)
     digit = ((points >= 48) & (points <= 57)) | (points > 127)
     return np.flatnonzero(upper[:-3] & upper[1:-2] & digit[2:-1] & digit[3:]).tolist()

@@ -32,6 +32,10 @@ import os
 import re
 from typing import Iterable, Mapping
 
+import numpy as np
+
+from beam_pipeline.filters.lowered_words import lowered_words
+
 _WORD = re.compile(r"\w+")
 
 #: lid.176 code -> file name in glin-profanity's dictionaries folder.
@@ -139,7 +143,8 @@ class BadWords:
         """``badword_count``, ``badword_ratio``, ``badword_lang`` for one document."""
         if not language or language not in self.languages:
             return {"badword_count": None, "badword_ratio": None, "badword_lang": None}
-        lowered = text.lower()
+        found = lowered_words(text)  # made once per document: the decontamination scorer reads them too
+        lowered = found.lowered
         count = chars = 0
         if language in self._substring:
             for match in self._substring[language].finditer(lowered):
@@ -147,15 +152,18 @@ class BadWords:
                 chars += len(match.group(0))
         else:
             single, phrases, pattern, other = self._words[language]
-            tokens = _WORD.findall(lowered)
-            present = set(tokens)
-            for word in single.intersection(present):
-                occurrences = tokens.count(word)
-                count += occurrences
-                chars += occurrences * len(word)
+            present = set(found.distinct)
+            hits = single.intersection(present)
+            if hits:
+                occurrences = np.bincount(found.ids, minlength=len(found.distinct))
+                for word in hits:
+                    times = int(occurrences[found.distinct.index(word)])
+                    count += times
+                    chars += times * len(word)
             # a phrase can occur only where all of its words do: most texts hold none, and skip the walk
             possible = _possible_phrases(phrases, present)
             if possible:
+                tokens = found.words()
                 for i, token in enumerate(tokens):
                     for phrase in possible.get(token, ()):
                         if tuple(tokens[i : i + len(phrase)]) == phrase:
