@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
-from itertools import count
+from itertools import compress, count
 
 import numpy as np
 import pytest
@@ -318,6 +318,134 @@ def test_sentence_total_of_joined_lines_equals_the_per_line_search(texts):
         assert reference_tokenizer._sentence_total_by_line(lines) == expected, lines
 
 
+ODD_LINES_TEXTS = [
+    "",
+    "\n",
+    "One. Two\nThree. four\n",
+    "  lead. Space  \n\tTab. xx  yy.  zz\n\n\nend",
+    "aa\r\nbb. cc\rdd. ee\x0bff. gg\x0chh. ii\x1cjj. kk\x1dll. mm\x1enn. oo\x85pp. qq\u2028rr. ss\u2029tt. uu",
+    "xx.\x1fyy. zz\u00a0ww. vv\u3000uu",  # whitespace that breaks no line
+    "One.  ) two!  ?three\n(1) one.) two!\t?three. \u00a0 xx",
+    "a . . b\n. . .\n...\n!? xx",
+    "Ünïcode. Line\n日本語。次の文\na\u2026 b? c\nx\u0964 y",
+    "\ud800 lone. surrogate \udfff. xx",
+    "\r\n\r\nxx. yy\r\r\nzz. ww",
+    "end.\u2003Next. \u205fmore",
+]
+
+
+def test_separator_table_is_str_split_and_splitlines():
+    """The compiled sentence loop's separators: ``str.isspace`` and ``str.splitlines``' line breaks, and no
+    code point above the table is either."""
+    table = reference_tokenizer._SEPARATORS
+    for code in range(0x110000):
+        character = chr(code)
+        expected = (character.isspace()) + (len(f"a{character}a".splitlines()) == 2)
+        assert (table[code] if code < len(table) else 0) == expected, hex(code)
+
+
+def plain_kept_sentences(text, numbers):
+    """The sentencizer's count of the stripped lines ``numbers`` of ``text``, from their strings."""
+    lines = text.splitlines()
+    return sum(plain_sentences(lines[number].strip()) for number in numbers)
+
+
+def document_tokens(text):
+    """A document's tokens with their chunk ends, as ``heuristics_reference.score`` makes them."""
+    vocabulary = reference_tokenizer.VOCABULARY
+    return heuristics_reference._Tokens(*vocabulary.tokens_of(vocabulary.chunk_ids_of(text.split())))
+
+
+def test_line_sentences_from_tokens_equal_the_lines_strings(texts):
+    """The compiled count over a document's tokens (:func:`reference_tokenizer.line_sentences`) equals the
+    sentencizer's count of each chosen line's string: all lines, every other one, C4's kept lines, on every
+    sample document and texts with every line break, whitespace that is not a space, runs of spaces."""
+    checked = 0
+    for text in texts + ODD_LINES_TEXTS:
+        tokens = document_tokens(text)
+        n_lines = len(text.splitlines())
+        for numbers in (list(range(n_lines)), list(range(0, n_lines, 2)), list(range(1, n_lines, 3))):
+            assert tokens.line_sentences(text, numbers) == plain_kept_sentences(text, numbers), (text[:80], numbers)
+            checked += len(numbers)
+        kept, _, _, numbers = heuristics_reference._c4_kept_at(text.splitlines(), text)
+        assert [text.splitlines()[number].strip() for number in numbers] == kept or "[" in text
+    assert checked > 50_000
+    for text in ODD_LINES_TEXTS[2:]:  # a count per line, each line alone
+        tokens = document_tokens(text)
+        for number in range(len(text.splitlines())):
+            assert tokens.line_sentences(text, [number]) == plain_kept_sentences(text, [number]), (text, number)
+
+
+def test_line_sentences_refuse_chunks_of_another_text():
+    """Chunk ends that do not match the text's chunks give None (the caller counts from strings)."""
+    tokens = document_tokens("One. Two three. four")
+    assert tokens.line_sentences("One. Two three.", [0]) is None
+    assert tokens.line_sentences("One. Two three. four five", [0]) is None
+    assert heuristics_reference._Tokens(tokens.ids).line_sentences("One. Two three. four", [0]) is None
+
+
+def test_c4_sentences_from_tokens_equal_the_kept_lines_count(texts):
+    """C4's columns from the document's tokens equal those from the kept lines' strings (``sentence_total``),
+    citations removed from some lines or not."""
+    cited = [
+        "A line with a citation.[1] And more. Here [2].\nPlain line. With two. Sentences here.",
+        "Cited [3]. x. y z.\nNot cited. a b c.\n[4] Only. a citation. here!",
+        "[edit] A heading? yes. no.\nSome text here. and there.",
+    ]
+    for text in texts + ODD_LINES_TEXTS + cited:
+        expected = heuristics_reference.c4(text)
+        assert heuristics_reference.c4(text, tokens=document_tokens(text)) == expected, text[:80]
+
+
+def plain_suffix_length(string):
+    """The suffix pattern's leftmost match in the whole string, searched (no tail, no memo, no shortcut)."""
+    match = re.search(reference_tokenizer._rules.SUFFIX, string)
+    return match.end() - match.start() if match is not None else 0
+
+
+def test_suffix_length_by_last_character_equals_the_search(texts):
+    """The suffix length decided by the last character (:func:`reference_tokenizer._suffix_endings`) or by
+    the memoized tail search equals a search of the whole string: on every chunk of the sample (and every
+    string the affix loop looks at in them), every code point alone and after a word or a number, and
+    crafted ones (units, currencies, 's, ellipses, degrees); chunks hold no whitespace, so none here."""
+    assert reference_tokenizer._SUFFIX_ENDS is not None and len(reference_tokenizer._SUFFIX_ONE) > 100
+    strings = {chunk for text in texts for chunk in text.split()}
+    strings |= {chunk[i:] for chunk in list(strings) for i in range(1, min(len(chunk), 4))}
+    strings |= {chunk[:-i] for chunk in list(strings) for i in range(1, min(len(chunk), 4))}
+    # chunks hold no whitespace (and the pattern's $ would match before a final newline)
+    characters = [chr(code) for code in range(0x110000) if not chr(code).isspace()]
+    strings.update(characters)
+    for character in set(characters[:0x3000]) | reference_tokenizer._SUFFIX_ENDS:
+        strings.update(("word" + character, "10" + character, "x." + character, "'" + character))
+    strings.update(["", ".", "..", "...", "a..", "…", "……", "x…", "10km", "10km²", "5m/s", "3kg,", "10$", "10US$",
+                    "5C$", "US$", "x's", "X'S", "it’s", "IT’S", "°F.", "30°c.", "word.", "Word.", "3.", "10%",
+                    "5+", "a+", "x)", "x),", "(x)", "'", "''", "x'", "ok!", "¶", "x¶", "10K", "10M", "ab10km"])
+    for chunk in sorted(strings):
+        assert reference_tokenizer._suffix_length(chunk) == plain_suffix_length(chunk), repr(chunk)
+        assert reference_tokenizer._suffix_length_searched(chunk) == plain_suffix_length(chunk), repr(chunk)
+
+
+def test_infix_spans_equal_finditer(texts):
+    """The infix spans searched from the characters an infix starts with (for an ASCII string, from the
+    class's ASCII characters: :func:`reference_tokenizer._ascii_class`) equal ``re.finditer`` of the infix
+    pattern, on every chunk of the sample, each ASCII and non-ASCII character between letters or digits,
+    and crafted code-like chunks."""
+    infix = re.compile(reference_tokenizer._rules.INFIX)
+    ascii_class = reference_tokenizer._INFIX_START_ASCII
+    for code in range(128):
+        expected = reference_tokenizer._INFIX_START.fullmatch(chr(code)) is not None
+        assert (ascii_class.fullmatch(chr(code)) is not None) == expected, code
+    chunks = {chunk for text in texts for chunk in text.split()}
+    for code in list(range(33, 0x3000, 7)) + list(range(33, 128)):
+        for context in ("a{}b", "1{}2", "A{}z", "é{}a", "a{}{}b", "{}a", "a{}"):
+            chunks.add(context.format(chr(code), chr(code)))
+    chunks.update(["", "a.b.c", "sqlalchemy.sql.Select()", "a-b", "1-2", "x=y", "a:b", "a/b", "1.5e-3", "a...b",
+                   "a…b", "a--b", "a^b", "a~b", "a<b>c", "re.sub('-{1,2}',", "--stat[=<width>[,<name-width>]]",
+                   "naïve-word", "日本-語", "a©b", "x😀y"])
+    for chunk in sorted(chunks):
+        assert reference_tokenizer._infix_spans(chunk) == [m.span() for m in infix.finditer(chunk)], repr(chunk)
+
+
 def test_chunk_cache_cleared_when_full_gives_the_same_words(texts, monkeypatch):
     """A full chunk cache is cleared between documents (a new generation) and the words stay the same."""
     sample = texts[:40]
@@ -327,6 +455,43 @@ def test_chunk_cache_cleared_when_full_gives_the_same_words(texts, monkeypatch):
     generation = reference_tokenizer.VOCABULARY.generation
     assert [reference_tokenizer.words(text) for text in sample] == expected
     assert reference_tokenizer.VOCABULARY.generation > generation + 1
+
+
+def _tokenized_with_renewals(sample, monkeypatch, renew=True):
+    """Every document's words through a small chunk cache (new generations), the chunks tokenized, and how
+    many chunks met again a new generation kept."""
+    vocabulary = reference_tokenizer._Vocabulary()
+    monkeypatch.setattr(reference_tokenizer, "VOCABULARY", vocabulary)
+    monkeypatch.setattr(reference_tokenizer, "CACHE_SIZE", 4_000)
+    if not renew:
+        monkeypatch.setattr(reference_tokenizer._Vocabulary, "_renew", lambda self, chunks: self.clear())
+    tokenized = []
+    original = reference_tokenizer._tokenize_chunk
+    monkeypatch.setattr(reference_tokenizer, "_tokenize_chunk", lambda chunk: tokenized.append(chunk) or original(chunk))
+    words, kept, generation = [], 0, vocabulary.generation
+    for text in sample:
+        before = vocabulary.generation
+        reused = set(compress(vocabulary.chunk_ids, vocabulary.reused[: len(vocabulary.chunk_ids)].tolist()))
+        words.append(reference_tokenizer.words(text))
+        if vocabulary.generation != before:
+            kept += len(reused & set(vocabulary.chunk_ids) - set(text.split()))  # not the document's own
+            for chunk in vocabulary.chunk_ids:  # the carried-over tokens and classes are the chunk's
+                tokens = reference_tokenizer.chunk_tokens(chunk)
+                assert tokens == original(chunk), chunk
+                assert vocabulary.classes[chunk] == "".join(map(reference_tokenizer._token_class, tokens)), chunk
+    assert vocabulary.generation > generation + 1
+    return words, len(tokenized), kept
+
+
+def test_a_new_generation_keeps_the_chunks_met_again(texts, monkeypatch):
+    """When the chunk cache is full, the new generation starts with the chunks a later document met again,
+    their tokens carried over instead of tokenized again; every document's words stay the same."""
+    sample = texts[:80]
+    expected = [reference_tokenizer.words(text) for text in sample]
+    words, tokenized, kept = _tokenized_with_renewals(sample, monkeypatch)
+    assert words == expected and kept > 500
+    cleared_words, cleared_tokenized, cleared_kept = _tokenized_with_renewals(sample, monkeypatch, renew=False)
+    assert cleared_words == expected and cleared_kept == 0 and tokenized < cleared_tokenized
 
 
 def plain_sentences(line):

@@ -89,15 +89,16 @@ def _fraction(part: float, whole: float) -> float | None:
 
 
 class _TokenProperties:
-    """Length, "symbolic" (only datatrove punctuation) and "alphabetic" of every interned token, as arrays
-    indexed by token id; extended as the vocabulary grows, reset with its generation."""
+    """Length, "symbolic" (only datatrove punctuation), "alphabetic" and sentence class
+    (:data:`.reference_tokenizer.SENTENCE_CODES`) of every interned token, as arrays indexed by token id;
+    extended as the vocabulary grows, reset with its generation."""
 
     def __init__(self):
         self.generation = -1
         self.masks_generation = -1
         self.masks: dict[int, tuple[Iterable[str], frozenset[str], np.ndarray]] = {}
 
-    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         vocabulary = reference_tokenizer.VOCABULARY
         if self.generation != vocabulary.generation:
             self.generation = vocabulary.generation
@@ -105,13 +106,14 @@ class _TokenProperties:
             self.lengths = np.zeros(1024, np.int64)
             self.symbolic = np.zeros(1024, bool)
             self.alpha = np.zeros(1024, bool)
+            self.sentence = np.zeros(1024, np.uint8)
         strings = vocabulary.strings
         if len(strings) > self.size:
             new = strings[self.size :]
             end = len(strings)
             if end > len(self.lengths):
                 capacity = max(end, 2 * len(self.lengths))
-                for name in ("lengths", "symbolic", "alpha"):
+                for name in ("lengths", "symbolic", "alpha", "sentence"):
                     old = getattr(self, name)
                     grown = np.zeros(capacity, old.dtype)
                     grown[: self.size] = old[: self.size]
@@ -119,10 +121,13 @@ class _TokenProperties:
             self.lengths[self.size : end] = np.fromiter(map(len, new), np.int64, len(new))
             self.symbolic[self.size : end] = np.fromiter(map(_PUNCTUATION.issuperset, new), bool, len(new))
             self.alpha[self.size : end] = np.fromiter(
-                (token.isalpha() or any(c.isalpha() for c in token) for token in new), bool, len(new)
+                (token.isalpha() or any(map(str.isalpha, token)) for token in new), bool, len(new)
             )
+            classes = vocabulary.token_classes[self.size : end]
+            codes = reference_tokenizer.SENTENCE_CODES
+            self.sentence[self.size : end] = np.fromiter(map(codes.__getitem__, classes), np.uint8, len(classes))
             self.size = end
-        return self.lengths, self.symbolic, self.alpha
+        return self.lengths, self.symbolic, self.alpha, self.sentence
 
     def member_mask(self, words: Iterable[str]) -> np.ndarray:
         """A bool per interned token id (up to the vocabulary's size now): the token is one of ``words``.
@@ -148,15 +153,25 @@ _PROPERTIES = _TokenProperties()
 
 
 class _Tokens:
-    """A document's words (spaCy tokens) as token ids, with their lengths and properties."""
+    """A document's words (spaCy tokens) as token ids, with their lengths and properties; ``chunk_ends``:
+    where the tokens of each chunk of ``text.split()`` end, when known (then :meth:`line_sentences` counts)."""
 
-    def __init__(self, ids: np.ndarray):
+    def __init__(self, ids: np.ndarray, chunk_ends: np.ndarray | None = None):
         self.count = len(ids)
         self.ids = ids
-        lengths, symbolic, alpha = _PROPERTIES.arrays()
+        self.chunk_ends = chunk_ends
+        lengths, symbolic, alpha, sentence = _PROPERTIES.arrays()
         self.lengths = lengths[self.ids]
         self.symbolic = symbolic[self.ids]
         self.alpha = alpha[self.ids]
+        self.sentence = sentence[self.ids] if chunk_ends is not None else None
+
+    def line_sentences(self, text: str, numbers: list[int]) -> int | None:
+        """:func:`.reference_tokenizer.line_sentences` of the lines numbered ``numbers`` of ``text`` (these
+        tokens' text), or None when the chunk ends are not known or do not match."""
+        if self.chunk_ends is None or self.sentence is None:
+            return None
+        return reference_tokenizer.line_sentences(text, numbers, self.sentence, self.chunk_ends)
 
     def distinct_members(self, words: Iterable[str]) -> int:
         """How many distinct tokens of ``words`` occur (their ids compared one by one in the tests), from one pass
@@ -331,8 +346,16 @@ def _c4_lines(lines: list[str]):
 
 
 def _c4_kept(lines: list[str], text: str, stripped: list[str] | None = None) -> tuple[list[str], bool, bool]:
-    """(kept lines, a line has "lorem ipsum", a line has "{") of :func:`_c4_lines`, the kept lines in
-    order, with C-level ``map``/``compress`` passes over all lines instead of a Python loop per line.
+    """(kept lines, a line has "lorem ipsum", a line has "{") of :func:`_c4_lines` (:func:`_c4_kept_at`)."""
+    return _c4_kept_at(lines, text, stripped)[:3]
+
+
+def _c4_kept_at(
+    lines: list[str], text: str, stripped: list[str] | None = None
+) -> tuple[list[str], bool, bool, list[int]]:
+    """(kept lines, a line has "lorem ipsum", a line has "{", the kept lines' numbers in ``lines``) of
+    :func:`_c4_lines`, the kept lines in order, with C-level ``map``/``compress`` passes over all lines
+    instead of a Python loop per line.
 
     ``text`` (the lines' text) decides which passes are needed: without ``[``
     no line has a citation to remove, so a line is the same before and after;
@@ -346,11 +369,13 @@ def _c4_kept(lines: list[str], text: str, stripped: list[str] | None = None) -> 
     stripped = list(map(str.strip, lines)) if stripped is None else stripped
     if "[" in text:
         ending = map(str.endswith, stripped, repeat(end_punctuation))
-        originals = list(compress(stripped, map(or_, ending, map(str.__contains__, stripped, repeat("[")))))
+        candidates = list(map(or_, ending, map(str.__contains__, stripped, repeat("["))))
+        originals = list(compress(stripped, candidates))
         cited = list(map(_cited, originals))
         punctuated = list(map(str.endswith, cited, repeat(end_punctuation)))
     else:  # no citation: the line as is
-        originals = cited = list(compress(stripped, map(str.endswith, stripped, repeat(end_punctuation))))
+        candidates = list(map(str.endswith, stripped, repeat(end_punctuation)))
+        originals = cited = list(compress(stripped, candidates))
         punctuated = repeat(True)
     unended = map(not_, map(str.endswith, cited, repeat(ellipsis)))
     worded = map((2).__lt__, map(len, map(str.split, originals, repeat(None), repeat(2))))
@@ -358,10 +383,11 @@ def _c4_kept(lines: list[str], text: str, stripped: list[str] | None = None) -> 
     if max(map(len, originals), default=0) > 1000:  # a line over 1,000 characters may hold a long word
         passing = list(map(and_, passing, map(_no_long_word, originals)))
     kept = list(compress(cited, passing))
+    numbers = list(compress(compress(range(len(stripped)), candidates), passing))
     lower = "\n".join(kept).lower()
     if "lorem ipsum" in lower or "javascript" in lower or any(map(lower.__contains__, _POLICY_WORDS)):
-        kept_lines, lorem, curly = [], False, False
-        for line in kept:  # the per-line content checks of _c4_lines
+        kept_lines, kept_numbers, lorem, curly = [], [], False, False
+        for line, number in zip(kept, numbers):  # the per-line content checks of _c4_lines
             line_lower = line.lower()
             if "lorem ipsum" in line_lower:
                 lorem = True
@@ -371,11 +397,12 @@ def _c4_kept(lines: list[str], text: str, stripped: list[str] | None = None) -> 
                 curly = True
             elif not _POLICY(line_lower):
                 kept_lines.append(line)
-        return kept_lines, lorem, curly
+                kept_numbers.append(number)
+        return kept_lines, lorem, curly, kept_numbers
     if "{" not in text:
-        return kept, False, False
-    bracketed = list(map(str.__contains__, kept, repeat("{")))
-    return list(compress(kept, map(not_, bracketed))), False, any(bracketed)
+        return kept, False, False, numbers
+    unbracketed = list(map(not_, map(str.__contains__, kept, repeat("{"))))
+    return list(compress(kept, unbracketed)), False, not all(unbracketed), list(compress(numbers, unbracketed))
 
 
 def _cited(line: str) -> str:
@@ -390,7 +417,9 @@ def _no_long_word(line: str) -> bool:
 _POLICY_WORDS = ("cookie", "terms of use", "privacy policy")
 
 
-def c4(text: str, lines: list[str] | None = None, stripped: list[str] | None = None) -> dict:
+def c4(
+    text: str, lines: list[str] | None = None, stripped: list[str] | None = None, tokens: _Tokens | None = None
+) -> dict:
     """datatrove ``C4QualityFilter`` (tfds ``c4_utils.clean_page``; Raffel et al. 2020, 2.2), as scores.
 
     Lines are ``splitlines()``, stripped; a line is removed when it has a word
@@ -403,15 +432,33 @@ def c4(text: str, lines: list[str] | None = None, stripped: list[str] | None = N
     ``ref_c4_kept_lines``     lines kept
     ``ref_c4_sentences``      spaCy sentencizer sentences in the kept lines (C4: < 5 drops the page)
 
-    (:func:`_c4_kept` computes what :func:`_c4_lines` yields.)
+    (:func:`_c4_kept` computes what :func:`_c4_lines` yields; ``tokens``: the text's, when the caller has
+    them, so that the sentences are counted from them, :func:`_kept_sentences`.)
     """
-    kept_lines, lorem, curly = _c4_kept(text.splitlines() if lines is None else lines, text, stripped)
+    lines = text.splitlines() if lines is None else lines
+    stripped = list(map(str.strip, lines)) if stripped is None else stripped
+    kept_lines, lorem, curly, numbers = _c4_kept_at(lines, text, stripped)
     return {
-        "ref_c4_sentences": sentence_total(kept_lines),
+        "ref_c4_sentences": _kept_sentences(text, kept_lines, numbers, stripped, tokens),
         "ref_c4_kept_lines": len(kept_lines),
         "ref_c4_lorem_ipsum": lorem,
         "ref_c4_curly_bracket": curly,
     }
+
+
+def _kept_sentences(text: str, kept: list[str], numbers: list[int], stripped: list[str], tokens: _Tokens | None) -> int:
+    """``sentence_total(kept)``: the kept lines that are their stripped line (no citation removed) counted
+    from the text's tokens (:meth:`_Tokens.line_sentences`), the others from their strings."""
+    if tokens is None:
+        return sentence_total(kept)
+    if "[" in text:  # a line whose citations were removed is not the text's line: counted from its string
+        same = list(map(str.__eq__, kept, map(stripped.__getitem__, numbers)))
+        if not all(same):
+            changed = list(compress(kept, map(not_, same)))
+            from_tokens = tokens.line_sentences(text, list(compress(numbers, same)))
+            return sentence_total(kept) if from_tokens is None else from_tokens + sentence_total(changed)
+    from_tokens = tokens.line_sentences(text, numbers)
+    return sentence_total(kept) if from_tokens is None else from_tokens
 
 
 def c4_kept_text(text: str) -> str:
@@ -459,13 +506,14 @@ def score(
 ) -> dict:
     """Every reference column for one document (``pieces``: ``text.split("\\n")``, ``chunks``:
     ``text.split()``, when the caller has them already)."""
-    tokens = _Tokens(reference_tokenizer.word_ids(text, chunks))
+    vocabulary = reference_tokenizer.VOCABULARY
+    tokens = _Tokens(*vocabulary.tokens_of(vocabulary.chunk_ids_of(text.split() if chunks is None else chunks)))
     lines = text.splitlines()
     stripped = list(map(str.strip, lines))
     pieces = text.split("\n") if pieces is None else pieces
     return {
         **gopher_quality(text, tokens, language, stop_words, lines, stripped),
         **gopher_repetition(text, tokens, pieces),
-        **c4(text, lines, stripped),
+        **c4(text, lines, stripped, tokens),
         **fineweb(text, tokens, pieces),
     }

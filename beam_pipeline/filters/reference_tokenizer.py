@@ -37,7 +37,9 @@ from itertools import chain, filterfalse, repeat
 
 import numpy as np
 
+from beam_pipeline.dedup.compiled import compiled
 from beam_pipeline.filters import reference_rules as _rules
+from beam_pipeline.filters.code_points import code_points
 
 SPACY_VERSION = _rules.SPACY_VERSION
 
@@ -104,6 +106,23 @@ def _starts() -> tuple[re.Pattern | None, frozenset[str] | None]:
 
 _INFIX_START, _PREFIX_START = _starts()
 _infix_match = re.compile(_rules.INFIX).match
+
+
+def _ascii_class(pattern: re.Pattern | None) -> re.Pattern | None:
+    """The ASCII characters of the one-character class ``pattern``, as a class of their own.
+
+    ``re`` tests a character against a class with code points above U+FFFF
+    range by range (no bitmap), ~200 ns per character for the infix class; an
+    ASCII string (most code-like chunks) only needs the class's ASCII
+    characters, which ``re`` tests with a bitmap.
+    """
+    if pattern is None:
+        return None
+    characters = [chr(code) for code in range(128) if pattern.fullmatch(chr(code))]
+    return re.compile("[" + "".join(map(re.escape, characters)) + "]" if characters else "(?!)")
+
+
+_INFIX_START_ASCII = _ascii_class(_INFIX_START)
 _url_match = re.compile(_rules.URL_MATCH).match
 
 
@@ -114,7 +133,7 @@ def _infix_spans(string: str) -> list[tuple[int, int]]:
     if _INFIX_START is None:
         return [m.span() for m in re.finditer(_rules.INFIX, string)]
     spans = []
-    search = _INFIX_START.search
+    search = (_INFIX_START_ASCII if string.isascii() and _INFIX_START_ASCII is not None else _INFIX_START).search
     start = search(string)
     while start is not None:
         match = _infix_match(string, start.start())
@@ -188,7 +207,96 @@ _SUFFIX_GEOMETRY = _suffix_geometry()
 _suffix_memo: dict[str, int] = {}
 
 
+def _last_characters(items) -> list[tuple[int, int]] | None:
+    """Code point ranges (low, high) of every character a match of ``items`` (sre parse items, without a
+    final ``$``) can end with, or None when that is not simply a set of literals and ranges."""
+    import re._constants as c
+
+    if not items:
+        return None
+    op, av = items[-1]
+    if op is c.LITERAL:
+        return [(av, av)]
+    if op is c.IN:
+        out = []
+        for kind, value in av:
+            if kind is c.LITERAL:
+                out.append((value, value))
+            elif kind is c.RANGE:
+                out.append(value)
+            else:
+                return None
+        return out
+    if op is c.BRANCH:
+        out = []
+        for branch in av[1]:
+            last = _last_characters(branch.data if hasattr(branch, "data") else branch)
+            if last is None:
+                return None
+            out.extend(last)
+        return out
+    if op is c.SUBPATTERN:
+        return _last_characters(av[-1].data)
+    if op in (c.MAX_REPEAT, c.MIN_REPEAT) and av[0] >= 1:
+        return _last_characters(av[2].data)
+    return None
+
+
+def _suffix_endings() -> tuple[frozenset[str], frozenset[str]] | None:
+    """(every character a suffix can end with, the characters whose only suffixes are that character
+    alone, with one alternative that always matches it), or None when the pattern does not allow knowing.
+
+    Every alternative of the suffix pattern ends with ``$``, so the leftmost
+    match of a string ends at its end: a string whose last character ends no
+    alternative has no suffix; one whose last character ends only one-character
+    alternatives, one of them without a lookbehind, has a one-character
+    suffix. :func:`_suffix_length` answers those without a search.
+    """
+    import re._constants as c
+    import re._parser as parser
+
+    ((op, (_, branches)),) = parser.parse(_rules.SUFFIX).data
+    if op is not c.BRANCH:
+        return None
+    endings: set[str] = set()
+    longer: set[str] = set()
+    single: set[str] = set()
+    for branch in branches:
+        items = list(branch.data)
+        if not items or items[-1] != (c.AT, c.AT_END):
+            return None
+        body = items[:-1]
+        last = _last_characters(body)
+        if last is None:
+            return None
+        characters = {chr(code) for low, high in last for code in range(low, high + 1)}
+        endings |= characters
+        if branch.getwidth()[1] > 1:
+            longer |= characters
+        elif len(body) == 1 and body[0][0] in (c.LITERAL, c.IN):  # one character, no lookbehind
+            single |= characters
+    return frozenset(endings), frozenset(single - longer)
+
+
+_SUFFIX_ENDINGS = _suffix_endings()
+_SUFFIX_ENDS, _SUFFIX_ONE = _SUFFIX_ENDINGS if _SUFFIX_ENDINGS is not None else (None, frozenset())
+
+
 def _suffix_length(string: str) -> int:
+    """The length of the suffix pattern's leftmost match in ``string`` (0 without one): by the string's
+    last character when that decides (:func:`_suffix_endings`), else searched once per distinct tail
+    (:func:`_suffix_geometry`)."""
+    if _SUFFIX_ENDS is not None:
+        last = string[-1:]
+        if last not in _SUFFIX_ENDS:
+            return 0
+        if last in _SUFFIX_ONE:
+            return 1
+    return _suffix_length_searched(string)
+
+
+def _suffix_length_searched(string: str) -> int:
+    """:func:`_suffix_length` by a search of the pattern (once per distinct tail, memoized)."""
     if _SUFFIX_GEOMETRY is None or string.endswith(".."):
         match = _suffix_search(string)
         return match.end() - match.start() if match is not None else 0
@@ -335,12 +443,15 @@ class _Vocabulary:
     arrays (``first[chunk id]`` is where its ``sizes[chunk id]`` token ids
     start in ``flat``), so that a document's token ids are one dict lookup
     per chunk and a few array operations (:meth:`token_ids`). ``classes``
-    holds each chunk's sentence classes (:func:`_token_class` of its tokens,
-    one letter each), made when the chunk is tokenized.
+    gives each chunk's sentence classes (:func:`_token_class` of its tokens,
+    one letter each) from its token ids (:class:`_ChunkClasses`).
 
-    Cleared as a whole (a new *generation*) before it would outgrow
-    :data:`CACHE_SIZE` chunks, only between documents, so a document's ids
-    are always consistent.
+    Renewed as a whole (a new *generation*, every id changes) before it
+    would outgrow :data:`CACHE_SIZE` chunks, only between documents, so a
+    document's ids are always consistent. A new generation starts with the
+    chunks of the old one that a later document met again (``reused``; the
+    corpus's frequent words, at most half the cache), their tokens carried
+    over, so that they are not tokenized again (:meth:`_renew`).
     """
 
     def __init__(self):
@@ -349,12 +460,13 @@ class _Vocabulary:
 
     def clear(self) -> None:
         self.chunk_ids: dict[str, int] = {}
-        self.classes: dict[str, str] = {"": "W"}  # "": between two spaces (sentence_total); never a chunk
+        self.classes = _ChunkClasses(self)
         self.ids: dict[str, int] = {}
         self.strings: list[str] = []
         self.token_classes: list[str] = []
         self.first = np.zeros(1024, np.int64)
         self.sizes = np.zeros(1024, np.int64)
+        self.reused = np.zeros(1024, bool)
         self.flat = np.zeros(4096, np.int64)
         self.flat_size = 0
         self.generation += 1
@@ -366,31 +478,44 @@ class _Vocabulary:
         if not missing:
             return
         if len(self.chunk_ids) + len(missing) > CACHE_SIZE:
-            self.clear()
-            missing = list(dict.fromkeys(chunks))
+            self._renew(chunks)
+            missing = list(filterfalse(self.chunk_ids.__contains__, dict.fromkeys(chunks)))
         split = list(map(_tokenize_chunk, missing))
-        tokens = list(chain.from_iterable(split))
+        self._add(missing, list(chain.from_iterable(split)), np.fromiter(map(len, split), np.int64, len(split)))
+
+    def _renew(self, chunks: list[str]) -> None:
+        """A new generation holding the reused chunks of this one (the first ``CACHE_SIZE // 2``), with the
+        tokens they have, when they and the new ones of ``chunks`` fit; else an empty one."""
+        reused = np.flatnonzero(self.reused[: len(self.chunk_ids)])[: CACHE_SIZE // 2]
+        kept = list(map(list(self.chunk_ids).__getitem__, reused.tolist()))
+        token_ids = self.tokens_of(reused)[0].tolist()
+        tokens = list(map(self.strings.__getitem__, token_ids))
+        classes = dict(zip(tokens, map(self.token_classes.__getitem__, token_ids)))
+        sizes = self.sizes[reused]
+        self.clear()
+        kept_set = dict.fromkeys(kept)
+        new = sum(1 for _ in filterfalse(kept_set.__contains__, dict.fromkeys(chunks)))
+        if kept and len(kept) + new <= CACHE_SIZE:
+            self._add(kept, tokens, sizes, classes)
+
+    def _add(self, chunks: list[str], tokens: list[str], sizes: np.ndarray, classes: dict | None = None) -> None:
+        """Cache ``chunks`` (not cached yet, distinct), whose tokens are ``tokens`` (concatenated, ``sizes``
+        of them per chunk); ``classes``: the sentence class of tokens known already."""
         ids, strings = self.ids, self.strings
         new = list(filterfalse(ids.__contains__, dict.fromkeys(tokens)))
         if new:
             ids.update(zip(new, range(len(strings), len(strings) + len(new))))
             strings.extend(new)
-            self.token_classes.extend(map(_token_class, new))
-        token_ids = list(map(ids.__getitem__, tokens))
-        flat = np.array(token_ids, np.int64)
-        sizes = np.fromiter(map(len, split), np.int64, len(split))
+            self.token_classes.extend(map(_token_class, new) if classes is None else map(classes.__getitem__, new))
+        flat = np.array(list(map(ids.__getitem__, tokens)), np.int64)
         ends = np.cumsum(sizes)
-        # each chunk's classes: one string of all the new chunks' token classes, cut at the chunk ends
-        classes = "".join(map(self.token_classes.__getitem__, token_ids))
-        ends_list = ends.tolist()
-        self.classes.update(zip(missing, map(classes.__getitem__, map(slice, [0, *ends_list[:-1]], ends_list))))
-        # the flat arrays
         start = len(self.chunk_ids)
-        end = start + len(missing)
-        self.chunk_ids.update(zip(missing, range(start, end)))
+        end = start + len(chunks)
+        self.chunk_ids.update(zip(chunks, range(start, end)))
         if end > len(self.sizes):
             self.first = _grown(self.first, end)
             self.sizes = _grown(self.sizes, end)
+            self.reused = _grown(self.reused, end)
         if self.flat_size + len(flat) > len(self.flat):
             self.flat = _grown(self.flat, self.flat_size + len(flat))
         self.sizes[start:end] = sizes
@@ -402,6 +527,7 @@ class _Vocabulary:
         """The chunk ids of ``chunks``, tokenizing the ones not cached yet."""
         found = np.fromiter(map(self.chunk_ids.get, chunks, repeat(-1)), np.int64, len(chunks))
         if found.size and found.min() < 0:
+            self.reused[found[found >= 0]] = True  # met again: kept by the next generation
             at = np.flatnonzero(found < 0).tolist()
             generation = self.generation
             missing = [chunks[i] for i in at]
@@ -411,18 +537,58 @@ class _Vocabulary:
             else:  # a new generation holds only the missing chunks: add the others, every id changed
                 self.fill(chunks)
                 found = np.fromiter(map(self.chunk_ids.__getitem__, chunks), np.int64, len(chunks))
+        else:
+            self.reused[found] = True
         return found
 
     def token_ids(self, chunk_ids: np.ndarray) -> np.ndarray:
         """The token ids of a sequence of chunks (by chunk id), concatenated."""
+        return self.tokens_of(chunk_ids)[0]
+
+    def tokens_of(self, chunk_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the token ids of a sequence of chunks, concatenated; where each chunk's tokens end in them)."""
         sizes = self.sizes[chunk_ids]
         if not sizes.size:
-            return np.zeros(0, np.int64)
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
         ends = np.cumsum(sizes)
         # output position j of chunk k reads flat[first[k] + j - (ends[k] - sizes[k])]
         shift = np.repeat(self.first[chunk_ids] - (ends - sizes), sizes)
         shift += np.arange(int(ends[-1]))
-        return self.flat[shift]
+        return self.flat[shift], ends
+
+
+class _ChunkClasses:
+    """The sentence classes of each cached chunk (:func:`_token_class` of its tokens, one letter each), as a
+    read-only mapping made from the chunk's token ids when asked (only the counts from strings ask:
+    :func:`sentence_count`, :func:`sentence_total`; ``score`` counts from token ids, so the classes are not
+    made for every chunk tokenized). ``""`` (what is between two spaces, a whitespace token) is ``W``."""
+
+    def __init__(self, vocabulary: _Vocabulary):
+        self.vocabulary = vocabulary
+
+    def _of(self, chunk: str) -> str | None:
+        if not chunk:
+            return "W"
+        vocabulary = self.vocabulary
+        chunk_id = vocabulary.chunk_ids.get(chunk)
+        if chunk_id is None:
+            return None
+        first = int(vocabulary.first[chunk_id])
+        ids = vocabulary.flat[first : first + int(vocabulary.sizes[chunk_id])].tolist()
+        return "".join(map(vocabulary.token_classes.__getitem__, ids))
+
+    def get(self, chunk: str, default: str) -> str:
+        classes = self._of(chunk)
+        return default if classes is None else classes
+
+    def __getitem__(self, chunk: str) -> str:
+        classes = self._of(chunk)
+        if classes is None:
+            raise KeyError(chunk)
+        return classes
+
+    def __contains__(self, chunk: str) -> bool:
+        return not chunk or chunk in self.vocabulary.chunk_ids
 
 
 def _grown(array: np.ndarray, size: int) -> np.ndarray:
@@ -688,3 +854,90 @@ def sentence_count(text: str) -> int:
     else:
         classes = "".join(map(_token_class, tokens(text)))
     return 1 + len(_SENTENCE_BREAK.findall(classes))
+
+
+# --- sentences of chosen lines, from a document's tokens ----------------------------------
+
+#: A token's sentence class (:func:`_token_class`) as a number, for the compiled loop below.
+SENTENCE_CODES = {"W": 0, "P": 1, "F": 2}
+
+
+def _separator_table() -> np.ndarray:
+    """Per code point up to U+3000: 0 for a character of a chunk, 1 for whitespace (``str.split``'s
+    separators), 2 for a line break (``str.splitlines``'; each is whitespace too). No code point above
+    U+3000 is either (tested)."""
+    size = 0x3001
+    space = np.fromiter((chr(code).isspace() for code in range(size)), np.uint8, size)
+    breaks = np.fromiter((len(f"a{chr(code)}a".splitlines()) == 2 for code in range(size)), np.uint8, size)
+    return space + breaks
+
+
+_SEPARATORS = _separator_table()
+
+
+def line_sentences(text: str, numbers: list[int], classes: np.ndarray, chunk_ends: np.ndarray) -> int | None:
+    """``sum(sentence_count(line.strip()) for the lines of text.splitlines() numbered numbers)``, from the
+    document's tokens instead of the lines' strings: ``classes`` are the sentence classes
+    (:data:`SENTENCE_CODES`) of the tokens of ``text.split()``, ``chunk_ends`` where each chunk's tokens end
+    (:meth:`_Vocabulary.tokens_of`). None when the chunks do not match ``text`` (then count from strings).
+
+    Why: the C4 sentence count otherwise looks every kept chunk up in the cache a second time (a dict lookup
+    per chunk, most of the count's cost); the tokens are known already. A compiled loop walks the text's
+    code points once, numbers its lines and chunks as ``splitlines`` and ``split`` do, and runs the
+    sentencizer's rule (:func:`sentence_count`) over the tokens of the chosen lines; whitespace between two
+    chunks that is not one space is a whitespace token (class W), as in :func:`tokens`.
+    """
+    if not numbers:
+        return 0
+    chosen = np.zeros(max(numbers) + 1, np.uint8)
+    chosen[numbers] = 1
+    breaks = _line_breaks(code_points(text), _SEPARATORS, chosen, np.ascontiguousarray(classes, np.uint8), chunk_ends)
+    return None if breaks < 0 else len(numbers) + breaks
+
+
+@compiled
+def _line_breaks(points, separators, chosen, classes, chunk_ends):  # pragma: no cover - compiled; tests compare
+    """Sentence breaks (``F[FP]*W`` in token classes, :func:`sentence_count`) inside the chosen lines (see
+    :func:`line_sentences`), or -1 when the text has another number of chunks than ``chunk_ends``."""
+    n_chosen = chosen.shape[0]
+    n_chunks = chunk_ends.shape[0]
+    line = 0
+    chunk = 0
+    breaks = 0
+    pending = False  # a sentence-final token seen, then only punctuation
+    in_chunk = False
+    line_start = True
+    gap = 0  # whitespace characters since the last chunk
+    last_space = 0
+    for i in range(points.shape[0]):
+        code = points[i]
+        kind = separators[code] if code < separators.shape[0] else 0
+        if kind == 0:
+            if in_chunk:
+                continue
+            in_chunk = True
+            if chunk >= n_chunks:
+                return -1
+            if line < n_chosen and chosen[line]:
+                if not line_start and not (gap == 1 and last_space == 32) and pending:
+                    breaks += 1  # a whitespace token (W) after a sentence-final one
+                    pending = False
+                for token in range(chunk_ends[chunk - 1] if chunk else 0, chunk_ends[chunk]):
+                    if classes[token] == 2:
+                        pending = True
+                    elif classes[token] == 0 and pending:
+                        breaks += 1
+                        pending = False
+            chunk += 1
+            line_start = False
+        else:
+            if in_chunk:
+                in_chunk = False
+                gap = 0
+            gap += 1
+            last_space = code
+            if kind == 2 and not (code == 10 and i and points[i - 1] == 13):  # "\r\n" is one line break
+                line += 1
+                line_start = True
+                pending = False
+    return breaks if chunk == n_chunks else -1
