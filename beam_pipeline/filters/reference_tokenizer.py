@@ -50,12 +50,24 @@ _suffix_search = re.compile(_rules.SUFFIX).search
 def _first_characters(items) -> list[tuple[int, int]] | None:
     """Code point ranges (low, high) of every character a match of ``items`` (sre parse items) can start
     with, or None when that is not simply a set of literals and ranges."""
+    return _edge_characters(items, 0)
+
+
+def _last_characters(items) -> list[tuple[int, int]] | None:
+    """Code point ranges (low, high) of every character a match of ``items`` (sre parse items, without a
+    final ``$``) can end with, or None when that is not simply a set of literals and ranges."""
+    return _edge_characters(items, -1)
+
+
+def _edge_characters(items, edge: int) -> list[tuple[int, int]] | None:
+    """:func:`_first_characters` (``edge`` 0) or :func:`_last_characters` (``edge`` -1): the item at that
+    end of ``items``, zero-width assertions aside, read down to its literals and ranges."""
     import re._constants as c
 
     items = [item for item in items if item[0] not in (c.ASSERT, c.ASSERT_NOT)]  # zero width
     if not items:
         return None
-    op, av = items[0]
+    op, av = items[edge]
     if op is c.LITERAL:
         return [(av, av)]
     if op is c.IN:
@@ -71,15 +83,15 @@ def _first_characters(items) -> list[tuple[int, int]] | None:
     if op is c.BRANCH:
         out = []
         for branch in av[1]:
-            first = _first_characters(branch.data if hasattr(branch, "data") else branch)
-            if first is None:
+            found = _edge_characters(branch.data if hasattr(branch, "data") else branch, edge)
+            if found is None:
                 return None
-            out.extend(first)
+            out.extend(found)
         return out
     if op is c.SUBPATTERN:
-        return _first_characters(av[-1].data)
+        return _edge_characters(av[-1].data, edge)
     if op in (c.MAX_REPEAT, c.MIN_REPEAT) and av[0] >= 1:
-        return _first_characters(av[2].data)
+        return _edge_characters(av[2].data, edge)
     return None
 
 
@@ -205,41 +217,6 @@ def _suffix_geometry() -> tuple[int, int] | None:
 
 _SUFFIX_GEOMETRY = _suffix_geometry()
 _suffix_memo: dict[str, int] = {}
-
-
-def _last_characters(items) -> list[tuple[int, int]] | None:
-    """Code point ranges (low, high) of every character a match of ``items`` (sre parse items, without a
-    final ``$``) can end with, or None when that is not simply a set of literals and ranges."""
-    import re._constants as c
-
-    if not items:
-        return None
-    op, av = items[-1]
-    if op is c.LITERAL:
-        return [(av, av)]
-    if op is c.IN:
-        out = []
-        for kind, value in av:
-            if kind is c.LITERAL:
-                out.append((value, value))
-            elif kind is c.RANGE:
-                out.append(value)
-            else:
-                return None
-        return out
-    if op is c.BRANCH:
-        out = []
-        for branch in av[1]:
-            last = _last_characters(branch.data if hasattr(branch, "data") else branch)
-            if last is None:
-                return None
-            out.extend(last)
-        return out
-    if op is c.SUBPATTERN:
-        return _last_characters(av[-1].data)
-    if op in (c.MAX_REPEAT, c.MIN_REPEAT) and av[0] >= 1:
-        return _last_characters(av[2].data)
-    return None
 
 
 def _suffix_endings() -> tuple[frozenset[str], frozenset[str]] | None:
