@@ -252,21 +252,21 @@ C4_ODD_LINES = [
 
 
 def test_c4_kept_equals_the_per_line_loop(texts):
-    """C4's map passes (:func:`heuristics_reference._c4_kept`) keep and flag what the per-line loop does,
+    """C4's map passes (:func:`heuristics_reference._c4_kept_at`) keep and flag what the per-line loop does,
     on every sample document, on crafted lines, and on every pair of crafted lines as a document (with
     and without a ``[`` or ``{`` elsewhere in the text)."""
     for text in texts:
         lines = text.splitlines()
-        assert heuristics_reference._c4_kept(lines, text) == plain_c4(lines)
+        assert heuristics_reference._c4_kept_at(lines, text)[:3] == plain_c4(lines)
     documents = [[line] for line in C4_ODD_LINES] + [[a, b] for a in C4_ODD_LINES for b in C4_ODD_LINES]
     for lines in documents:
         for extra in ("", "\n[", "\n{", "\n[ {"):
             text = "\n".join(lines) + extra
             all_lines = text.splitlines()
-            assert heuristics_reference._c4_kept(all_lines, text) == plain_c4(all_lines), lines
+            assert heuristics_reference._c4_kept_at(all_lines, text)[:3] == plain_c4(all_lines), lines
     flags = {name: 0 for name in ("lorem", "curly", "policy", "kept")}
     for text in texts + ["\n".join(C4_ODD_LINES)]:
-        kept, lorem, curly = heuristics_reference._c4_kept(text.splitlines(), text)
+        kept, lorem, curly, _ = heuristics_reference._c4_kept_at(text.splitlines(), text)
         flags["lorem"] += lorem
         flags["curly"] += curly
         flags["kept"] += bool(kept)
@@ -286,7 +286,7 @@ def test_sentence_total_of_joined_lines_equals_the_per_line_search(texts):
     document's kept lines and on lines with runs of spaces, tabs, trailing spaces, uncached chunks."""
     fast_path = 0
     for text in texts:
-        kept = heuristics_reference._c4_kept(text.splitlines(), text)[0]
+        kept = heuristics_reference._c4_kept_at(text.splitlines(), text)[0]
         reference_tokenizer.word_ids(text)  # the document's chunks cached, as in score()
         total = reference_tokenizer.sentence_total(kept)
         assert total == reference_tokenizer._sentence_total_by_line(kept)

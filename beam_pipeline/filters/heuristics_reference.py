@@ -169,7 +169,7 @@ class _Tokens:
     def line_sentences(self, text: str, numbers: list[int]) -> int | None:
         """:func:`.reference_tokenizer.line_sentences` of the lines numbered ``numbers`` of ``text`` (these
         tokens' text), or None when the chunk ends are not known or do not match."""
-        if self.chunk_ends is None or self.sentence is None:
+        if self.chunk_ends is None or self.sentence is None:  # both known, or neither
             return None
         return reference_tokenizer.line_sentences(text, numbers, self.sentence, self.chunk_ends)
 
@@ -345,11 +345,6 @@ def _c4_lines(lines: list[str]):
         yield line, "kept"
 
 
-def _c4_kept(lines: list[str], text: str, stripped: list[str] | None = None) -> tuple[list[str], bool, bool]:
-    """(kept lines, a line has "lorem ipsum", a line has "{") of :func:`_c4_lines` (:func:`_c4_kept_at`)."""
-    return _c4_kept_at(lines, text, stripped)[:3]
-
-
 def _c4_kept_at(
     lines: list[str], text: str, stripped: list[str] | None = None
 ) -> tuple[list[str], bool, bool, list[int]]:
@@ -432,7 +427,7 @@ def c4(
     ``ref_c4_kept_lines``     lines kept
     ``ref_c4_sentences``      spaCy sentencizer sentences in the kept lines (C4: < 5 drops the page)
 
-    (:func:`_c4_kept` computes what :func:`_c4_lines` yields; ``tokens``: the text's, when the caller has
+    (:func:`_c4_kept_at` computes what :func:`_c4_lines` yields; ``tokens``: the text's, when the caller has
     them, so that the sentences are counted from them, :func:`_kept_sentences`.)
     """
     lines = text.splitlines() if lines is None else lines
