@@ -18,10 +18,10 @@ models: $(STAMP)
 
 $(STAMP): requirements/runtime.txt requirements/dev.txt requirements/test.txt setup.py
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip==24.3.1
-	$(PY) -m pip install --quiet --require-hashes -r requirements/runtime.txt
-	$(PY) -m pip install --quiet --require-hashes -r requirements/dev.txt
-	$(PY) -m pip install --quiet --require-hashes --no-deps -r requirements/test.txt
+	$(PY) -m pip install --quiet --no-cache-dir --upgrade pip==24.3.1
+	$(PY) -m pip install --quiet --no-cache-dir --require-hashes -r requirements/runtime.txt
+	$(PY) -m pip install --quiet --no-cache-dir --require-hashes -r requirements/dev.txt
+	$(PY) -m pip install --quiet --no-cache-dir --require-hashes --no-deps -r requirements/test.txt
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
@@ -105,7 +105,7 @@ bench-web-scale: $(STAMP) models
 DATATROVE_VENV := bench/work/datatrove-venv
 $(DATATROVE_VENV)/.installed: requirements/bench-datatrove.txt
 	$(PYTHON) -m venv $(DATATROVE_VENV)
-	$(DATATROVE_VENV)/bin/python -m pip install --quiet --require-hashes -r requirements/bench-datatrove.txt
+	$(DATATROVE_VENV)/bin/python -m pip install --quiet --no-cache-dir --require-hashes -r requirements/bench-datatrove.txt
 	touch $@
 bench-side-by-side: $(STAMP) $(DATATROVE_VENV)/.installed
 	$(PY) bench/bench_side_by_side.py --datatrove-python $(DATATROVE_VENV)/bin/python $(SIDE_BY_SIDE_ARGS)
