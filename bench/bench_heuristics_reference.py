@@ -173,12 +173,28 @@ def markdown(results: dict) -> str:
                 row += [ms, f"{data['bytes'] / 1e6 / seconds:.2f}", ratio]
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")
+        lines += _rounds(data, phases[-1])
     lines += ["`project` computes the same columns as `before` (the heuristics stage's default); `reference` the "
               "`ref_*` columns; `both` is what the stage computes when a policy reads `ref_*` columns and "
               "`heuristics.definitions` is not set. Cold: the first pass "
               "in a fresh process (the reference tokenizer's chunk cache empty); warm: a second pass over the "
               "same documents. The stream's one pass is a worker's steady state on text it has not seen.", ""]
     return "\n".join(lines)
+
+
+def _rounds(data: dict, phase: str) -> list[str]:
+    """One line per variant: its ``phase`` CPU seconds over ``before``'s in each interleaved round (the
+    processes run back to back), so that the spread of the ratio shows, not only the lowest and the median."""
+    before = [run[phase] for run in data["variants"]["before"]["runs"]]
+    if len(before) < 2:
+        return []
+    lines = [f"Per round ({phase} seconds over `before`'s of the same round):", ""]
+    for variant, v in data["variants"].items():
+        if variant != "before":
+            ratios = [run[phase] / b for run, b in zip(v["runs"], before)]
+            lines.append(f"* {variant}: " + ", ".join(f"{r:.2f}x" for r in ratios)
+                         + f" (median {statistics.median(ratios):.2f}x, highest {max(ratios):.2f}x)")
+    return lines + [""]
 
 
 if __name__ == "__main__":
