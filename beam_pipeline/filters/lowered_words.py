@@ -19,7 +19,7 @@ import dataclasses
 import numpy as np
 
 from beam_pipeline.dedup.compiled import compiled
-from beam_pipeline.filters.code_points import code_point_table, code_points
+from beam_pipeline.filters.code_points import code_point_table, code_points, span_numbers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,17 +60,16 @@ def distinct_words(lowered: str) -> tuple[list[str], np.ndarray]:
     points that ``\\w`` matches (:func:`.code_point_table`, made by the regex itself), so the runs are
     ``findall``'s; positions are the string's (:func:`.code_points`).
     """
-    starts, ends, ids, firsts = _split_words(code_points(lowered), code_point_table(r"\w"))
+    points = code_points(lowered)
+    starts, ends = _word_spans(points, code_point_table(r"\w"))
+    ids, firsts = span_numbers(points, starts, ends)
     distinct = [lowered[start:end] for start, end in zip(starts[firsts].tolist(), ends[firsts].tolist())]
     return distinct, ids
 
 
 @compiled
-def _split_words(points, is_word):  # pragma: no cover - compiled; tests compare it with findall
-    """(starts, ends, ids, firsts) of the words of ``points`` (maximal runs of code points ``c`` with
-    ``is_word[c]``): each word's start and end, its number (distinct words are numbered in order of first
-    occurrence) and, for each number, the word that first had it. A hash table of word numbers: words are
-    compared by length and code points (the hash only picks the slot)."""
+def _word_spans(points, is_word):  # pragma: no cover - compiled; tests compare it with findall
+    """(starts, ends) of the words of ``points``: maximal runs of code points ``c`` with ``is_word[c]``."""
     size = points.shape[0]
     starts = np.empty(size // 2 + 1, dtype=np.int64)
     ends = np.empty(size // 2 + 1, dtype=np.int64)
@@ -87,37 +86,4 @@ def _split_words(points, is_word):  # pragma: no cover - compiled; tests compare
             i = j
         else:
             i += 1
-    table, bits = 2, 1
-    while table < 2 * n_words:
-        table, bits = 2 * table, bits + 1
-    mask, shift = table - 1, np.uint64(64 - bits)
-    slots = np.full(table, -1, dtype=np.int64)  # the first word of each slot's number, -1 for none
-    ids = np.empty(n_words, dtype=np.int64)
-    firsts = np.empty(n_words, dtype=np.int64)
-    distinct = 0
-    prime, golden = np.uint64(0x100000001B3), np.uint64(0x9E3779B97F4A7C15)
-    for w in range(n_words):
-        start, end = starts[w], ends[w]
-        length = end - start
-        value = np.uint64(length)  # FNV-style over the code points
-        for j in range(start, end):
-            value = (value ^ np.uint64(points[j])) * prime
-        slot = np.int64((value * golden) >> shift)
-        while True:
-            other = slots[slot]
-            if other < 0:
-                slots[slot] = w
-                ids[w] = distinct
-                firsts[distinct] = w
-                distinct += 1
-                break
-            if ends[other] - starts[other] == length:
-                offset = starts[other] - start
-                j = start
-                while j < end and points[j + offset] == points[j]:
-                    j += 1
-                if j == end:
-                    ids[w] = ids[other]
-                    break
-            slot = (slot + 1) & mask
-    return starts[:n_words], ends[:n_words], ids, firsts[:distinct]
+    return starts[:n_words], ends[:n_words]

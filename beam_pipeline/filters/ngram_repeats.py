@@ -51,6 +51,7 @@ from itertools import count
 import numpy as np
 
 from beam_pipeline.dedup.compiled import compiled
+from beam_pipeline.filters.code_points import code_points, span_numbers
 
 TOP_NGRAM_SIZES = (2, 3, 4)
 DUP_NGRAM_SIZES = (5, 6, 7, 8, 9, 10)
@@ -62,13 +63,16 @@ def word_ids(words: list[str]) -> tuple[np.ndarray, np.ndarray]:
 
     The words are joined by spaces and compared as UTF-32 code points in a compiled loop, ~2x cheaper than
     a dict of the words (``setdefault`` and ``len`` per word, what the project's definition did before).
-    Words that contain a space (never those of :func:`~.heuristics.split_words`) take the dict;
-    ``surrogatepass`` keeps lone surrogates (JSON's ``\\ud800``) as the code points they are.
+    Words that contain a space (never those of :func:`~.heuristics.split_words`) take the dict. The
+    distinct words are numbered by :func:`.code_points.span_numbers`; a word's id is its number's first span.
     """
     n_words = len(words)
-    joined = " ".join(words).encode("utf-32-le", "surrogatepass")
-    ids, lengths, split = _word_ids(np.frombuffer(joined, dtype=np.uint32), n_words)
-    if not split:  # a space inside a word
+    points = code_points(" ".join(words))
+    starts, ends, split = _spaced_spans(points, n_words)
+    if split:
+        numbers, firsts = span_numbers(points, starts, ends)
+        ids, lengths = firsts[numbers], ends - starts
+    else:  # a space inside a word
         vocabulary: dict[str, int] = {}
         ids = np.fromiter(map(vocabulary.setdefault, words, count()), dtype=np.int64, count=n_words)
         lengths = np.fromiter(map(len, words), dtype=np.int64, count=n_words)
@@ -92,10 +96,9 @@ def _int64(values: np.ndarray) -> np.ndarray:
 
 
 @compiled
-def _word_ids(points, n_words):  # pragma: no cover - compiled; tests compare it with a dict of the words
-    """:func:`word_ids` of the ``n_words`` words whose code points, joined by spaces (32), are ``points``,
-    and True; or empty arrays and False when there are not ``n_words - 1`` spaces. A hash table of word
-    numbers: words are compared by length and code points (the hash only picks the slot)."""
+def _spaced_spans(points, n_words):  # pragma: no cover - compiled; tests compare it with a dict of the words
+    """(starts, ends, True) of the ``n_words`` words whose code points, joined by spaces (32), are
+    ``points``; or empty arrays and False when there are not ``n_words - 1`` spaces."""
     size = points.shape[0]
     spaces = 0
     for i in range(size):
@@ -109,43 +112,7 @@ def _word_ids(points, n_words):  # pragma: no cover - compiled; tests compare it
         starts[w + 1] = i + 1
         w += points[i] == 32
     starts[n_words] = size + 1
-    lengths = np.empty(n_words, dtype=np.int64)
-    for i in range(n_words):
-        lengths[i] = starts[i + 1] - starts[i] - 1
-    table, bits = 2, 1
-    while table < 2 * n_words:
-        table, bits = 2 * table, bits + 1
-    mask, shift = table - 1, np.uint64(64 - bits)
-    first = np.full(table, -1, dtype=np.int64)  # the number of the word in each slot, -1 for none
-    ids = np.empty(n_words, dtype=np.int64)
-    prime, golden, s32 = np.uint64(0x100000001B3), np.uint64(0x9E3779B97F4A7C15), np.uint64(32)
-    for i in range(n_words):
-        start, length = starts[i], lengths[i]
-        end = start + length
-        value = np.uint64(length)  # FNV-style over pairs of code points
-        j = start
-        while j + 1 < end:
-            value = (value ^ (np.uint64(points[j]) | (np.uint64(points[j + 1]) << s32))) * prime
-            j += 2
-        if j < end:
-            value = (value ^ np.uint64(points[j])) * prime
-        slot = np.int64((value * golden) >> shift)
-        while True:
-            other = first[slot]
-            if other < 0:
-                first[slot] = i
-                ids[i] = i
-                break
-            if lengths[other] == length:
-                offset = starts[other] - start
-                j = start
-                while j < end and points[j + offset] == points[j]:
-                    j += 1
-                if j == end:
-                    ids[i] = other
-                    break
-            slot = (slot + 1) & mask
-    return ids, lengths, True
+    return starts[:n_words], starts[1:] - 1, True
 
 
 @compiled
