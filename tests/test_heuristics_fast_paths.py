@@ -182,6 +182,11 @@ def test_reference_line_and_stop_word_columns_equal_datatroves_expressions(texts
                 else None
             ),
             "ref_fw_short_line_ratio": sum(len(ln) <= 30 for ln in fw_lines) / len(fw_lines) if fw_lines else None,
+            "ref_fw_dup_line_char_frac": (
+                plain_repeats(fw_lines)[1] / len(text.replace("\n", "")) if fw_lines else None
+            ),
+            "ref_fw_newline_ratio": fraction(text.count("\n"), len(words)) if fw_lines else None,
+            "ref_gopher_ellipsis_ratio": fraction(text.count("...") + text.count("…"), len(words)),
         }
         assert {name: fast[name] for name in plain} == plain, index
 
@@ -926,3 +931,171 @@ def test_distinct_stop_words_from_the_vocabulary_mask_equal_the_id_comparisons(t
             assert tokens.distinct_members(words) == expected, index
             checked += expected
     assert reference_tokenizer.VOCABULARY.generation > 2 and checked > 1000
+
+
+# --- the reference tokenizer's affix loop, infixes and special-case pass, written as spaCy's --------------
+
+
+def plain_split_affixes(string, specials):
+    """spaCy's ``_split_affixes`` as written: the whole patterns tried at every iteration, no early exit."""
+    rules, special_cases = reference_tokenizer._rules, reference_tokenizer._SPECIALS
+    prefixes, suffixes, last_size = [], [], 0
+    while string and len(string) != last_size:
+        if specials and string in special_cases:
+            break
+        last_size = len(string)
+        match = re.match(rules.PREFIX, string)
+        pre_len = match.end() if match is not None else 0
+        if pre_len:
+            prefix, minus_pre = string[:pre_len], string[pre_len:]
+            if minus_pre and specials and minus_pre in special_cases:
+                string = minus_pre
+                prefixes.append(prefix)
+                break
+        match = re.search(rules.SUFFIX, string[pre_len:])
+        suf_len = match.end() - match.start() if match is not None else 0
+        if suf_len:
+            suffix, minus_suf = string[-suf_len:], string[:-suf_len]
+            if minus_suf and specials and minus_suf in special_cases:
+                string = minus_suf
+                suffixes.append(suffix)
+                break
+        if pre_len and suf_len and pre_len + suf_len <= len(string):
+            string = string[pre_len:-suf_len]
+            prefixes.append(prefix)
+            suffixes.append(suffix)
+        elif pre_len:
+            string = minus_pre
+            prefixes.append(prefix)
+        elif suf_len:
+            string = minus_suf
+            suffixes.append(suffix)
+    return prefixes, string, suffixes
+
+
+def plain_split_chunk(string, specials):
+    """spaCy's ``_split_affixes`` + ``_attach_tokens``: the URL pattern tried before the infixes."""
+    special_cases = reference_tokenizer._SPECIALS
+    if specials and string in special_cases:
+        return list(special_cases[string])
+    tokens, string, suffixes = plain_split_affixes(string, specials)
+    if string:
+        if specials and string in special_cases:
+            tokens.extend(special_cases[string])
+        elif re.match(reference_tokenizer._rules.URL_MATCH, string):
+            tokens.append(string)
+        else:
+            start = 0
+            for match in re.finditer(reference_tokenizer._rules.INFIX, string):
+                if match.start() == 0:
+                    continue
+                if match.start() != start:
+                    tokens.append(string[start : match.start()])
+                tokens.append(match.group())
+                start = match.end()
+            if string[start:]:
+                tokens.append(string[start:])
+    tokens.extend(reversed(suffixes))
+    return tokens
+
+
+def plain_matcher_patterns():
+    """First token -> [(pattern tokens, special case)], in the order of the special cases (spaCy's matcher)."""
+    patterns = {}
+    for case in reference_tokenizer._SPECIALS:
+        tokens = []
+        for index, match in enumerate(re.finditer(r"\s+|\S+", case)):
+            run = match.group()
+            if run[0].isspace():
+                run = run[1:] if index and run[0] == " " else run
+                tokens += [run] if run else []
+            else:
+                tokens += plain_split_chunk(run, specials=False)
+        if len(tokens) > 1 and "".join(tokens) == case:
+            patterns.setdefault(tokens[0], []).append((tuple(tokens), case))
+    return patterns
+
+
+def plain_special_cases(tokens, patterns):
+    """spaCy's special-case matcher pass inside one chunk, every pattern of a token's first token tried."""
+    matches = []
+    for start, token in enumerate(tokens):
+        for pattern, case in patterns.get(token, ()):
+            if tuple(tokens[start : start + len(pattern)]) == pattern:
+                matches.append((start, start + len(pattern), case))
+    matches.sort(key=lambda m: (m[1] - m[0], -m[0]))
+    seen, chosen = set(), []
+    for start, end, case in reversed(matches):
+        if start not in seen and end - 1 not in seen:
+            chosen.append((start, end, case))
+        seen.update(range(start, end))
+    out, at = [], 0
+    for start, end, case in sorted(chosen):
+        out += tokens[at:start] + list(reference_tokenizer._SPECIALS[case])
+        at = end
+    return out + tokens[at:]
+
+
+#: Chunks for the loops' early exits: URLs with and without an infix (``.X``), dotted and hyphenated
+#: names, numbers, apostrophes, units, emoticons and abbreviations the special-case pass re-joins.
+CRAFTED_CHUNKS = [
+    "http://docs.python.org/Library.html", "www.Example.com", "mail.falcot.com", "sqlalchemy.orm.PropComparator",
+    "a.B", "a.b", "x.Y.", "(see:Foo.Bar),", "Queue.task_done()", "one-time", "Wi-Fi.", "8.1.", "4.2.19.",
+    "10km", "10km.", "5m/s,", "(10US$)", "it's", "IT’S", "you’re", "don't.", "LD_PRELOAD", "name¶", "(hd0,msdos1),",
+    ":)", "(:", "x:)", ":-)", "<3", "(Mr.", "e.g.", "(e.g.,", "a.m.", "10a.m.", "°C.", "w/", "and/or", "'s", "''",
+    "--stat[=<width>[,<name-width>]]", "a...b", "word…", "..", "...", "-", "—", "x", "(", ")", "verá", "आकारकरिता",
+    "168.192.in-addr.arpa", "%{HTTP:X-Forwarded-Proto}",  # a URL with an infix; a special case's pair inside
+]
+
+
+def test_affix_and_infix_loops_equal_spacys(texts):
+    """The affix loop (stopping where no prefix can start and no suffix end), the infix split (the URL
+    pattern tried only when an infix would cut) and the special-case pass (patterns looked up by their first
+    two tokens) give the tokens of spaCy's loops as written, with and without special cases, on crafted chunks
+    and on every eighth of the ~440,000 distinct chunks of the sample and the reference fixture in sorted order
+    (all of them take ~40 s)."""
+    patterns = plain_matcher_patterns()
+    assert {first for first, _ in reference_tokenizer._PATTERNS} == set(patterns)
+    chunks = {chunk for text in texts for chunk in text.split()}
+    chunks.update(chunk for document in reference_fixture.documents() for chunk in document["text"].split())
+    chunks = set(sorted(chunks)[::8]) | set(CRAFTED_CHUNKS)
+    exits = 0
+    for chunk in sorted(chunks):
+        for specials in (True, False):
+            assert reference_tokenizer._split_chunk(chunk, specials) == plain_split_chunk(chunk, specials), chunk
+        split = plain_split_chunk(chunk, specials=True)
+        expected = tuple(plain_special_cases(split, patterns) if len(split) > 1 else split)
+        assert reference_tokenizer._tokenize_chunk(chunk) == expected, chunk
+        exits += chunk[0] not in reference_tokenizer._PREFIX_START and chunk[-1] not in reference_tokenizer._SUFFIX_ENDS
+    assert len(chunks) > 30_000 and exits > 5_000
+
+
+def numpy_tokens_of(vocabulary, chunk_ids):
+    """The token ids of a sequence of chunks and where each chunk's end, gathered with numpy (the code the
+    compiled gather replaced)."""
+    sizes = vocabulary.sizes[chunk_ids]
+    if not sizes.size:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    ends = np.cumsum(sizes)
+    shift = np.repeat(vocabulary.first[chunk_ids] - (ends - sizes), sizes)
+    shift += np.arange(int(ends[-1]))
+    return vocabulary.flat[shift], ends
+
+
+def test_gathered_tokens_equal_the_numpy_gather(texts, monkeypatch):
+    """The compiled gather of a document's token ids (and its chunks' ends) equals the numpy gather, on every
+    sample document through new generations of the vocabulary, and on empty and repeated chunk sequences."""
+    vocabulary = reference_tokenizer._Vocabulary()
+    monkeypatch.setattr(reference_tokenizer, "VOCABULARY", vocabulary)
+    monkeypatch.setattr(reference_tokenizer, "CACHE_SIZE", 5_000)
+    sequences = []
+    for text in texts:
+        chunk_ids = vocabulary.chunk_ids_of(text.split())
+        sequences.append(chunk_ids)
+        sequences += [chunk_ids[::-1], np.repeat(chunk_ids[:3], 4), chunk_ids[:0]]
+        for chunk_ids in sequences[-4:]:
+            ids, ends = vocabulary.tokens_of(chunk_ids)
+            expected_ids, expected_ends = numpy_tokens_of(vocabulary, chunk_ids)
+            assert ids.dtype == ends.dtype == np.int64
+            assert ids.tolist() == expected_ids.tolist() and ends.tolist() == expected_ends.tolist()
+    assert vocabulary.generation > 2 and sum(map(len, sequences)) > 100_000

@@ -96,7 +96,7 @@ class _TokenProperties:
     def __init__(self):
         self.generation = -1
         self.masks_generation = -1
-        self.masks: dict[int, tuple[Iterable[str], frozenset[str], np.ndarray]] = {}
+        self.masks: dict[int, tuple[Iterable[str], frozenset[str], np.ndarray, int]] = {}
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         vocabulary = reference_tokenizer.VOCABULARY
@@ -131,7 +131,9 @@ class _TokenProperties:
 
     def member_mask(self, words: Iterable[str]) -> np.ndarray:
         """A bool per interned token id (up to the vocabulary's size now): the token is one of ``words``.
-        Kept per word list (by its identity) and generation, extended as the vocabulary grows."""
+        Kept per word list (by its identity) and generation, extended as the vocabulary grows (in an array
+        grown by doubling, as the properties' arrays: a copy of the whole mask for every document that
+        brings new tokens would cost a pass over the vocabulary each)."""
         self.arrays()  # a new generation resets the masks
         if self.masks_generation != self.generation:
             self.masks_generation, self.masks = self.generation, {}
@@ -140,13 +142,19 @@ class _TokenProperties:
         if kept is None or kept[0] is not words:
             if len(self.masks) >= 8:  # a caller passing a new list each time: no more than 8 masks kept
                 self.masks.clear()
-            kept = self.masks[key] = (words, frozenset(words), np.zeros(0, bool))
-        words, members, mask = kept
-        if len(mask) < self.size:
-            new = reference_tokenizer.VOCABULARY.strings[len(mask) : self.size]
-            mask = np.concatenate([mask, np.fromiter(map(members.__contains__, new), bool, len(new))])
-            self.masks[key] = (words, members, mask)
-        return mask
+            kept = self.masks[key] = (words, frozenset(words), np.zeros(1024, bool), 0)
+        words, members, mask, filled = kept
+        if filled < self.size:
+            new = reference_tokenizer.VOCABULARY.strings[filled : self.size]
+            end = filled + len(new)
+            if end > len(mask):
+                grown = np.zeros(max(end, 2 * len(mask)), bool)
+                grown[:filled] = mask[:filled]
+                mask = grown
+            mask[filled:end] = np.fromiter(map(members.__contains__, new), bool, len(new))
+            filled = end
+            self.masks[key] = (words, members, mask, filled)
+        return mask[:filled]
 
 
 _PROPERTIES = _TokenProperties()
@@ -209,13 +217,16 @@ def gopher_quality(
     lines = text.splitlines() if lines is None else lines
     # a line's lstrip() starts, and its rstrip() ends, as its strip() (no bullet or ellipsis is whitespace)
     stripped = list(map(str.strip, lines)) if stripped is None else stripped
+    ellipses = text.count("...") + text.count("…")
+    # a line can only end with an ellipsis the text holds: without one, no pass over the lines
+    ellipsis_lines = sum(map(str.endswith, stripped, repeat(("...", "…")))) if ellipses else 0
     out = {
         "ref_gopher_words": n_words,
         "ref_gopher_mean_word_length": int(tokens.lengths[words_mask].sum()) / n_words if n_words else None,
         "ref_gopher_hash_ratio": _fraction(text.count("#"), n_tokens),
-        "ref_gopher_ellipsis_ratio": _fraction(text.count("...") + text.count("…"), n_tokens),
+        "ref_gopher_ellipsis_ratio": _fraction(ellipses, n_tokens),
         "ref_gopher_bullet_lines": _fraction(sum(map(str.startswith, stripped, repeat(("•", "-")))), len(lines)),
-        "ref_gopher_ellipsis_lines": _fraction(sum(map(str.endswith, stripped, repeat(("...", "…")))), len(lines)),
+        "ref_gopher_ellipsis_lines": _fraction(ellipsis_lines, len(lines)),
         "ref_gopher_alpha_words": _fraction(int(np.count_nonzero(tokens.alpha)), n_tokens),
         "ref_gopher_stop_words": None,
     }
@@ -242,12 +253,13 @@ def _line_repeats(text: str, pieces: list[str]) -> tuple[int, int, int]:
 
     The regex split is the pieces without the empty ones, except an empty
     first and last element when the text starts or ends with a newline. The
-    characters are all minus distinct (empty elements weigh nothing)."""
+    characters are all minus distinct (empty elements weigh nothing); the text has ``len(pieces) - 1``
+    newlines."""
     empty_ends = text.startswith("\n") + text.endswith("\n")
     elements = len(pieces) - pieces.count("") + empty_ends
     distinct = set(pieces)
     n_distinct = len(distinct) - ("" in distinct) + (empty_ends > 0)
-    return elements - n_distinct, elements, len(text) - text.count("\n") - sum(map(len, distinct))
+    return elements - n_distinct, elements, len(text) - (len(pieces) - 1) - sum(map(len, distinct))
 
 
 def gopher_repetition(text: str, tokens: _Tokens, pieces: list[str] | None = None) -> dict:
@@ -477,14 +489,16 @@ def fineweb(text: str, tokens: _Tokens, pieces: list[str] | None = None) -> dict
 
     All ``None`` without a non-blank line (datatrove drops the document as "empty").
     """
-    lines = list(filterfalse(str.isspace, filter(None, text.split("\n") if pieces is None else pieces)))
+    pieces = text.split("\n") if pieces is None else pieces
+    lines = list(filterfalse(str.isspace, filter(None, pieces)))
     if not lines:
         return dict.fromkeys(FINEWEB_COLUMNS)
+    newlines = len(pieces) - 1  # text.count("\n"), without a pass over the text
     return {
         "ref_fw_line_punct_ratio": sum(map(_TERMINAL_CHARACTERS.__contains__, map(itemgetter(-1), lines))) / len(lines),
         "ref_fw_short_line_ratio": sum(map((30).__ge__, map(len, lines))) / len(lines),
-        "ref_fw_dup_line_char_frac": _repeats(lines)[1] / (len(text) - text.count("\n")),
-        "ref_fw_newline_ratio": _fraction(text.count("\n"), tokens.count),
+        "ref_fw_dup_line_char_frac": _repeats(lines)[1] / (len(text) - newlines),
+        "ref_fw_newline_ratio": _fraction(newlines, tokens.count),
     }
 
 
