@@ -11,20 +11,27 @@ kind           what counts (and the traps that do not)
 email          ``local@domain.tld`` with a 2+ letter TLD (not ``user@localhost``,
                not ``@decorator`` or ``pip install pkg@1.2``)
 phone          North-American ``(555) 234-5678`` / ``555-234-5678`` / ``+1 ...``
-               shapes, and ``+<country> ...`` international numbers of 8-15
-               digits. Not dates (``2014-05-12``), versions (``3.11.2``), ISBNs
-               (``978-0-13-110362-7``), ids after ``#`` or a letter
-               (``#555-234-5678``, ``ORD-555-234-5678``), or digit runs
-               without separators
+               shapes; international (``+<country> ...``, ``00<country> ...``)
+               and national numbers of GB, DE, FR, IT, NL, JP, BR, ES and the
+               US validated by libphonenumber's metadata (:mod:`.phones`:
+               ``0161 496 0663``, ``030/12345678``, ``(11) 91234-5678``,
+               ``03-1234-5678``); extensions (``844-279-2685x228``), a number
+               right after ``Tel:``. Not dates (``2014-05-12``), versions
+               (``3.11.2``), ISBNs (``978-0-13-110362-7``), ids after ``#``,
+               a letter or an order label (``#555-234-5678``,
+               ``ORD-555-234-5678``), numeric tables, or digit runs without
+               separators (unless after a phone label)
 ip             IPv4 dotted quads with every octet <= 255, not part of a longer
                dotted number (``1.3.6.1.4.1`` OIDs); IPv6 validated by
                :mod:`ipaddress` and holding at least one digit (not ``std::map``)
-credit_card    13-19 digits, optionally in groups of 4 (Amex 4-6-5), a known
-               issuer prefix (Visa, Mastercard, Amex, Discover, JCB, Diners,
-               UnionPay) and a valid Luhn checksum (so ISBNs and order numbers
-               almost never pass)
-ssn            US SSN ``AAA-GG-SSSS`` with dashes, excluding the never-issued
-               area 000/666/9xx, group 00 and serial 0000
+credit_card    13-19 digits, optionally in groups of 4 (Amex 4-6-5, Diners
+               4-6-4), a known issuer prefix (Visa, Mastercard, Amex, Discover,
+               JCB, Diners, UnionPay) and a valid Luhn checksum (so ISBNs and
+               order numbers almost never pass)
+ssn            US SSN ``AAA-GG-SSSS`` with dashes, or without them after an
+               ``SSN`` / ``Social Security number`` label (``SSN: 078051120``),
+               excluding the never-issued area 000/666/9xx, group 00 and
+               serial 0000
 iban           country code, check digits and a BBAN of that country's length,
                valid ISO 13616 mod-97 checksum
 secret         AWS access key ids (AKIA/ASIA...), GitHub tokens (ghp_, gho_,
@@ -32,6 +39,9 @@ secret         AWS access key ids (AKIA/ASIA...), GitHub tokens (ghp_, gho_,
                Google API keys (AIza...), Stripe live keys, JSON Web Tokens,
                and PEM/OpenSSH/PGP private-key blocks
 =============  ==================================================================
+
+Boundaries are those of words in languages written with spaces (:data:`.phones.WORD`): an
+address or a number may touch CJK text (``お問い合わせはmark72@ezweb.ne.jpまで。``).
 
 Redaction replaces each detected span with a token (``<EMAIL>``, ...;
 configurable). Overlapping detections are resolved by a fixed priority
@@ -48,7 +58,9 @@ from typing import Callable, Iterable, Iterator, Mapping
 import numpy as np
 
 from beam_pipeline.dedup.compiled import compiled
+from beam_pipeline.filters import phones
 from beam_pipeline.filters.code_points import code_point_table, code_points
+from beam_pipeline.filters.phones import EXTENSION, WORD
 
 KINDS = ("email", "phone", "ip", "credit_card", "ssn", "iban", "secret")
 #: Which detection wins when two overlap (earlier wins).
@@ -68,8 +80,8 @@ Span = tuple[int, int, str]  # (start, end, kind)
 # --- email ---------------------------------------------------------------------
 
 _EMAIL = re.compile(
-    r"(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+"
-    r"[A-Za-z]{2,24}(?![\w-])"
+    rf"(?<!{WORD})(?<![.+-])[A-Za-z0-9][A-Za-z0-9._%+-]{{0,63}}@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{{0,61}}[A-Za-z0-9])?\.)+"
+    rf"[A-Za-z]{{2,24}}(?!{WORD})(?!-)"
 )
 
 
@@ -122,18 +134,32 @@ def find_emails(text: str) -> Iterator[tuple[int, int]]:
 
 # --- phone ---------------------------------------------------------------------
 
-# Not preceded by a word character, '#', '+', '-', '.', '/' (ids, paths, decimals, dates).
-_NOT_AFTER = r"(?<![\w#+\-./:])"
-_NOT_BEFORE = r"(?![\w\-]|\.\d|/\d)"
+# Not preceded by a word character (CJK may touch it), '#', '+', '-', '.', '/' (ids, paths, decimals, dates),
+# nor by a colon unless it ends a phone label ("Tel:415-555-2671").
+_LABEL_COLON = "|".join(f"(?<=(?i:{label}):)" for label in ("tel", "fax", "phone", "call", "cell", "mobile"))
+_NOT_AFTER = rf"(?<!{WORD})(?<![#+\-./])(?:(?<!:)|{_LABEL_COLON})"
+_NOT_BEFORE = rf"(?!{WORD}|-|\.\d|/\d)"
+#: North-American shapes; followed by an extension or by what ends a number.
 _NANP = re.compile(
-    _NOT_AFTER + r"(?:\+?1[ .-]?)?(?:\([2-9]\d{2}\)[ .-]?|[2-9]\d{2}[ .-])[2-9]\d{2}[ .-]\d{4}" + _NOT_BEFORE
+    _NOT_AFTER
+    + r"(?:\+?1[ .-]?)?(?:\([2-9]\d{2}\)[ .-]?|[2-9]\d{2}[ .-])[2-9]\d{2}[ .-]\d{4}"
+    + rf"(?:(?={EXTENSION}(?!{WORD}))|{_NOT_BEFORE})"
 )
+#: A country code just before a :data:`_NANP` match ("+39 ", "0039 ", "+44 (0)"): the match is part of an
+#: international number.
+_COUNTRY_CODE_BEFORE = re.compile(r"(?:\+|(?<!\d)00)[1-9]\d{0,2}[ .\-]?(?:\(0\)[ .\-]?)?$")
+#: What follows a :data:`_NANP` match in the whole text (its lookahead saw only the window): an extension,
+#: which joins the span, or the end of the number.
+_NANP_TAIL = re.compile(rf"{EXTENSION}(?!{WORD})|{_NOT_BEFORE}")
+#: The shape of an international number the detector looked for before :mod:`.phones` (what
+#: ``bench/bench_filters.py`` runs as the bare regex): now found and validated by libphonenumber.
 _INTERNATIONAL = re.compile(r"(?<![\w#+\-./])\+[1-9]\d{0,2}(?:[ .-]?\(\d{1,4}\))?(?:[ .-]?\d{1,5}){2,6}" + _NOT_BEFORE)
 
 
-# Every number detector (phone, IPv4, card, SSN) matches inside a run of digits and
-# separators; one scan finds those runs and the detectors look only there.
-_NUMBERISH = re.compile(r"\d[\d .()+\-]{5,}\d")
+# Every number detector (phone, IPv4, card, SSN) matches inside a run of digits and separators (no-break
+# spaces, '/' and the fullwidth hyphen and parentheses included: "01\u00a023\u00a045\u00a067\u00a089",
+# "030/12345678", "０３－１２３４－５６７８"); one scan finds those runs and the detectors look only there.
+_NUMBERISH = re.compile(r"\d[\d .()+\-/\u00a0\u202f\uff08\uff09\uff0d]{5,}\d")
 
 
 def number_windows(text: str) -> list[tuple[int, int]]:
@@ -163,8 +189,9 @@ def _numberish_matches(text: str) -> Iterator[re.Match]:
 
 
 def number_runs(text: str) -> list[tuple[int, int]]:
-    """(start, end) of the maximal runs of ``[\\d .()+\\-]`` characters whose first and last digits are at
-    least 6 apart: where :data:`_NUMBERISH` can match (positions are the string's: :func:`.code_points`)."""
+    """(start, end) of the maximal runs of ``[\\d .()+\\-/]`` characters, no-break spaces and fullwidth
+    ``（）－`` whose first and last digits are at least 6 apart: where :data:`_NUMBERISH` can match
+    (positions are the string's: :func:`.code_points`)."""
     starts, ends = _number_runs(code_points(text), code_point_table(r"\d"))
     return list(zip(starts.tolist(), ends.tolist()))
 
@@ -185,8 +212,10 @@ def _number_runs(points, is_digit):  # pragma: no cover - compiled; tests compar
                 if first < 0:
                     first = j
                 last = j
-            elif not (c == 32 or c == 46 or c == 40 or c == 41 or c == 43 or c == 45):  # " .()+-"
-                break
+            elif not (
+                c == 32 or c == 46 or c == 40 or c == 41 or c == 43 or c == 45 or c == 47 or c == 160 or c == 8239
+            ) and not (c == 0xFF08 or c == 0xFF09 or c == 0xFF0D):
+                break  # " .()+-/", no-break space, narrow no-break space; fullwidth "()-"
             j += 1
         if first >= 0 and last - first >= 6:
             starts[found] = i
@@ -202,22 +231,36 @@ def _in_windows(pattern: re.Pattern, text: str, windows) -> Iterator[re.Match]:
 
 
 def find_phones(text: str, windows=None) -> Iterator[tuple[int, int]]:
+    """North-American shapes by :data:`_NANP` (not after an order or invoice label), then the candidates
+    :mod:`.phones` validates (each digit run of the windows, from a '+' or '(' just before it)."""
     seen = set()
     windows = number_windows(text) if windows is None else windows
-    for pattern in (_NANP, _INTERNATIONAL):
-        for m in _in_windows(pattern, text, windows):
-            digits = sum(c.isdigit() for c in m.group(0))
-            if pattern is _INTERNATIONAL and not 8 <= digits <= 15:
-                continue
-            if m.span() not in seen:
-                seen.add(m.span())
-                yield m.span()
+    for m in _in_windows(_NANP, text, windows):
+        tail = _NANP_TAIL.match(text, m.end())
+        if tail is None or phones.not_a_phone_label(text, m.start()):
+            continue
+        if _COUNTRY_CODE_BEFORE.search(text, max(0, m.start() - 12), m.start()):
+            continue  # the rest of "+39 312 345 3011": the validated path decides
+        if (m.start(), tail.end()) not in seen:
+            seen.add((m.start(), tail.end()))
+            yield m.start(), tail.end()
+    runs = []
+    for start, end in windows:
+        for m in _NUMBERISH.finditer(text, start, end):
+            begin = m.start()
+            while begin > start and text[begin - 1] in "+(\uff08":
+                begin -= 1
+            runs.append((begin, m.end()))
+    for span in phones.find_phones(text, runs):
+        if span not in seen:
+            seen.add(span)
+            yield span
 
 
 # --- IP addresses ---------------------------------------------------------------
 
 _OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
-_IPV4 = re.compile(rf"(?<![\w.]){_OCTET}(?:\.{_OCTET}){{3}}(?![\w]|\.\d)")
+_IPV4 = re.compile(rf"(?<!{WORD})(?<!\.){_OCTET}(?:\.{_OCTET}){{3}}(?!{WORD}|\.\d)")
 _IPV6_CANDIDATE = re.compile(
     r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|:|" + _OCTET + r"(?:\." + _OCTET + r"){3})(?![\w:])"
 )
@@ -278,7 +321,10 @@ def find_ips(text: str, windows=None) -> Iterator[tuple[int, int]]:
 
 # --- payment cards --------------------------------------------------------------
 
-_CARD = re.compile(r"(?<![\w\-.])(?:\d{4}([ -]?)\d{4}\1\d{4}\1\d{1,7}|\d{4}([ -]?)\d{6}\2\d{5})(?![\w\-]|\.\d)")
+_CARD = re.compile(
+    rf"(?<!{WORD})(?<![\-.+])(?:\d{{4}}([ -]?)\d{{4}}\1\d{{4}}\1\d{{1,7}}|\d{{4}}([ -]?)\d{{6}}\2\d{{5}}|\d{{4}}([ -]?)\d{{6}}\3\d{{4}})"
+    rf"(?!{WORD}|-|\.\d)"
+)
 _ISSUER = re.compile(r"^(?:4|5[1-5]|2(?:2[2-9]|[3-6]\d|7[01]|720)|3[47]|6(?:011|5|4[4-9]|22)|35|30[0-5]|36|38|62)")
 
 
@@ -303,12 +349,30 @@ def find_cards(text: str, windows=None) -> Iterator[tuple[int, int]]:
 
 # --- US social security numbers --------------------------------------------------
 
-_SSN = re.compile(r"(?<![\w\-.])(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![\w\-]|\.\d)")
+_SSN = re.compile(rf"(?<!{WORD})(?<![\-.])(?!000|666|9\d\d)\d{{3}}-(?!00)\d{{2}}-(?!0000)\d{{4}}(?!{WORD}|-|\.\d)")
+#: The labels after which nine digits without dashes are an SSN (each found by a substring search).
+_SSN_LABELS = ("SSN", "ssn", "Social Security", "social security", "SOCIAL SECURITY")
+#: What follows an SSN label: an optional "number" / "No." / "#", a colon, then nine digits (or 3-2-4 with
+#: spaces), the number being group 1.
+_SSN_AFTER_LABEL = re.compile(
+    r"(?: (?:[Nn]umber|NUMBER|[Nn]o\.?|#))?[ \t]*[:#]?[ \t]*"
+    rf"((?!000|666|9\d\d)\d{{3}}( ?)(?!00)\d{{2}}\2(?!0000)\d{{4}})(?!{WORD}|-|\.\d)"
+)
 
 
 def find_ssns(text: str, windows=None) -> Iterator[tuple[int, int]]:
+    """SSNs with dashes (:data:`_SSN`, in the number windows), and nine digits right after an SSN label
+    (:data:`_SSN_LABELS`, not inside a longer word)."""
     for m in _in_windows(_SSN, text, windows):
         yield m.span()
+    for label in _SSN_LABELS:
+        at = text.find(label)
+        while at != -1:
+            if not (at and text[at - 1].isalpha()):
+                after = _SSN_AFTER_LABEL.match(text, at + len(label))
+                if after is not None:
+                    yield after.span(1)
+            at = text.find(label, at + 1)
 
 
 # --- IBAN ------------------------------------------------------------------------
@@ -393,7 +457,7 @@ IBAN_LENGTHS = {
     "VG": 24,
     "XK": 20,
 }
-_IBAN = re.compile(r"(?<![\w])([A-Z]{2})(\d{2})((?: ?[A-Z0-9]){11,30})(?![\w])")
+_IBAN = re.compile(rf"(?<!{WORD})([A-Z]{{2}})(\d{{2}})((?: ?[A-Z0-9]){{11,30}})(?!{WORD})")
 _IBAN_PREFILTER = re.compile(r"[A-Z]{2}\d{2}")
 
 
@@ -421,42 +485,44 @@ def iban_starts(text: str) -> list[int]:
     return np.flatnonzero(upper[:-3] & upper[1:-2] & digit[2:-1] & digit[3:]).tolist()
 
 
-def _iban_matches(text: str) -> Iterator[re.Match]:
-    """``_IBAN.finditer(text)``, trying only the starts of :func:`iban_starts`.
+def iban_at(text: str, start: int) -> tuple[int, int] | None:
+    """The valid IBAN that starts at ``start``, if any: :data:`_IBAN` there (it may run into following words
+    or the next IBAN), cut to the country's length, then the ISO 13616 checksum."""
+    m = _IBAN.match(text, start)
+    if m is None:
+        return None
+    expected = IBAN_LENGTHS.get(m.group(1))
+    if expected is None:
+        return None
+    compact, end = 0, m.start()
+    for i, char in enumerate(m.group(0)):
+        if char != " ":
+            compact += 1
+        if compact == expected:
+            end = m.start() + i + 1
+            break
+    else:
+        return None
+    if iban_valid(text[m.start() : end]) and not (end < len(text) and text[end].isalnum()):
+        return m.start(), end
+    return None
 
-    Exact: every match starts with ``[A-Z]{2}\\d{2}``, so finditer's attempts at other positions fail;
-    ``match`` at a start makes the same attempt as ``finditer`` there (``pos`` does not hide the
-    character before it from the lookbehind), and starts inside the previous match are skipped, as
-    finditer resumes at its end.
+
+def find_ibans(text: str) -> Iterator[tuple[int, int]]:
+    """Every :func:`iban_at` from the starts of :func:`iban_starts`, resuming after each IBAN found (not
+    after the regex's match, which may hold the next IBAN: ``BE68 5390 0754 7034 DE89 3704 ...``).
+
+    Exact: every match of :data:`_IBAN` starts with ``[A-Z]{2}\\d{2}``, so attempts at other positions fail;
+    ``match`` at a start sees the character before it for the lookbehind.
     """
     resume = 0
     for start in iban_starts(text):
         if start < resume:
             continue
-        m = _IBAN.match(text, start)
-        if m is not None:
-            resume = m.end()
-            yield m
-
-
-def find_ibans(text: str) -> Iterator[tuple[int, int]]:
-    for m in _iban_matches(text):
-        candidate = m.group(0)
-        expected = IBAN_LENGTHS.get(m.group(1))
-        if expected is None:
-            continue
-        # the regex may run into following words: cut to the country's length
-        compact, end = 0, m.start()
-        for i, char in enumerate(candidate):
-            if char != " ":
-                compact += 1
-            if compact == expected:
-                end = m.start() + i + 1
-                break
-        else:
-            continue
-        if iban_valid(text[m.start() : end]) and not (end < len(text) and text[end].isalnum()):
-            yield m.start(), end
+        span = iban_at(text, start)
+        if span is not None:
+            resume = span[1]
+            yield span
 
 
 # --- secrets ---------------------------------------------------------------------
