@@ -60,7 +60,7 @@ def _variant(source: str, change) -> str:
 
 
 @pytest.mark.parametrize("change, reason", [
-    (lambda s: s.__setitem__("normalizer", {"type": "NFC"}), "normalizer"),
+    (lambda s: s.__setitem__("normalizer", {"type": "Lowercase"}), "normalizer"),
     (lambda s: s["pre_tokenizer"].__setitem__("add_prefix_space", True), "pre-tokenizer"),
     (lambda s: s["model"].__setitem__("unk_token", "<|pad|>"), "unk_token"),
     (lambda s: s["added_tokens"][0].__setitem__("lstrip", True), "strips"),
@@ -76,3 +76,100 @@ def test_tokenizers_tiktoken_would_encode_differently_keep_tokenizers(change, re
     text = "The fallback encodes like tokenizers."
     assert encoder.encode_batch([text])[0].tolist() == Tokenizer.from_str(source).encode(
         text, add_special_tokens=False).ids
+
+
+# --- one tokenizer of each kind users bring, built here (no download), against tokenizers on edge cases -----
+
+KIND_EDGE_CASES = EDGE_CASES + [
+    "compatibility ﬁ ﬀ ｆｕｌｌ ｗｉｄｔｈ ㌀ ℌ ™ Ⅻ ﹤EOT﹥ Å Å ẞ İ ǅ ① ²", "marks a\u0316\u0301 q\u0307\u0323 \u0301lead",
+    "Unicode 15+ ㋿ \U0001e030 \U00011f00", "zwj 👨‍👩‍👧 flags 🇫🇷 keycap 1️⃣", "a  b   c    d", "ends with one space ",
+    "  starts with two", "▁ literal ▁x metaspace", "[CLS] [SEP] [UNK] inside", "<s>x</s> <unk>", "<EOT>z<META>",
+    "url https://example.org/a?b=c&d=e#f, (parens) [brackets] {braces} \"quotes\" 'single'", "x" * 150 + " ok",
+    "日本語の文章です。句読点、そして漢字。", "\x00\x01\x1f\x7f\x85\xa0\u2028\ufeff\ufffd controls",
+]
+
+
+def _trained(kind: str) -> str:
+    """A small tokenizer of ``kind`` trained on the sample, as the JSON a user would bring."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    texts = sample_texts()[:200] + KIND_EDGE_CASES
+    if kind == "bytelevel-nfkc":
+        tok = Tokenizer(models.BPE())
+        tok.normalizer = normalizers.NFKC()
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        trainer = trainers.BpeTrainer(vocab_size=2000, special_tokens=["<EOT>", "<META>"],
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    elif kind == "split-bytelevel":  # the shape of a tiktoken-format vocabulary converted (Llama 3, tekken)
+        tok = Tokenizer(models.BPE())
+        pattern = r"[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+        from tokenizers import Regex
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        trainer = trainers.BpeTrainer(vocab_size=2000, special_tokens=["<s>", "</s>"],
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    elif kind == "sentencepiece-bpe":  # transformers' LlamaConverter (legacy): Prepend + Replace, byte fallback
+        tok = Tokenizer(models.BPE(unk_token="<unk>", fuse_unk=True, byte_fallback=True))
+        tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+        trainer = trainers.BpeTrainer(vocab_size=1500, special_tokens=["<unk>", "<s>", "</s>"]
+                                      + [f"<0x{b:02X}>" for b in range(256)])
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="never")  # for training only: no ▁ inside tokens
+    elif kind == "wordpiece":
+        tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        trainer = trainers.WordPieceTrainer(vocab_size=1500, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]"])
+    tok.train_from_iterator(texts, trainer)
+    if kind == "sentencepiece-bpe":
+        tok.pre_tokenizer = None
+        tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
+    return tok.to_str()
+
+
+@pytest.mark.parametrize("kind, engine", [
+    ("bytelevel-nfkc", "tiktoken+nfkc"),
+    ("split-bytelevel", "tiktoken"),
+    ("sentencepiece-bpe", "word-cache:metaspace"),
+    ("wordpiece", "word-cache:bert"),
+])
+def test_each_kind_takes_its_fast_engine_with_the_ids_of_tokenizers(kind, engine):
+    from tokenizers import Tokenizer
+
+    source = _trained(kind)
+    encoder = load_encoder(source)
+    assert encoder.engine == engine
+    reference = Tokenizer.from_str(source)
+    texts = sample_texts()[:300] + KIND_EDGE_CASES
+    for batch in (texts, texts[::-1], KIND_EDGE_CASES):  # a warm cache gives the same ids
+        ids, counts, engines = encoder.encode_batch_engines(batch)
+        expected = [e.ids for e in reference.encode_batch(batch, add_special_tokens=False)]
+        assert counts.tolist() == [len(e) for e in expected]
+        assert ids.tolist() == [i for e in expected for i in e]
+        assert sum(engines.values()) == len(batch) and engine in engines
+
+
+def test_truncation_and_padding_are_switched_off():
+    spec = json.loads(_trained("wordpiece"))
+    spec["truncation"] = {"max_length": 8, "strategy": "LongestFirst", "stride": 0, "direction": "Right"}
+    spec["padding"] = {"strategy": {"Fixed": 16}, "direction": "Right", "pad_to_multiple_of": None, "pad_id": 0,
+                       "pad_type_id": 0, "pad_token": "[PAD]"}
+    encoder = load_encoder(json.dumps(spec))
+    text = "a document much longer than eight tokens is kept whole, never cut nor padded"
+    ids, counts = encoder.encode_batch([text, "x"])
+    assert counts[0] > 8 and counts[1] == 1
+
+
+def test_a_fast_engine_that_disagrees_on_the_probe_is_not_used(monkeypatch):
+    from beam_pipeline.transforms import token_encoder
+
+    source = _trained("wordpiece")
+    monkeypatch.setattr(token_encoder, "EDGE_PROBES", token_encoder.EDGE_PROBES + ["probe"])
+    original = token_encoder.WordCacheEncoder.encode_batch_engines
+
+    def wrong(self, texts):
+        ids, counts, engines = original(self, texts)
+        return ids + (1 if "probe" in texts else 0), counts, engines
+
+    monkeypatch.setattr(token_encoder.WordCacheEncoder, "encode_batch_engines", wrong)
+    assert load_encoder(source).engine == "tokenizers"

@@ -148,3 +148,20 @@ def test_transform_writes_shards_that_decode_back(tokenizer_path, tmp_path):
             span = tokens[row["token_start"]:row["token_start"] + row["token_count"]]
             assert tokenizer.decode(span.tolist()) == texts[row["doc_id"]]
             assert tokens[row["token_start"] + row["token_count"]] == info.eos_id
+
+
+def test_the_stage_counts_which_engine_encoded_the_documents(tokenizer_path, tmp_path):
+    """``engine:<name>`` counts in the ledger's ``other``: the engine load_encoder chose (tiktoken for a plain
+    byte-level BPE), documents that hold an added token included; in and passed are as before."""
+    config = TokenizeConfig(tokenizer=tokenizer_path, seq_len=16, shard_tokens=64)
+    info = inspect_tokenizer(config)
+    gold = [{"doc_id": f"d{i}", "source": "s", "domain": "web", "text": f"document {i} <|endoftext|> ok"}
+            for i in range(5)]
+    rows = sorted(gold, key=lambda r: r["doc_id"])
+    write_partition(str(tmp_path / "gold"), 0, 1, rows, GOLD)
+    paths = (str(tmp_path / "gold" / part_name(0, 1)),)
+    ledger = run_stage_job(str(tmp_path), "tokenize", lambda p, layer: p | TokenizePackShard(
+        config, info, seed=0, directory=layer.output_path("shards"), gold_paths=paths), {}, 1, options=OPTIONS)
+    counts = ledger["counts"]
+    assert counts["in"] == counts["passed"] == 5
+    assert counts["other"] == {"engine:tiktoken": 5}

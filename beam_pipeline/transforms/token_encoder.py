@@ -1,46 +1,70 @@
 """Encoding text to token ids for the tokenize stage, a batch at a time, into flat numpy arrays.
 
 The tokenizer is a Hugging Face ``tokenizer.json``; :func:`load_encoder` returns the
-engine that encodes it:
+engine that encodes it, the first of these that applies and passes its load-time probe:
 
 * **tiktoken** (``tiktoken.Encoding``, OpenAI's Rust byte-pair encoder) when the
-  tokenizer is a plain byte-level BPE that tiktoken encodes to the same ids
-  (:func:`tiktoken_incompatibility` is empty). On real text it takes about a sixth
-  of the CPU of ``tokenizers`` for the same ids (bench/results/side-by-side-*.md):
-  ``tokenizers`` builds a full ``Encoding`` per document (token strings, offsets,
-  masks) and runs its pre-tokenizer through Oniguruma, where tiktoken returns the ids
-  only.
-* **tokenizers** (``Tokenizer.encode_batch``) for every other tokenizer.
+  tokenizer is a byte-level BPE that tiktoken encodes to the same ids
+  (:func:`tiktoken_incompatibility` is empty): GPT-2's ``ByteLevel`` pre-tokenizer, or a
+  ``Split`` regex before a ``ByteLevel`` without regex (the tiktoken-format
+  vocabularies: Llama 3, Mistral's tekken); no normalizer, or NFC / NFKC, which is then
+  applied by Python's ``unicodedata`` between the added tokens, as ``tokenizers`` does
+  (engine ``tiktoken+nfkc``). ``tokenizers`` builds a full ``Encoding`` per document
+  (token strings, offsets, masks) and runs its pre-tokenizer through Oniguruma, where
+  tiktoken returns the ids only: 4-6x less CPU.
+* **word-cache**: tokenizers whose output is the concatenation of the outputs of chunks
+  of the text: BERT-like per-character normalizers with a ``BertPreTokenizer`` (chunks
+  between spaces, tabs and line breaks, and each ASCII punctuation character) or
+  ``WhitespaceSplit``; SentencePiece-style BPE as transformers converts it
+  (``Prepend("▁")`` + ``Replace(" ", "▁")``, no pre-tokenizer) when no vocabulary entry
+  has ``▁`` after another character, so no token crosses a word (chunks: the words of
+  the normalized text). Each distinct chunk is encoded once by ``tokenizers`` itself and
+  its ids kept; a document is the concatenation of its chunks' ids. Documents holding an
+  added token's text are encoded by ``tokenizers`` whole.
+* **tokenizers** (``Tokenizer.encode_batch_fast``: ids only, no offsets) otherwise.
 
-Why the two give the same ids (docs/decisions.md, "tokenize engine"). Byte-level
+Truncation and padding of the ``tokenizer.json`` are switched off (documents are
+tokenized whole). Every fast engine is compared with ``tokenizers`` on load (every
+vocabulary entry, every code point of planes 0-2 in a few contexts, edge cases) and
+not used on any difference. Which engine encoded how many documents is reported
+by :meth:`Encoder.encode_batch_engines` (the stage's ``engine:<name>`` counts).
+
+Why tiktoken gives the same ids (docs/decisions.md, "tokenize engine"). Byte-level
 BPE as ``tokenizers`` runs it (Sennrich et al. 2016; GPT-2, Radford et al. 2019):
-split out the added tokens, split the rest with the GPT-2 regex, map each piece's
-bytes to single-byte tokens and apply the listed merges, lowest merge index first,
-leftmost first among equals. tiktoken does the same split and merges the adjacent
-pair whose concatenation has the lowest rank. With rank = token id this is the
-same rule when (a) the id of each merge's result grows with the merge index,
-(b) every multi-byte token is the result of exactly one merge and every byte is a
-token, (c) the added tokens are matched verbatim (no strip, no word boundary,
-none a prefix of another) and (d) no normalizer, a ``ByteLevel`` pre-tokenizer
-with the GPT-2 regex and no prefix space, and a BPE without dropout, unknown
-token, subword prefix/suffix or byte fallback. These are checked on the
-tokenizer's JSON; as a last guard every vocabulary entry is encoded by both on
-load, and any difference selects ``tokenizers``.
+split out the added tokens, normalize the rest, split it with the pre-tokenizer's
+regex, map each piece's bytes to single-byte tokens and apply the listed merges,
+lowest merge index first, leftmost first among equals. tiktoken does the same split
+and merges the adjacent pair whose concatenation has the lowest rank. With rank =
+token id this is the same rule when (a) the id of each merge's result never
+decreases with the merge index, (b) every multi-byte token is the result of a merge
+and every byte is a token, (c) the added tokens are matched verbatim (no strip, no
+word boundary, none a prefix of another, not normalized) and (d) a BPE without
+dropout, unknown token, subword prefix/suffix or byte fallback. These are checked on
+the tokenizer's JSON, then by the probe.
 """
 
 from __future__ import annotations
 
 import abc
+import copy
 import functools
 import itertools
 import json
-from typing import Any, Sequence
+import operator
+import re
+import unicodedata
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 #: The pre-tokenizer regex of GPT-2's byte-level BPE, as ``tokenizers``' ``ByteLevel(use_regex=True)`` has it.
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 IDS_DTYPE = np.dtype("<u4")
+#: Normalizers the tiktoken engine applies itself (Python's ``unicodedata``; the probe checks the tables).
+UNICODE_FORMS = ("NFC", "NFKC")
+#: Chunks longer than this are encoded but not kept by the word cache; the cache is emptied past CACHE_ENTRIES.
+CACHE_CHUNK_CHARS, CACHE_ENTRIES = 64, 1 << 20
+METASPACE = "\u2581"
 
 
 def _byte_of_char() -> dict[str, int]:
@@ -61,30 +85,128 @@ class Encoder(abc.ABC):
 
     engine = ""
 
-    @abc.abstractmethod
     def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """The ids of ``texts`` (see the class)."""
+        ids, counts, _ = self.encode_batch_engines(texts)
+        return ids, counts
+
+    @abc.abstractmethod
+    def encode_batch_engines(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+        """``encode_batch`` and the number of texts each engine encoded."""
 
 
 class TokenizersEncoder(Encoder):
+    """``tokenizers`` itself: ids only (``encode_batch_fast``: no offsets), no truncation or padding."""
+
     engine = "tokenizers"
 
     def __init__(self, tokenizer: Any):
-        self._tokenizer = tokenizer
+        self._tokenizer = _untruncated(tokenizer)
+        self._encode = getattr(self._tokenizer, "encode_batch_fast", self._tokenizer.encode_batch)
 
-    def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
-        return _flatten([encoding.ids for encoding in encodings])
+    def id_lists(self, texts: Sequence[str]) -> list[list[int]]:
+        return [encoding.ids for encoding in self._encode(list(texts), add_special_tokens=False)]
+
+    def encode_batch_engines(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+        return (*_flatten(self.id_lists(texts)), {self.engine: len(texts)})
+
+
+def _untruncated(tokenizer: Any) -> Any:
+    """``tokenizer`` without truncation or padding (a copy when it had them): documents are encoded whole."""
+    if tokenizer.truncation is None and tokenizer.padding is None:
+        return tokenizer
+    tokenizer = copy.deepcopy(tokenizer)
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer
 
 
 class TiktokenEncoder(Encoder):
+    """tiktoken; with ``form`` (NFC/NFKC), the text between added tokens is normalized first by Python's
+    ``unicodedata``, and a text holding a character whose normalization ``tokenizers`` does otherwise
+    (:func:`unicode_disagreements`: their Unicode versions differ) is encoded by ``reference``."""
+
     engine = "tiktoken"
 
-    def __init__(self, encoding: Any):
-        self._encode = functools.partial(encoding.encode, allowed_special="all")
+    def __init__(
+        self,
+        encoding: Any,
+        form: str | None = None,
+        specials: dict[str, int] | None = None,
+        reference: TokenizersEncoder | None = None,
+    ):
+        self._encode: Callable[[str], list[int]] = functools.partial(encoding.encode, allowed_special="all")
+        self._risky: re.Pattern | None = None
+        self._reference = reference
+        if form:
+            self.engine = f"tiktoken+{form.lower()}"
+            normalize = functools.partial(unicodedata.normalize, form)  # type: ignore[arg-type]
+            self._encode = functools.partial(
+                _normalized_encode, encoding.encode_ordinary, normalize, _alternation(specials or {}), specials or {}
+            )
+            if reference is not None:
+                risky = unicode_disagreements(form)
+                self._risky = re.compile(f"[{re.escape(risky)}]") if risky else None
 
-    def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        return _flatten(list(map(self._encode, texts)))
+    def encode_batch_engines(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+        risky = self._risky
+        whole = [i for i, text in enumerate(texts) if risky.search(text)] if risky is not None else []
+        if not whole or self._reference is None:
+            return (*_flatten(list(map(self._encode, texts))), {self.engine: len(texts)})
+        id_lists = [[] if i in set(whole) else self._encode(text) for i, text in enumerate(texts)]
+        for i, ids in zip(whole, self._reference.id_lists([texts[i] for i in whole])):
+            id_lists[i] = ids
+        return (*_flatten(id_lists), {self.engine: len(texts) - len(whole), self._reference.engine: len(whole)})
+
+
+@functools.cache
+def unicode_disagreements(form: str) -> str:
+    """The characters whose ``form`` normalization ``tokenizers`` and Python's ``unicodedata`` may do
+    differently (their Unicode tables are of different versions): those a single character's NFD or
+    ``form`` differs for (and the characters of Python's decomposition of them), and the combining marks
+    that order or compose differently next to a letter and another mark."""
+    from tokenizers import normalizers
+
+    ours = functools.partial(unicodedata.normalize, form)  # type: ignore[arg-type]
+    theirs = getattr(normalizers, form)().normalize_str
+    points = [chr(c) for c in range(0x30000) if not 0xD800 <= c < 0xE000 and c != 0x0A]  # "\n" separates
+    risky: set[str] = set()
+    for name, python in ((form, ours), ("NFD", functools.partial(unicodedata.normalize, "NFD"))):
+        rust = getattr(normalizers, name)().normalize_str
+        joined = "\n".join(points)
+        for point, a, b in zip(points, python(joined).split("\n"), rust(joined).split("\n")):
+            if a != b:
+                risky.update(point + unicodedata.normalize("NFD", point))
+    marks = [c for c in points if unicodedata.combining(c)]
+    others = "\u0334\u0316\u0301\u0345"  # combining classes 1, 220, 230, 240
+    probe = "\n".join(f"a{m}{c}\na{c}{m}" for c in marks for m in others)
+    pairs = zip(ours(probe).split("\n"), theirs(probe).split("\n"))
+    for i, (a, b) in enumerate(pairs):
+        if a != b:
+            risky.add(marks[i // (2 * len(others))])
+    return "".join(sorted(risky))
+
+
+def _alternation(words) -> re.Pattern | None:
+    """A regex matching any of ``words`` (longest first), or None when there are none."""
+    words = sorted(words, key=lambda w: (-len(w), w))
+    return re.compile("|".join(map(re.escape, words))) if words else None
+
+
+def _normalized_encode(encode_ordinary, normalize, specials_re, specials: dict[str, int], text: str) -> list[int]:
+    """Split out the added tokens on the raw text, normalize and encode what is between them."""
+    if specials_re is None or specials_re.search(text) is None:
+        return encode_ordinary(normalize(text))
+    ids: list[int] = []
+    position = 0
+    for match in specials_re.finditer(text):
+        if match.start() > position:
+            ids += encode_ordinary(normalize(text[position : match.start()]))
+        ids.append(specials[match.group()])
+        position = match.end()
+    if position < len(text):
+        ids += encode_ordinary(normalize(text[position:]))
+    return ids
 
 
 def _flatten(id_lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -93,15 +215,20 @@ def _flatten(id_lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     return ids, counts
 
 
-def tiktoken_incompatibility(spec: dict) -> str:
-    """Why tiktoken would not encode this ``tokenizer.json`` (parsed) like ``tokenizers``; "" when it would."""
-    if spec.get("normalizer") is not None:
-        return "has a normalizer"
-    pre = spec.get("pre_tokenizer") or {}
-    if pre.get("type") != "ByteLevel" or pre.get("add_prefix_space") or not pre.get("use_regex", True):
-        return "pre-tokenizer is not ByteLevel(add_prefix_space=False, use_regex=True)"
+def _tiktoken_plan(spec: dict) -> tuple[str, str | None] | str:
+    """(pre-tokenizer regex, Unicode form or None) when tiktoken encodes this ``tokenizer.json`` (parsed)
+    like ``tokenizers``; else the reason it would not."""
+    normalizer = spec.get("normalizer")
+    form = None
+    if normalizer is not None:
+        if normalizer.get("type") not in UNICODE_FORMS:
+            return "has a normalizer other than NFC or NFKC"
+        form = normalizer["type"]
+    pattern = _byte_level_pattern(spec.get("pre_tokenizer") or {})
+    if not pattern:
+        return "pre-tokenizer is not ByteLevel(add_prefix_space=False, use_regex=True) or Split(regex) + ByteLevel"
     if spec.get("truncation") is not None or spec.get("padding") is not None:
-        return "truncates or pads"
+        pass  # switched off: documents are tokenized whole
     model = spec.get("model") or {}
     if model.get("type") != "BPE":
         return "model is not BPE"
@@ -114,6 +241,8 @@ def tiktoken_incompatibility(spec: dict) -> str:
     contents = [token["content"] for token in added]
     if any(token.get("lstrip") or token.get("rstrip") or token.get("single_word") for token in added):
         return "an added token strips or matches whole words"
+    if form and any(token.get("normalized") for token in added):
+        return "an added token is matched after normalization"
     if any(a != b and b.startswith(a) for a in contents for b in contents):
         return "an added token is a prefix of another"
     byte_of = _byte_of_char()
@@ -126,16 +255,40 @@ def tiktoken_incompatibility(spec: dict) -> str:
     for merge in model.get("merges", []):
         left, right = merge.split(" ") if isinstance(merge, str) else merge
         result = vocab.get(left + right)
-        if result is None or result <= last:
+        if result is None or result < last:
             return "merge results are not in the vocabulary in merge order"
         last = result
         made.add(left + right)
     if any(len(token) > 1 and token not in made for token in vocab):
         return "a vocabulary entry is not the result of a merge"
-    return ""
+    return pattern, form
 
 
-def _tiktoken_encoding(spec: dict, name: str) -> Any:
+def _byte_level_pattern(pre: dict) -> str:
+    """The regex tiktoken splits with for this pre-tokenizer, or "" when it is not one tiktoken can run."""
+    if pre.get("type") == "ByteLevel":
+        if pre.get("add_prefix_space") or not pre.get("use_regex", True):
+            return ""
+        return GPT2_PATTERN
+    if pre.get("type") != "Sequence" or len(pre.get("pretokenizers") or []) != 2:
+        return ""
+    split, byte_level = pre["pretokenizers"]
+    if byte_level.get("type") != "ByteLevel" or byte_level.get("add_prefix_space") or byte_level.get("use_regex"):
+        return ""
+    if split.get("type") != "Split" or split.get("behavior") != "Isolated" or split.get("invert"):
+        return ""
+    return (split.get("pattern") or {}).get("Regex", "")
+
+
+def tiktoken_incompatibility(spec: dict) -> str:
+    """Why tiktoken would not encode this ``tokenizer.json`` (parsed) like ``tokenizers``; "" when it would."""
+    plan = _tiktoken_plan(spec)
+    return plan if isinstance(plan, str) else ""
+
+
+def _tiktoken_encoder(
+    spec: dict, name: str, pattern: str, form: str | None, reference: TokenizersEncoder
+) -> TiktokenEncoder:
     import tiktoken
 
     byte_of = _byte_of_char()
@@ -143,7 +296,196 @@ def _tiktoken_encoding(spec: dict, name: str) -> Any:
     ranks = {
         bytes(byte_of[ch] for ch in token): i for token, i in spec["model"]["vocab"].items() if token not in specials
     }
-    return tiktoken.Encoding(name, pat_str=GPT2_PATTERN, mergeable_ranks=ranks, special_tokens=specials)
+    encoding = tiktoken.Encoding(name, pat_str=pattern, mergeable_ranks=ranks, special_tokens=specials)
+    return TiktokenEncoder(encoding, form, specials, reference)
+
+
+# --- the word cache ---------------------------------------------------------------------------------------
+
+#: Normalizers that act on each character alone, never across a space, tab or line break (for ``whitespace``).
+_CHAR_NORMALIZERS = frozenset({"BertNormalizer", "Lowercase", "NFC", "NFD", "NFKC", "NFKD", "StripAccents"})
+_WHITESPACE_PRE_TOKENIZERS = frozenset({"BertPreTokenizer", "WhitespaceSplit", "Whitespace"})
+#: Chunks: what the whitespace pre-tokenizers keep between spaces, tabs and line breaks (which they drop and
+#: split at); for ``BertPreTokenizer`` also each ASCII punctuation character, which it isolates.
+_WHITESPACE_CHUNKS = re.compile(r"[^ \t\n\r]+")
+_BERT_CHUNKS = re.compile(r"[^ \t\n\r!-/:-@\[-`{-~]+|[!-/:-@\[-`{-~]")
+
+
+def word_cache_mode(spec: dict) -> str:
+    """``whitespace`` or ``metaspace`` when the ids of a text are the concatenation of the ids of its chunks
+    (see :class:`WordCacheEncoder`), "" otherwise."""
+    model = spec.get("model") or {}
+    if model.get("type") not in ("BPE", "WordPiece") or model.get("dropout"):
+        return ""
+    if any(
+        token.get("lstrip") or token.get("rstrip") or token.get("single_word")
+        for token in spec.get("added_tokens") or []
+    ):
+        return ""
+    normalizer = spec.get("normalizer")
+    steps = (
+        normalizer.get("normalizers")
+        if normalizer and normalizer.get("type") == "Sequence"
+        else [normalizer]
+        if normalizer
+        else []
+    )
+    pre = spec.get("pre_tokenizer")
+    if (
+        pre
+        and pre.get("type") in _WHITESPACE_PRE_TOKENIZERS
+        and all(step.get("type") in _CHAR_NORMALIZERS for step in steps)
+    ):
+        return "bert" if pre["type"] == "BertPreTokenizer" else "whitespace"
+    legacy_sentencepiece = [
+        {"type": "Prepend", "prepend": METASPACE},
+        {"type": "Replace", "pattern": {"String": " "}, "content": METASPACE},
+    ]
+    if pre is None and steps == legacy_sentencepiece and model.get("type") == "BPE":
+        crossing = re.compile(f"[^{METASPACE}]{METASPACE}")
+        if not any(crossing.search(token) for token in model.get("vocab", {})):
+            return "metaspace"
+    return ""
+
+
+class WordCacheEncoder(Encoder):
+    """The ids of each distinct chunk of text, computed once by ``tokenizers`` and kept.
+
+    ``whitespace``: chunks are the text split at runs of spaces, tabs and line breaks, which the
+    normalizer maps to a space and the pre-tokenizer drops and splits at; each character is
+    normalized alone, so a text's ids are its chunks' ids one after another. ``bert``: the same, and
+    each ASCII punctuation character is a chunk of its own (``BertPreTokenizer`` isolates it).
+    ``metaspace`` (SentencePiece-style BPE, no pre-tokenizer): the normalized text is ``▁`` + the text
+    with spaces as ``▁`` (computed here: both steps are literal); no vocabulary entry has ``▁`` after
+    another character, so no merge crosses the start of a word (a run of ``▁`` and what follows it up
+    to the next ``▁``), and when no entry of two characters or more holds a line break, none crosses
+    one either: each word, and each line break, encodes as it does alone, through the BPE model.
+    """
+
+    def __init__(self, reference: TokenizersEncoder, mode: str, added: Sequence[str]):
+        self.engine = f"word-cache:{mode}"
+        self._reference = reference
+        self._tokenizer = reference._tokenizer
+        self._metaspace = mode == "metaspace"
+        chunks = {"whitespace": _WHITESPACE_CHUNKS.findall, "bert": _BERT_CHUNKS.findall}
+        self._split = chunks.get(mode, self._words)
+        self._added = _alternation(added)  # texts holding an added token's text are encoded whole
+        self._cache: dict[str, bytes] = {}  # chunk -> its ids as IDS_DTYPE bytes
+        if self._metaspace:
+            # the words of the normalized text: a run of ▁ and what follows up to the next ▁ or line break;
+            # a line break alone when no token of two characters or more holds one (byte fallback encodes it)
+            vocab = self._tokenizer.get_vocab(with_added_tokens=False)
+            lone = "\n" if not any("\n" in token for token in vocab if len(token) > 1) else ""
+            self._word = re.compile(f"{METASPACE}*[^{METASPACE}{lone}]+|{METASPACE}+" + (f"|{lone}" if lone else ""))
+            self._model_only = copy.deepcopy(self._tokenizer)  # encodes a word as it is: no normalizer
+            self._model_only.normalizer = None
+
+    def _words(self, text: str) -> list[str]:
+        """The words of ``text`` normalized as the legacy SentencePiece normalizer does."""
+        return self._word.findall(METASPACE + text.replace(" ", METASPACE))
+
+    def clear_cache(self) -> None:
+        self._cache.clear()
+
+    def _fill(self, chunks: list[str]) -> dict[str, bytes]:
+        """The ids of ``chunks`` (distinct), each as it encodes alone. Metaspace: each word through the model.
+        Otherwise the chunks are encoded as one text, joined by line breaks (which split them the same way),
+        each token going to the chunk where it starts."""
+        found: dict[str, bytes] = {}  # ids as IDS_DTYPE bytes
+        if self._metaspace:  # each word through the model alone
+            encodings = self._model_only.encode_batch_fast(chunks, add_special_tokens=False)
+            as_bytes = functools.partial(np.asarray, dtype=IDS_DTYPE)
+            found.update(zip(chunks, (as_bytes(encoding.ids).tobytes() for encoding in encodings)))
+            return found
+        if not chunks:
+            return found
+        encoding = self._tokenizer.encode("\n".join(chunks), add_special_tokens=False)
+        lengths = np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks)) + 1
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        token_starts = np.array(encoding.offsets, dtype=np.int64).reshape(-1, 2)[:, 0]
+        owner = np.searchsorted(starts, token_starts, side="right") - 1
+        bounds = np.searchsorted(owner, np.arange(len(chunks) + 1)).tolist()
+        data = np.asarray(encoding.ids, dtype=IDS_DTYPE).tobytes()
+        size = IDS_DTYPE.itemsize
+        found.update((chunk, data[bounds[i] * size : bounds[i + 1] * size]) for i, chunk in enumerate(chunks))
+        return found
+
+    def encode_batch_engines(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+        cache, split, added = self._cache, self._split, self._added
+        whole = [i for i, text in enumerate(texts) if added and added.search(text)]
+        chunked = [split(text) if text else [] for text in texts]
+        for i in whole:
+            chunked[i] = []
+        every = list(itertools.chain.from_iterable(chunked))
+        values: list = list(map(cache.get, every))  # None where not cached (b"" for a chunk of no ids: looked up again)
+        unknown = list(itertools.compress(range(len(every)), map(operator.not_, values)))
+        if unknown:
+            fresh = self._fill(list({every[i] for i in unknown}))
+            for i in unknown:
+                values[i] = fresh[every[i]]
+            if len(cache) + len(fresh) > CACHE_ENTRIES:
+                cache.clear()
+            cache.update((chunk, ids) for chunk, ids in fresh.items() if len(chunk) <= CACHE_CHUNK_CHARS)
+        lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values)) // IDS_DTYPE.itemsize
+        ids = np.frombuffer(b"".join(values), dtype=IDS_DTYPE)
+        per_text = np.fromiter(map(len, chunked), dtype=np.int64, count=len(chunked))
+        ends = np.cumsum(per_text)
+        cumulative = np.concatenate([[0], np.cumsum(lengths)])
+        counts = cumulative[ends] - cumulative[ends - per_text]
+        engines = {self.engine: len(texts) - len(whole), self._reference.engine: len(whole)}
+        if whole:
+            id_lists: list = np.split(ids, np.cumsum(counts)[:-1]) if len(texts) else []
+            for i, reference_ids in zip(whole, self._reference.id_lists([texts[i] for i in whole])):
+                id_lists[i] = reference_ids
+            ids, counts = _flatten([list(x) for x in id_lists])
+        return ids, counts, {name: n for name, n in engines.items() if n}
+
+
+# --- choosing and checking ----------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def code_point_probe() -> str:
+    """Every code point of planes 0-2 but surrogates, after a letter and before a digit, then alone."""
+    points = [chr(c) for c in range(0x30000) if not 0xD800 <= c < 0xE000]
+    return "".join(f"x{c}1{c} " for c in points)
+
+
+#: Texts every fast engine must encode like ``tokenizers`` (besides the vocabulary and the code points).
+EDGE_PROBES = [
+    "",
+    " ",
+    "  ",
+    "a ",
+    " a",
+    "a  b",
+    "\n\n\n",
+    "  leading and trailing  ",
+    "tabs\tand\r\nnewlines\n \n",
+    "I'm you're they've it'll he'd 'S 'T",
+    "numbers 12345 3.14159 ١٢٣ ½ ² ①",
+    "emoji 🙂👍🏽 👨‍👩‍👧 and CJK 漢字かなカナ 한국어",
+    "Ελληνικά кириллица עברית العربية हिन्दी ไทย",
+    "combining é e\u0301 a\u0316\u0301 \u200bzero\u2060width",
+    "compatibility ﬁ ﬀ ｆｕｌｌ ｗｉｄｔｈ ㌀ ℌ ™ Ⅻ ﹤ ﹥ ＜＞ Å Å ẞ İ ǅ",
+    "a" * 3000,
+    "ab " * 1000,
+    "\u2581 \u2581x",
+    "\x00\x01\x1f\x7f\x85\xa0\u2028\ufeff\ufffd control",
+    "x" * 150 + " " + "é" * 120,
+]
+
+
+def _probe_texts(tokenizer: Any, added: Sequence[str]) -> list[str]:
+    vocab = [tokenizer.decode([i], skip_special_tokens=False) for i in range(tokenizer.get_vocab_size())]
+    joined = [" ".join(vocab), "\n".join(vocab), "".join(vocab[:20000])]
+    around = [f"a{token}b {token} x{token}" for token in added[:64]]
+    return EDGE_PROBES + joined + around + [code_point_probe()]
+
+
+def _same_ids(fast: Encoder, reference: TokenizersEncoder, texts: list[str]) -> bool:
+    ours, theirs = fast.encode_batch(texts), reference.encode_batch(texts)
+    return all(np.array_equal(a, b) for a, b in zip(ours, theirs))
 
 
 def load_encoder(tokenizer_json: str, name: str = "tokenizer") -> Encoder:
@@ -153,12 +495,21 @@ def load_encoder(tokenizer_json: str, name: str = "tokenizer") -> Encoder:
     tokenizer = Tokenizer.from_str(tokenizer_json)
     reference = TokenizersEncoder(tokenizer)
     spec = json.loads(tokenizer_json)
-    if tiktoken_incompatibility(spec):
+    added = [token["content"] for token in spec.get("added_tokens") or []]
+    candidates: list[Callable[[], Encoder]] = []
+    plan = _tiktoken_plan(spec)
+    if not isinstance(plan, str):
+        candidates.append(lambda: _tiktoken_encoder(spec, name, *plan, reference))
+    mode = word_cache_mode(spec)
+    if mode:
+        candidates.append(lambda: WordCacheEncoder(reference, mode, added))
+    if not candidates:
         return reference
-    fast = TiktokenEncoder(_tiktoken_encoding(spec, name))
-    probe = [tokenizer.decode([i], skip_special_tokens=False) for i in range(tokenizer.get_vocab_size())]
-    probe += [" ".join(probe), "\n".join(probe)]
-    for ours, theirs in zip(fast.encode_batch(probe), reference.encode_batch(probe)):
-        if not np.array_equal(ours, theirs):
-            return reference
-    return fast
+    probe = _probe_texts(reference._tokenizer, added)
+    for make in candidates:
+        fast = make()
+        if _same_ids(fast, reference, probe):
+            if isinstance(fast, WordCacheEncoder):
+                fast.clear_cache()  # of the probe's chunks
+            return fast
+    return reference

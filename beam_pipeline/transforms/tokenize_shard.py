@@ -179,7 +179,9 @@ class TokenizePartitionFn(beam.DoFn):
         per_domain: collections.Counter = collections.Counter()
         for batch in read_partition_batches(self._gold[index], GOLD_COLUMNS, self._batch_size):
             doc_ids, sources, domains = (batch.column(name).to_pylist() for name in GOLD_COLUMNS[:3])
-            ids, counts = self._tokenizer.encode_batch(batch.column("text").to_pylist())
+            ids, counts, engines = self._tokenizer.encode_batch_engines(batch.column("text").to_pylist())
+            for engine, documents in engines.items():  # which engine encoded them: "engine:<name>" counts
+                self._tally.inc(f"engine:{engine}", n=documents)
             data = ids.tobytes()  # TOKEN_WIRE_DTYPE
             ends = (np.cumsum(counts) * TOKEN_WIRE_DTYPE.itemsize).tolist()
             starts = [0, *ends[:-1]]
