@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# A real Flink session cluster (JobManager + TaskManager) on this machine, bound
-# to localhost, plus the Beam Flink job server jar the FlinkRunner stages with
-# --flink_job_server_jar. docs/flink.md explains the choices.
+# A real Flink session cluster on this machine (a JobManager and FLINK_TASKMANAGERS
+# TaskManagers, each its own JVM), bound to localhost, plus the Beam Flink job
+# server jar the FlinkRunner stages with --flink_job_server_jar. docs/flink.md
+# explains the choices.
 #
-#   scripts/flink_cluster.sh fetch    download and assemble Flink and the job server (cached)
-#   scripts/flink_cluster.sh start    fetch if needed, start the cluster, wait for a TaskManager
-#   scripts/flink_cluster.sh stop     stop the cluster
-#   scripts/flink_cluster.sh status   print the cluster overview (REST)
-#   scripts/flink_cluster.sh jar      print the job server jar path
+#   scripts/flink_cluster.sh fetch             download and assemble Flink and the job server (cached)
+#   scripts/flink_cluster.sh start             fetch if needed, start the cluster, wait until every
+#                                              TaskManager has registered (REST /overview)
+#   scripts/flink_cluster.sh stop              stop the cluster; kill -9 what is left after 30 s
+#   scripts/flink_cluster.sh status            print the cluster overview (REST)
+#   scripts/flink_cluster.sh pids              the cluster's running JVMs (Flink's pid files)
+#   scripts/flink_cluster.sh taskmanager-pids  the running TaskManager JVMs
+#   scripts/flink_cluster.sh add-taskmanager   start one more TaskManager (after one was lost)
+#   scripts/flink_cluster.sh logs              print the log folder
+#   scripts/flink_cluster.sh jar               print the job server jar path
 #
 # Everything comes from the package registries:
 # * Flink from the `apache-flink` wheel (bin/, conf/) and the
@@ -20,7 +26,10 @@
 #   the shaded beam-runners-flink-*-job-server jars; docs/flink.md).
 #
 # Settings (environment): FLINK_CACHE (default ~/.cache/beam_pipeline/flink),
-# FLINK_REST_PORT (8081), FLINK_SLOTS (2), PYTHON (the venv's python, for pip).
+# FLINK_REST_PORT (8081), FLINK_RPC_PORT (6123), FLINK_TASKMANAGERS (2), FLINK_SLOTS
+# (1 per TaskManager), FLINK_TM_MEMORY (3072m), FLINK_TM_NETWORK (768m),
+# FLINK_RESTART_ATTEMPTS (10), FLINK_LOG_DIR ($FLINK_CACHE/cluster-<rest port>/log), PYTHON (the
+# venv's python, for pip and the REST checks).
 set -euo pipefail
 
 FLINK_VERSION=1.19.3              # the cluster; Beam's Flink runner for 1.19 runs on any 1.19.x
@@ -28,12 +37,23 @@ JOB_SERVER_FLINK=1.19             # beam-runners-flink-<this>
 JOB_SERVER_BEAM=2.62.0            # newest Beam release whose Flink 1.19 runner resolves from Maven Central here
 CACHE=${FLINK_CACHE:-$HOME/.cache/beam_pipeline/flink}
 REST_PORT=${FLINK_REST_PORT:-8081}
-SLOTS=${FLINK_SLOTS:-2}
+RPC_PORT=${FLINK_RPC_PORT:-6123}
+TASKMANAGERS=${FLINK_TASKMANAGERS:-2}   # separate JVMs: records cross Flink's network shuffle
+SLOTS=${FLINK_SLOTS:-1}                 # per TaskManager
+TM_MEMORY=${FLINK_TM_MEMORY:-3072m}     # per TaskManager JVM (the SDK workers are processes beside it)
+TM_NETWORK=${FLINK_TM_NETWORK:-768m}
+RESTART_ATTEMPTS=${FLINK_RESTART_ATTEMPTS:-10}
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
 PYTHON=${PYTHON:-$HERE/.venv/bin/python}
 [ -x "$PYTHON" ] || PYTHON=python3
 
 FLINK_HOME="$CACHE/flink-$FLINK_VERSION"
+# One folder per cluster (by REST port): its configuration (FLINK_CONF_DIR), logs and pid files, so a
+# test's cluster and one of your own never share anything but the Flink installation.
+CLUSTER_DIR="$CACHE/cluster-$REST_PORT"
+LOG_DIR=${FLINK_LOG_DIR:-$CLUSTER_DIR/log}
+PID_DIR="$CLUSTER_DIR/pid"
+export FLINK_CONF_DIR="$CLUSTER_DIR/conf"
 JS_DIR="$CACHE/beam-flink-$JOB_SERVER_FLINK-job-server-$JOB_SERVER_BEAM"
 JS_JAR="$JS_DIR/beam-runners-flink-$JOB_SERVER_FLINK-job-server-$JOB_SERVER_BEAM.jar"
 
@@ -121,22 +141,28 @@ EOF
 }
 
 configure() {
-  local conf="$FLINK_HOME/conf/config.yaml"
+  local conf="$FLINK_CONF_DIR/config.yaml"
   local java_opts
-  java_opts=$(grep -E "^\s+all: --add-exports" "$FLINK_HOME/conf/config.yaml.dist" 2>/dev/null \
-              || grep -E "^\s+all: --add-exports" "$conf")
-  [ -f "$FLINK_HOME/conf/config.yaml.dist" ] || cp "$conf" "$FLINK_HOME/conf/config.yaml.dist"
+  [ -f "$FLINK_HOME/conf/config.yaml.dist" ] || cp "$FLINK_HOME/conf/config.yaml" "$FLINK_HOME/conf/config.yaml.dist"
+  java_opts=$(grep -E "^\s+all: --add-exports" "$FLINK_HOME/conf/config.yaml.dist")
+  mkdir -p "$FLINK_CONF_DIR" "$LOG_DIR" "$PID_DIR"
+  cp "$FLINK_HOME"/conf/log4j*.properties "$FLINK_HOME"/conf/logback*.xml "$FLINK_CONF_DIR"/ 2>/dev/null || true
   cat > "$conf" <<EOF
-# Written by scripts/flink_cluster.sh: a one-machine session cluster on localhost only.
+# Written by scripts/flink_cluster.sh: a one-machine session cluster on localhost only
+# ($TASKMANAGERS TaskManagers of $SLOTS slot(s) each, separate JVMs).
 env:
   java:
     opts:
 $java_opts
+  log:
+    dir: $LOG_DIR
+  pid:
+    dir: $PID_DIR
 jobmanager:
   bind-host: localhost
   rpc:
     address: localhost
-    port: 6123
+    port: $RPC_PORT
   memory:
     process:
       size: 1600m
@@ -148,10 +174,21 @@ taskmanager:
   numberOfTaskSlots: $SLOTS
   memory:
     process:
-      size: 4096m
-    network:            # a stage's job has many shuffles (near_dedup: ~60 fused steps); the
-      min: 1024m        # default ~10% of the process left "Insufficient number of network buffers"
-      max: 1024m
+      size: $TM_MEMORY
+    network:            # a build's job has many shuffles; the default ~10% of the process
+      min: $TM_NETWORK  # left "Insufficient number of network buffers"
+      max: $TM_NETWORK
+# A lost TaskManager fails the tasks it ran, and Flink restarts the job, 10 s apart, once slots are
+# back. One kill -9 of a TaskManager cost 3 failovers in tests/test_flink.py (the loss, a deployment
+# to the dead TaskManager before its heartbeat timed out, a partition it held): every one counts as
+# an attempt, hence $RESTART_ATTEMPTS (docs/flink.md, "Losing a TaskManager").
+restart-strategy:
+  type: fixed-delay
+  fixed-delay:
+    attempts: $RESTART_ATTEMPTS
+    delay: 10 s
+heartbeat:
+  timeout: 20000        # a TaskManager killed without a goodbye is noticed in 20 s, not 50
 parallelism:
   default: $SLOTS
 rest:
@@ -162,7 +199,6 @@ blob:
   server:
     port: 0
 EOF
-  mkdir -p "$FLINK_HOME/log"   # start-cluster.sh does not create it
 }
 
 rest() { "$PYTHON" - "$REST_PORT" "$1" <<'EOF'
@@ -178,35 +214,69 @@ EOF
 
 taskmanagers() { rest /overview 2>/dev/null | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["taskmanagers"])' 2>/dev/null || echo 0; }
 
+# The pids of the cluster's running JVMs, one a line (Flink's pid files in $PID_DIR); $1: which daemons.
+pids() {
+  local pattern=${1:-*} file pid
+  for file in "$PID_DIR"/flink-*-$pattern.pid; do
+    [ -f "$file" ] || continue
+    while read -r pid; do
+      [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && echo "$pid"
+    done < "$file"
+  done
+  return 0
+}
+
+wait_for_taskmanagers() {
+  local want=$1 seconds=$2
+  for _ in $(seq 1 "$seconds"); do
+    [ "$(taskmanagers)" -ge "$want" ] 2>/dev/null && return 0
+    sleep 1
+  done
+  return 1
+}
+
+add_taskmanager() {
+  "$FLINK_HOME/bin/taskmanager.sh" start >&2
+}
+
 start() {
   fetch_flink
   fetch_job_server
-  if [ "$(taskmanagers)" -ge 1 ] 2>/dev/null; then log "already running on localhost:$REST_PORT"; return; fi
+  if [ "$(taskmanagers)" -ge "$TASKMANAGERS" ] 2>/dev/null; then log "already running on localhost:$REST_PORT"; return; fi
+  if [ -n "$(pids)" ]; then log "a half-started cluster is left; stopping it first"; stop; fi
   configure
-  log "starting Flink $FLINK_VERSION on localhost:$REST_PORT"
-  "$FLINK_HOME/bin/start-cluster.sh" >&2
-  for _ in $(seq 1 90); do
-    if [ "$(taskmanagers)" -ge 1 ] 2>/dev/null; then
-      log "up: $(rest /overview)"
-      return
-    fi
-    sleep 1
-  done
-  log "the cluster did not come up in 90 s; logs in $FLINK_HOME/log:"
-  tail -n 30 "$FLINK_HOME"/log/*.log >&2 || true
+  rm -f "$LOG_DIR"/flink-* 2>/dev/null || true
+  log "starting Flink $FLINK_VERSION on localhost:$REST_PORT: a JobManager and $TASKMANAGERS TaskManagers of $SLOTS slot(s); logs in $LOG_DIR"
+  "$FLINK_HOME/bin/jobmanager.sh" start >&2
+  for _ in $(seq 1 "$TASKMANAGERS"); do add_taskmanager; done
+  if wait_for_taskmanagers "$TASKMANAGERS" 120; then
+    log "up: $(rest /overview)"
+    return
+  fi
+  log "$(taskmanagers) of $TASKMANAGERS TaskManagers registered after 120 s; logs in $LOG_DIR:"
+  tail -n 30 "$LOG_DIR"/*.log >&2 || true
+  stop || true
   exit 1
 }
 
 stop() {
-  if [ -x "$FLINK_HOME/bin/stop-cluster.sh" ]; then
-    "$FLINK_HOME/bin/stop-cluster.sh" >&2 || true
+  if [ -x "$FLINK_HOME/bin/taskmanager.sh" ] && [ -f "$FLINK_CONF_DIR/config.yaml" ]; then
+    "$FLINK_HOME/bin/taskmanager.sh" stop-all >&2 || true
+    "$FLINK_HOME/bin/jobmanager.sh" stop-all >&2 || true
   fi
+  local left
   for _ in $(seq 1 30); do
-    [ "$(taskmanagers)" -ge 1 ] 2>/dev/null || { log "stopped"; return; }
+    left=$(pids)
+    if [ -z "$left" ] && ! [ "$(taskmanagers)" -ge 1 ] 2>/dev/null; then log "stopped"; return; fi
     sleep 1
   done
-  log "still answering on localhost:$REST_PORT after stop-cluster.sh"
-  exit 1
+  if [ -n "$left" ]; then
+    log "killing what did not stop in 30 s: $left"
+    kill -9 $left 2>/dev/null || true
+    sleep 1
+  fi
+  [ -z "$(pids)" ] || { log "still running after kill -9: $(pids)"; exit 1; }
+  log "stopped"
 }
 
 case "${1:-}" in
@@ -214,7 +284,11 @@ case "${1:-}" in
   start) start ;;
   stop) stop ;;
   status) rest /overview ;;
+  pids) pids ;;
+  taskmanager-pids) pids taskexecutor ;;
+  add-taskmanager) add_taskmanager ;;
+  logs) echo "$LOG_DIR" ;;
   jar) fetch_job_server; echo "$JS_JAR" ;;
   home) echo "$FLINK_HOME" ;;
-  *) echo "usage: $0 fetch|start|stop|status|jar|home" >&2; exit 2 ;;
+  *) echo "usage: $0 fetch|start|stop|status|pids|taskmanager-pids|add-taskmanager|logs|jar|home" >&2; exit 2 ;;
 esac
