@@ -22,3 +22,7 @@ __version__ = "0.1.0"
 from beam_pipeline import fast_exit as _fast_exit  # noqa: E402  (after the version: nothing else is imported)
 
 _fast_exit.install_in_sdk_workers()
+if _fast_exit.is_sdk_worker():  # a failed bundle's traceback: logged (to the runner), not printed on stderr
+    from beam_pipeline.console import quiet_worker_tracebacks as _quiet
+
+    _quiet()

@@ -261,7 +261,9 @@ def check_stage(stage: str, counts: dict, max_dead_letter_fraction: float) -> No
             f"stage {stage}: {counts[DEAD_LETTER]} of {counts[IN]} records "
             f"({counts[DEAD_LETTER] / counts[IN]:.2%}) went to the dead letter, above "
             f"accounting.max_dead_letter_fraction={max_dead_letter_fraction:.2%}; "
-            f"see the dead_letter layer of this stage for the records and their errors"
+            f"fix or remove those records (each is listed with its file, record and error by "
+            f"`python -m beam_pipeline dead-letter <output_root> --stage {stage}`), or raise "
+            f"accounting.max_dead_letter_fraction in the config if they are expected, and run the same command again"
         )
 
 

@@ -41,7 +41,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 
-from beam_pipeline import schemas
+from beam_pipeline import schemas, stage_seconds
 from beam_pipeline.accounting import COUNTS, DEAD_LETTER, LOST_IN_JOIN, RECORDS_LOST
 from beam_pipeline.code_version import stage_version
 from beam_pipeline.config import CorpusConfig
@@ -49,7 +49,7 @@ from beam_pipeline.hashing import digest_json
 from beam_pipeline.layers import Layer, join, layer_key, read_bytes
 from beam_pipeline.manifest import MANIFEST, dataset_path
 from beam_pipeline.options.shared_views import SharedViewOptions
-from beam_pipeline.progress import BuildProgress
+from beam_pipeline.progress import BuildProgress, is_local_direct
 from beam_pipeline.scoring import cascade
 from beam_pipeline.scoring.cascade import ReselectError
 from beam_pipeline.snapshot import check_sources_match, check_unchanged, load_snapshot, take_snapshot
@@ -78,6 +78,12 @@ class StageFailed(RuntimeError):
     ``layers``: the layers of the failed stage(s) (their dead letters are kept for inspection)."""
 
     layers: list = []
+    stage: str | None = None  # the stage (or ``a+b`` of a fused pass) whose step failed, if known
+
+
+def failed_stage_name(failure: BaseException) -> str | None:
+    """The stage a failure names (:attr:`StageFailed.stage`), if any."""
+    return getattr(failure, "stage", None)
 
 
 @dataclasses.dataclass
@@ -337,11 +343,13 @@ class CorpusBuild:
         before_run: Callable[[beam.Pipeline], None] | None = None,
         max_attempts: int = 3,
         progress_interval: float = 30.0,
+        lease_wait: float = 0.0,
     ):
         self.config = config
         self.options = SharedViewOptions.of(pipeline_options)  # graph construction asks for views ~2,800 times
         self.max_attempts = max_attempts  # runs of the job when a stage's records do not balance
         self.progress_interval = progress_interval
+        self.lease_wait = lease_wait  # seconds to wait for another build's lease on the root (0: refuse)
         FileSystems.set_options(pipeline_options)  # the driver's own s3:// / gs:// calls (docs/s3.md)
         self.snapshot_id = snapshot_id
         self.log = log
@@ -353,9 +361,18 @@ class CorpusBuild:
         self.layers: list[tuple[str, Layer]] = []  # (stage, layer) of the job being run, once it is built
         self.progress_bar = None  # a terminal's progress bar (beam_pipeline/console.py); None: plain lines
         self.on_run_dir: Callable[[str], None] | None = None  # told this invocation's runs/<run_id> folder
+        self.input_bytes: int | None = None  # estimated text of the snapshot (a full disk's message)
 
     def run(self) -> BuildResult:
-        """Build: run the job, wait for it, run it again while a stage's records do not balance."""
+        """Build: run the job, wait for it, run it again while a stage's records do not balance.
+
+        The output root's lease is held throughout (one build per root: beam_pipeline/lease.py)."""
+        from beam_pipeline.lease import Lease
+
+        with Lease(self.root, self.options, wait=self.lease_wait, log=self.log):
+            return self._run_attempts()
+
+    def _run_attempts(self) -> BuildResult:
         started = time.monotonic()
         prepared = self._prepare()
         attempts_allowed = self.max_attempts
@@ -395,8 +412,9 @@ class CorpusBuild:
     def _prepare(self) -> tuple:
         """(snapshot_id, snapshot manifest, partitions, tokenizer, run_id): what the graph is built from."""
         snapshot_id, manifest = self._snapshot()
+        self.input_bytes = estimated_text_bytes(manifest)
         partitions = partition_count(
-            estimated_text_bytes(manifest), self.config.layout.target_partition_bytes, self.config.layout.min_partitions
+            self.input_bytes, self.config.layout.target_partition_bytes, self.config.layout.min_partitions
         )
         tokenizer = tokenize_shard.inspect_tokenizer(self.config.tokenize)
         run_id = digest_json({"snapshot": snapshot_id, "config": self.config.digest()})[:16]
@@ -572,7 +590,7 @@ class CorpusBuild:
                 StagePlan(
                     exact_dedup.STAGE,
                     exact_dedup.VERSION,
-                    {**config.exact_dedup.model_dump(mode="json", exclude={"against"}), **gated},
+                    {**exact_dedup.stage_config(config.exact_dedup), **gated},
                     {
                         "documents": ingested,
                         **gate_inputs,
@@ -584,7 +602,9 @@ class CorpusBuild:
                 lambda p, layer: (
                     p
                     | "ExactDedup"
-                    >> exact_dedup.AnnotateExactDuplicates(documents, after=after, previous=tuple(earlier))
+                    >> exact_dedup.AnnotateExactDuplicates(
+                        documents, after=after, previous=tuple(earlier), normalize=config.exact_dedup.normalize
+                    )
                 ),
             )
         from beam_pipeline.transforms import near_dedup
@@ -616,6 +636,7 @@ class CorpusBuild:
         progress.expect([(ref.stage, ref.layer) for ref in graph.refs if not ref.reused], graph.inputs_of)
         if self.before_run:
             self.before_run(pipeline)
+        cpu_before = stage_seconds.process_cpu_seconds()
         try:
             with progress:
                 result = pipeline.run()
@@ -627,9 +648,13 @@ class CorpusBuild:
                 f"stage {stage} failed: {root_cause(err)}" if stage else f"the build's job failed: {root_cause(err)}"
             )
             failure.layers = [ref.layer for ref in graph.refs if ref.stage in (stage or "").split("+")]
+            failure.stage = stage
             raise failure from err
         if state != PipelineState.DONE:
             raise StageFailed(f"the build's job ended in state {state}")
+        self.execution_seconds = stage_seconds.stage_seconds(result, stage_labels(graph))
+        local = is_local_direct(self.options)  # the workers are this process or its children
+        self.job_cpu_seconds = stage_seconds.process_cpu_seconds() - cpu_before if local else None
 
     def _log_plan(self, graph: BuildGraph) -> None:
         for ref in graph.refs:
@@ -641,6 +666,9 @@ class CorpusBuild:
     def _result(self, run_id: str, snapshot_id: str, attempts: dict[str, int], seconds: float) -> BuildResult:
         run_dir = self.run_dir or join(self.root, "runs", run_id)
         metrics_path = join(run_dir, "metrics.json")
+        stage_seconds.record(  # docs/format.md, "Run metrics"
+            metrics_path, getattr(self, "execution_seconds", {}), getattr(self, "job_cpu_seconds", None)
+        )
         metrics = json.loads(read_bytes(metrics_path))
         manifest = json.loads(read_bytes(join(dataset_path(self.root, metrics["dataset_id"]), MANIFEST)))
         stages = []
@@ -704,18 +732,48 @@ def partition_count(input_bytes: int, target_partition_bytes: int, min_partition
 
 
 def root_cause(err: BaseException) -> str:
-    """The innermost ``SomeError: message`` line of a (runner-wrapped) exception."""
+    """The innermost ``SomeError: message`` line of a (runner-wrapped) exception, in the user's terms
+    (:func:`user_terms`)."""
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
     causes = [line for line in lines if _ERROR_LINE.match(line)]
-    return (causes[-1] if causes else (lines[-1] if lines else type(err).__name__))[:4000]
+    return user_terms(causes[-1] if causes else (lines[-1] if lines else type(err).__name__))[:4000]
 
 
-def failed_stage(message: str, graph: BuildGraph) -> str | None:
-    """The stage whose step failed, from the runner's "while running '<step>'" (None if unknown)."""
+_BEAM_STEP = re.compile(r"\s*\[while running '[^']*'\]")
+_ERROR_PREFIX = re.compile(
+    r"^(?P<module>[a-z_][\w]*(?:\.[a-z_][\w]*)*\.)?(?P<name>\w*(?:Error|Exception|RecordsLost)): "
+)
+
+
+def user_terms(cause: str) -> str:
+    """A runner's error line without what only Beam knows: no ``[while running '<step path>']``, no
+    wrapping exception (``RuntimeError: OSError: ...`` -> ``OSError: ...``), no class path of the
+    project's own errors (their messages are written for the user: the stage, the file, what to do),
+    other classes by their name only."""
+    cause = _BEAM_STEP.sub("", cause).strip()
+    while True:
+        match = _ERROR_PREFIX.match(cause)
+        if match is None:
+            return cause
+        rest = cause[match.end() :]
+        if _ERROR_PREFIX.match(rest) or (match.group("module") or "").startswith("beam_pipeline."):
+            cause = rest
+            continue
+        return f"{match.group('name')}: {rest}"
+
+
+def stage_labels(graph: BuildGraph) -> dict[str, str]:
+    """Top-level label of a step in the job -> its stage (or stages, joined by "+")."""
     labels = {title(ref.stage): ref.stage for ref in graph.refs}
     labels.update({f"{title(ref.stage)}Commit": ref.stage for ref in graph.refs})
     labels.update({label: "+".join(stages) for label, stages in graph.groups.items()})
     labels["Publish"] = "publish"
+    return labels
+
+
+def failed_stage(message: str, graph: BuildGraph) -> str | None:
+    """The stage whose step failed, from the runner's "while running '<step>'" (None if unknown)."""
+    labels = stage_labels(graph)
     for step in re.findall(r"while running '([^']+)'", message):
         stage = labels.get(step.split("/", 1)[0])
         if stage:

@@ -36,11 +36,12 @@ import time
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_pipeline import fast_exit, usage
+from beam_pipeline import fast_exit, full_disk, object_store, usage
 from beam_pipeline.accounting import AccountingError
 from beam_pipeline.arrivals import commands as arrivals_commands
 from beam_pipeline.build import CorpusBuild, StageFailed
 from beam_pipeline.config import ConfigError, CorpusConfig
+from beam_pipeline.console import VERBOSE as _VERBOSE
 from beam_pipeline.interrupt import QuietInterrupt
 from beam_pipeline.manifest import NotADataset, load_manifest, summarize
 from beam_pipeline.options import CorpusOptions, LocalRunnerDefaults, RunnerError, add_driver_arguments
@@ -145,13 +146,15 @@ def main(argv: list[str] | None = None) -> int:
             usage.check_runner(beam_args)
         usage.check_config_path(getattr(args, "config", None))
         # Before any job starts a thread or a worker: they inherit a Ctrl-C that only this process sees
-        with QuietInterrupt(lambda: _interrupted_line(_committed_so_far()), usage.EXIT_INTERRUPTED):
+        with QuietInterrupt(_on_interrupt, usage.EXIT_INTERRUPTED):
             return _dispatch(args, beam_args)
     except usage.UserError as err:
         if verbose:
             raise
         return usage.report(err)
     except OSError as err:  # a path of the user's that cannot be read or written (anything else: a bug)
+        if full_disk.is_full_disk(err) and not verbose:
+            return usage.report(full_disk.error(_CURRENT_BUILD[-1] if _CURRENT_BUILD else None, err))
         error = usage.os_error(err)
         if verbose or error is None:
             raise
@@ -163,14 +166,20 @@ def main(argv: list[str] | None = None) -> int:
         return usage.EXIT_INTERRUPTED
 
 
+def _on_interrupt() -> str:
+    """Ctrl-C (the workers are killed): release the root's lease, then the line to print."""
+    from beam_pipeline.lease import release_all
+
+    release_all()  # the next build need not wait for the lease to go stale
+    return _interrupted_line(_committed_so_far())
+
+
 def _interrupted_line(committed: str) -> str:
     return f"interrupted; {committed}rerun the same command to resume"
 
 
 #: The build being run (for the Ctrl-C line: what it had committed).
 _CURRENT_BUILD: list = []
-#: Whether this command was given ``--verbose`` (tracebacks; Beam's log lines on the console too).
-_VERBOSE: list = [False]
 
 #: Commands whose leftover arguments are Apache Beam pipeline options (``bronze`` and ``report``: the
 #: filesystem options, ``--s3_*`` and GCP's).
@@ -203,13 +212,14 @@ def _dispatch(args, beam_args: list[str]) -> int:
             return _report(args)
         if args.command in scoring_commands.COMMANDS:
             if args.command == "select":
+                FileSystems.set_options(PipelineOptions(beam_args))  # an s3:// root is checked with --s3_*
                 _check_output_root(args)
             return scoring_commands.main(args, beam_args, run=_run)
         if args.command in arrivals_commands.COMMANDS:
             return arrivals_commands.main(args, beam_args)
         FileSystems.set_options(PipelineOptions(beam_args))  # driver-side s3:// and gs:// calls: --s3_* / GCP options
         config = _load(args)
-        usage.check_writable(config.output_root)
+        object_store.check_writable(config.output_root)
         options = PipelineOptions(LocalRunnerDefaults.apply(beam_args, _input_bytes(config, beam_args)))
         FileSystems.set_options(options)
         _check_storage(config, beam_args)
@@ -220,6 +230,8 @@ def _dispatch(args, beam_args: list[str]) -> int:
         print(f"error: {err}", file=sys.stderr)
         return usage.EXIT_USAGE
     except StageFailed as err:
+        if full_disk.is_full_disk(err):  # exit 4, with the filesystem and the space needed
+            return usage.report(full_disk.error(_CURRENT_BUILD[-1] if _CURRENT_BUILD else None, err))
         print(f"error: {err}", file=sys.stderr)
         from beam_pipeline.dead_letters import stop_message
 
@@ -228,16 +240,23 @@ def _dispatch(args, beam_args: list[str]) -> int:
         return usage.EXIT_FAILED
     except (SnapshotError, InputChangedError, AccountingError) as err:
         print(f"error: {err}", file=sys.stderr)
-        return usage.EXIT_FAILED
+        return usage.EXIT_NOT_FOUND if _nothing_matched(err) else usage.EXIT_FAILED
+
+
+def _nothing_matched(err: Exception) -> bool:
+    """A source glob that matches no file (exit 3: what the config points at is not there). Told by the
+    message of ``snapshot.match_sources`` / ``build_manifest``: a class of its own in snapshot.py would
+    change the ingest stage's code digest, and so the key of every layer of every corpus."""
+    return isinstance(err, SnapshotError) and str(err).endswith(" matched no files")
 
 
 def _check_output_root(args) -> None:
     """``select``: the output root (given, or the config's) must be writable before anything runs."""
     if args.output_root:
-        usage.check_writable(args.output_root)
+        object_store.check_writable(args.output_root)
     elif args.config:
         try:
-            usage.check_writable(_load(args).output_root)
+            object_store.check_writable(_load(args).output_root)
         except ConfigError:
             pass  # reported by the command itself
 
@@ -307,7 +326,11 @@ def _bronze_snapshot(config: CorpusConfig, options: PipelineOptions, args) -> in
 
 def _driver_settings(args) -> dict:
     """What the waiting driver reads (never pipeline options: no worker needs them)."""
-    return {"max_attempts": args.max_stage_attempts, "progress_interval": args.progress_interval}
+    return {
+        "max_attempts": args.max_stage_attempts,
+        "progress_interval": args.progress_interval,
+        "lease_wait": args.wait_for_lease,
+    }
 
 
 def _run(
@@ -333,7 +356,8 @@ def _run_build(
     _CURRENT_BUILD[:] = [build]
     from beam_pipeline.dead_letters import quiet_dead_letter_stops
 
-    quiet_dead_letter_stops()  # the runner's tracebacks of a dead-letter stop: reported below in one line
+    if not _VERBOSE[0]:
+        quiet_dead_letter_stops()  # the runner's tracebacks of a dead-letter stop: reported below in one line
     result = build.run()
     print()
     width = max(len("stage"), *(len(stage.stage) for stage in result.stages))
@@ -364,8 +388,16 @@ def _run_build(
     clusters, alarms = build_messages(config, ledgers)
     for line in clusters:
         print(f"clusters    {line}")
-    for warning in [*alarms, *(w.message for w in warnings_from_ledgers(config, ledgers))]:
+    from beam_pipeline.report.floors import floor_warnings
+
+    floors = floor_warnings({name: (ledger or {}).get("counts") or {} for name, ledger in ledgers.items()})
+    for warning in [*alarms, *(w.message for w in warnings_from_ledgers(config, ledgers)), *floors]:
         print(f"warning     {warning}")
+    from beam_pipeline.dataset.takedown import superseded_warning
+
+    superseded = superseded_warning(result.dataset_path)
+    if superseded:
+        print(f"warning     {superseded}")
     if result.report_path:  # written by the job's last step
         print(f"report      {result.report_path}")
     else:
@@ -430,6 +462,15 @@ def _report(args) -> int:
             if args.mixture:
                 overrides["mixture"] = _mixture(args.mixture)
             path = write_report(args.target, output=args.output, report_config=overrides)
+            if overrides and not args.output:
+                what = ", ".join(
+                    f"--{name} {value}"
+                    for name, value in (("target_tokens", args.target_tokens), ("mixture", args.mixture))
+                    if value
+                )
+                print(f"report      {path}")
+                print(f"what-if     {what}: a report of its own; the run's report.html next to it is unchanged")
+                return 0
         else:
             raise ReportError("name a run or dataset (report RUN_OR_DATASET), or two (report --compare A B)")
     except ReportError as err:
@@ -475,6 +516,12 @@ def _add_dataset_commands(commands) -> None:
     export.add_argument("dataset", help=dataset_help)
     export.add_argument("out_prefix", help="output path without .bin/.idx (Megatron's --data-path)")
     export.add_argument("--domain", action="append", help="only this domain bucket (repeatable)")
+    export.add_argument(
+        "--order",
+        choices=("shuffled", "shards"),
+        default="shuffled",
+        help="shuffled (default): the dataset's one shuffle across shards and domains; shards: shard after shard",
+    )
 
     lineage = commands.add_parser("lineage", help="(re)write a dataset's lineage table from its layers")
     lineage.add_argument("dataset", help=dataset_help)

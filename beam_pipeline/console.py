@@ -32,12 +32,18 @@ import threading
 LOG_FILE = "beam.log"
 #: Loggers whose warnings are the project's own and always reach the console.
 PROJECT_LOGGER = "beam_pipeline"
+#: Whether this command was given ``--verbose`` (tracebacks; Beam's log lines on the console too); set by
+#: the command line, read by every command that opens a :class:`Console`.
+VERBOSE: list = [False]
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 class RunLogHandler(logging.Handler):
     """Writes every record to the run folder's ``beam.log``, keeping them in memory until the folder is
     known (:meth:`open`)."""
+
+    #: Records kept in memory until the run folder is known.
+    BUFFERED = 100_000
 
     def __init__(self):
         super().__init__(logging.DEBUG)
@@ -46,6 +52,8 @@ class RunLogHandler(logging.Handler):
         self._buffer: list[str] = []
         self._file = None
         self._local: str | None = None  # the local file written (the log itself, or a temporary copy)
+        self.write_error: BaseException | None = None  # the write that ended the log file (a full disk)
+        self.lost = 0  # records not written (after write_error, or beyond BUFFERED before the folder is known)
 
     def open(self, run_dir: str) -> None:
         from beam_pipeline.layers import join
@@ -61,29 +69,61 @@ class RunLogHandler(logging.Handler):
             else:
                 os.makedirs(run_dir, exist_ok=True)
                 self._local = self.path
-            self._file = open(self._local, "a", encoding="utf-8")
-            self._file.writelines(self._buffer)
-            self._file.flush()
-            self._buffer = []
+            buffered, self._buffer = self._buffer, []
+            try:
+                self._file = open(self._local, "a", encoding="utf-8")
+                self._file.writelines(buffered)
+                self._file.flush()
+            except OSError as err:  # a full disk: the build reports it (its own writes fail too)
+                self.lost += len(buffered)
+                if self._file is not None:
+                    self._failed(err)
+                else:
+                    self.write_error = err
         finally:
             self.release()
 
     def emit(self, record: logging.LogRecord) -> None:
+        """Never raises: a record is logged from any thread of the job (the local job service relays the
+        workers' records from a gRPC stream that a raising handler would end, and the job would wait
+        for it forever: seen with a full disk). A write that fails (``ENOSPC``) ends the log file: the
+        records after it are counted (:attr:`lost`), not written, and the first error is kept
+        (:attr:`write_error`)."""
         try:
             line = self.format(record) + "\n"
         except Exception:  # noqa: BLE001 - a record that cannot be formatted must not stop the build
             return
-        if self._file is None:
-            self._buffer.append(line)
+        if self.write_error is not None:
+            self.lost += 1
+        elif self._file is None:
+            if len(self._buffer) < self.BUFFERED:
+                self._buffer.append(line)
+            else:
+                self.lost += 1
         else:
-            self._file.write(line)
-            self._file.flush()
+            try:
+                self._file.write(line)
+                self._file.flush()
+            except Exception as err:  # noqa: BLE001 - a full or failing disk must not stop the build here
+                self._failed(err)
+
+    def _failed(self, err: BaseException) -> None:
+        self.write_error = err
+        self.lost += 1
+        file, self._file = self._file, None
+        try:
+            file.close()
+        except Exception:  # noqa: BLE001 - its buffer cannot be written either
+            pass
 
     def close(self) -> None:
         self.acquire()
         try:
             if self._file is not None:
-                self._file.close()
+                try:
+                    self._file.close()
+                except OSError as err:
+                    self.write_error = err
                 if self._local is not None and self._local != self.path:  # a remote run folder: copy the log there
                     try:
                         from apache_beam.io.filesystems import FileSystems
@@ -112,6 +152,57 @@ class ConsoleFilter(logging.Filter):
         return record.levelno >= logging.WARNING and (
             record.name == PROJECT_LOGGER or record.name.startswith(PROJECT_LOGGER + ".")
         )
+
+
+#: The SDK harness module that prints a failed bundle's traceback on stderr (and logs it too).
+SDK_WORKER_MODULE = "apache_beam.runners.worker.sdk_worker"
+
+
+def _worker_print(*values, sep=" ", end="\n", file=None, flush=False) -> None:
+    """``print`` for the SDK harness: what it prints on stderr (a failed bundle's traceback, which it
+    also logs at ERROR, "Error processing instruction ...") goes to the log at DEBUG instead."""
+    if file is None or file is sys.stdout:
+        print(*values, sep=sep, end=end, file=file, flush=flush)
+        return
+    logging.getLogger(SDK_WORKER_MODULE).debug("%s", sep.join(str(value) for value in values))
+
+
+def quiet_worker_tracebacks(on: bool = True) -> None:
+    """Keep the SDK harness's tracebacks of failed bundles off stderr (``on=False``: put them back).
+
+    Beam's ``sdk_worker`` prints every failed instruction's traceback on the process's stderr before it
+    logs it: a worker process of the local runner inherits the console's stderr, and a worker in the
+    driver's process (``in_memory``, Flink's ``LOOPBACK``) is the console: 60-200 lines before the
+    build's one ``error:`` block. The logged copy reaches ``beam.log`` (relayed by the job service for a
+    worker process); ``--verbose`` shows it. Called by the :class:`Console` (the driver) and at this
+    package's import in SDK worker processes (``beam_pipeline/__init__.py``)."""
+    module = sys.modules.get(SDK_WORKER_MODULE)
+    if module is None:
+        if not on:
+            return
+        import importlib
+
+        module = importlib.import_module(SDK_WORKER_MODULE)
+    if on:
+        vars(module)["print"] = _worker_print  # the module's globals come before the builtins
+    elif vars(module).get("print") is _worker_print:
+        del vars(module)["print"]
+
+
+#: Filters the handlers a :class:`Console` gives back (Beam's ``logging.basicConfig()`` one, on stderr):
+#: what Beam logs after the command, while the process exits (the Flink job server it stops then, "Really
+#: destroying service ..."), reaches the console only with ``--verbose``, as during the command.
+_AFTER_COMMAND = ConsoleFilter(verbose=False)
+
+
+def _on_console(handler: logging.Handler) -> bool:
+    """Whether a handler writes to the process's stderr or stdout (not a file, not a test's capture)."""
+    stream = getattr(handler, "stream", None)
+    return (
+        isinstance(handler, logging.StreamHandler)
+        and stream is not None
+        and (stream in (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__))
+    )
 
 
 def is_worker_hangup(exc: BaseException | None) -> bool:
@@ -159,6 +250,8 @@ class Console:
         root.setLevel(logging.INFO)
         self._saved_excepthook = threading.excepthook
         threading.excepthook = self._thread_exception
+        if not self.verbose:
+            quiet_worker_tracebacks()
         return self
 
     def _thread_exception(self, args) -> None:
@@ -185,11 +278,15 @@ class Console:
                 handler.close()
         if self._saved is not None:
             handlers, level = self._saved
+            _AFTER_COMMAND.verbose = self.verbose
             for handler in handlers:
                 root.addHandler(handler)
+                if _on_console(handler) and _AFTER_COMMAND not in handler.filters:  # the job server stopped at exit
+                    handler.addFilter(_AFTER_COMMAND)
             root.setLevel(level)
             self._saved = None
             threading.excepthook = self._saved_excepthook
+            quiet_worker_tracebacks(on=False)
 
     def __enter__(self):
         return self.install()

@@ -118,7 +118,11 @@ def quiet_dead_letter_stops() -> None:
     root = logging.getLogger()
     if not root.handlers:
         logging.basicConfig()  # what the first warning of a job would do anyway
+    from beam_pipeline.console import RunLogHandler
+
     for handler in root.handlers:
+        if isinstance(handler, RunLogHandler):
+            continue  # the run's beam.log keeps the runner's tracebacks (docs/operations.md, "The console")
         if not any(isinstance(f, RunnerLogsOfADeadLetterStop) for f in handler.filters):
             handler.addFilter(RunnerLogsOfADeadLetterStop())
 

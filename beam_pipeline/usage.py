@@ -26,6 +26,7 @@ EXIT_FAILED = 1  # the build (or a dataset command) ran and failed: a stage, acc
 EXIT_USAGE = 2  # the command line or the config is wrong: unknown option, bad runner, config error
 EXIT_NOT_FOUND = 3  # what the command was pointed at is not there or not of its kind (no dataset manifest)
 EXIT_NOT_WRITABLE = 4  # the output root cannot be written
+EXIT_BUSY = 75  # another build holds the output root's lease (sysexits' EX_TEMPFAIL: try again later)
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
 
 EXIT_CODES = {
@@ -33,6 +34,7 @@ EXIT_CODES = {
     "usage": EXIT_USAGE,
     "not found": EXIT_NOT_FOUND,
     "not writable": EXIT_NOT_WRITABLE,
+    "busy": EXIT_BUSY,
     "interrupted": EXIT_INTERRUPTED,
 }
 
@@ -189,28 +191,6 @@ def _first_line(err: BaseException) -> str:
 
 
 # --- output root ------------------------------------------------------------------------------------
-
-
-def check_writable(output_root: str) -> None:
-    """Refuse a local output root that cannot be written (before the snapshot job runs).
-
-    Creates the root (as the build would) and writes and removes a probe file
-    in it. Roots with a scheme (s3://, gs://) are checked by their first write.
-    """
-    if "://" in output_root:
-        return
-    probe = os.path.join(output_root, f".write-probe-{os.getpid()}")
-    try:
-        os.makedirs(output_root, exist_ok=True)
-        with open(probe, "wb") as f:
-            f.write(b"")
-        os.remove(probe)
-    except OSError as err:
-        raise UserError(
-            f"the output root {output_root} cannot be written ({err.strerror or err}): pass "
-            f"--output_root <a folder you can write>",
-            EXIT_NOT_WRITABLE,
-        ) from None
 
 
 def check_config_path(path: str | None) -> None:

@@ -15,10 +15,11 @@ import re
 import subprocess
 import sys
 
+import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipeline.progress import options_for_workers
-from conftest import REPO, run_cli, tiny_corpus
+from conftest import IN_PROCESS, REPO, run_cli, tiny_corpus
 
 TEXTS = [f"Document number {i} of the console corpus. " + "The quick brown fox jumps over the lazy dog. " * (12 + i % 5)
          for i in range(400)]
@@ -195,3 +196,62 @@ def test_a_worker_thread_the_runner_hangs_up_goes_to_the_run_log_not_the_console
     assert seen == [("other", "ValueError")]
     log = (tmp_path / "beam.log").read_text()
     assert "SDK worker thread read_grpc_client_inputs ended: the runner closed its stream (Multiplexer hanging up)" in log
+
+
+# --- a failure inside the job (issue 43): one error block, the worker tracebacks in beam.log ---------------
+
+def _dead_letter_stop_corpus(tmp_path) -> str:
+    config = tiny_corpus(tmp_path, "console", TEXTS[:60], extra_yaml="accounting: {max_dead_letter_fraction: 0.05}\n")
+    with open(tmp_path / "data" / "docs.jsonl", "a") as f:
+        for i in range(10):
+            f.write('{"id": "bad-%d", "text": "a record with a missing comma" "x": 1}\n' % i)
+    return config
+
+
+def _no_beam_in(console: str) -> None:
+    for text in ("Traceback", "[while running", "apache_beam", "beam_pipeline.accounting.", "beam_pipeline.snapshot.",
+                 "File \"", "Error processing instruction"):
+        assert text not in console, f"{text!r} on the console:\n{console[-3000:]}"
+
+
+@pytest.mark.parametrize("runner", [DEFAULT_RUNNER, IN_PROCESS], ids=["worker processes", "in process"])
+def test_a_dead_letter_stop_is_one_error_block_and_the_tracebacks_go_to_the_run_log(tmp_path, runner):
+    config = _dead_letter_stop_corpus(tmp_path)
+    result = run_cli(["run", "--config", config, "--progress_interval", "0", *runner])
+    assert result.returncode == 1, result.stderr[-3000:]
+    _no_beam_in(result.stdout + result.stderr)
+    lines = result.stderr.splitlines()
+    # the cause (stage, what to do), where the dead letters are, the first three (file, record, error)
+    assert len(lines) == 5, result.stderr
+    assert lines[0].startswith("error: stage ingest failed: stage ingest: 10 of 70 records (14.29%) went to the "
+                               "dead letter, above accounting.max_dead_letter_fraction=5.00%"), lines[0]
+    assert "raise accounting.max_dead_letter_fraction in the config" in lines[0]
+    assert lines[1].startswith("dead letters: 10 records of ingest in ")
+    assert all(line.startswith(f"  [docs] {tmp_path / 'data' / 'docs.jsonl'}, record ") for line in lines[2:])
+    log = open(_run_log(tmp_path), encoding="utf-8").read()
+    assert "Traceback" in log and "went to the dead letter" in log  # the worker's traceback, for a bug report
+
+
+def test_a_dead_letter_stop_with_verbose_shows_the_tracebacks(tmp_path):
+    config = _dead_letter_stop_corpus(tmp_path)
+    result = run_cli(["run", "--config", config, "--progress_interval", "0", "--verbose", *IN_PROCESS])
+    assert result.returncode == 1
+    assert "Traceback" in result.stderr and "AccountingError" in result.stderr
+
+
+def test_an_input_changed_within_the_job_is_one_line_naming_the_file(tmp_path):
+    config = tiny_corpus(tmp_path, "console", TEXTS[:60])
+    snapshot = run_cli(["snapshot", "--config", config])
+    assert snapshot.returncode == 0, snapshot.stderr[-3000:]
+    snapshot_id = snapshot.stdout.split()[1].rstrip(":")
+    victim = tmp_path / "data" / "docs.jsonl"
+    data = victim.read_bytes()
+    victim.write_bytes(data.replace(b"Document number 5 ", b"Document number 6 ", 1))  # same size, other bytes
+    result = run_cli(["run", "--config", config, "--snapshot_id", snapshot_id, "--progress_interval", "0",
+                      *DEFAULT_RUNNER])
+    assert result.returncode == 1, result.stderr[-3000:]
+    _no_beam_in(result.stdout + result.stderr)
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"error: stage ingest failed: input changed since its snapshot: {victim} has checksum ")
+    assert line.endswith("take a new snapshot to build from the new data"), line
+    assert "Traceback" in open(_run_log(tmp_path), encoding="utf-8").read()

@@ -18,7 +18,7 @@ from conftest import IN_PROCESS, dataset_id_from_output, run_cli, tiny_corpus
 from tests.helpers.newcomer import DOC_FILES, REPO, RUNS_MARKER, command_blocks, demo_workdir, error_lines, \
     interrupt_cli, unwritable_folder
 
-SAMPLE_DATASET_ID = "332ee7aff9ace3b8789bbd4684f9699d6b2d483ef3046e38e1f7895f7aea020d"
+SAMPLE_DATASET_ID = "63456ac6117ef4675437ec09b4e62ba00a9b767dae2f0d8b1051aa59988bb772"
 TEXTS = [f"Document number {i} of the tiny corpus. " + "The quick brown fox jumps over the lazy dog. " * (12 + i % 5)
          for i in range(20)]
 
@@ -183,11 +183,12 @@ def test_a_rerun_keeps_the_first_runs_report_and_writes_its_own(tmp_path):
         assert os.path.getsize(os.path.join(rerun, "report.html")) > 0
         assert {name: open(os.path.join(run_dir, name), "rb").read() for name in kept} == kept  # untouched
 
-    # `report <root>` and `report <dataset>`: the run that built the layers; a rerun: its folder
+    # `report <root>`: the latest run (issue 43); `report <dataset>`: the run that built it; a rerun: its folder
     (dataset,) = glob.glob(str(tmp_path / "out" / "datasets" / "*"))
-    for target in (str(tmp_path / "out"), dataset):
-        again = run_cli(["report", target])
-        assert again.returncode == 0 and again.stdout.strip() == f"report      {run_dir}/report.html"
+    latest = run_cli(["report", str(tmp_path / "out")])
+    assert latest.returncode == 0 and latest.stdout.strip() == f"report      {run_dir}/rerun-3/report.html"
+    again = run_cli(["report", dataset])
+    assert again.returncode == 0 and again.stdout.strip() == f"report      {run_dir}/report.html"
     rerun = run_cli(["report", os.path.join(run_dir, "rerun-3")])
     assert rerun.returncode == 0 and rerun.stdout.strip() == f"report      {run_dir}/rerun-3/report.html"
     assert json.load(open(os.path.join(run_dir, "metrics.json"))) == json.loads(kept["metrics.json"])

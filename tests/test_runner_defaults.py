@@ -59,3 +59,12 @@ def test_a_missing_job_server_says_make_flink(tmp_path, monkeypatch):
     monkeypatch.setenv("FLINK_CACHE", str(tmp_path))
     with pytest.raises(corpus_options.RunnerError, match="make flink"):
         LocalRunnerDefaults.apply(["--runner=FlinkRunner"])
+
+
+def test_land_takes_the_flink_defaults_run_takes_and_beams_own_runner_without_one(jar):
+    """``land`` (issue 43): `LocalRunnerDefaults.named`, the runner-named part of `apply`."""
+    given = ["--runner=FlinkRunner", "--flink_master=[local]"]
+    assert LocalRunnerDefaults.named(given) == LocalRunnerDefaults.apply(given)
+    assert f"--flink_job_server_jar={jar}" in LocalRunnerDefaults.named(given)
+    assert LocalRunnerDefaults.named([]) == []  # no --runner: Beam's (the landing job streams on it)
+    assert LocalRunnerDefaults.named(["--runner=DirectRunner"]) == ["--runner=DirectRunner"]

@@ -286,3 +286,180 @@ def test_models_and_lists_on_s3_load_where_the_scorers_run(small_local, bucket, 
     for stage in ("quality", "blocklist", "decontamination"):
         line = next(l for l in remote_out.splitlines() if l.startswith(stage + " "))
         assert line.split()[1:5] == next(l for l in local_out.splitlines() if l.startswith(stage + " ")).split()[1:5]
+
+
+# --- the output root checked before any work (issue 43, item 2) ----------------------------------------
+
+def clean_env(home) -> dict:
+    """No AWS credentials anywhere boto3 looks: environment, files, instance metadata."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(HOME=str(home), AWS_CONFIG_FILE=str(home / "none"), AWS_SHARED_CREDENTIALS_FILE=str(home / "none"),
+               AWS_EC2_METADATA_DISABLED="true")
+    return env
+
+
+def refused_before_the_snapshot(result, tmp_path) -> str:
+    assert result.returncode == 4, result.stderr[-3000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: the output root s3://"), result.stderr[-3000:]
+    assert "fingerprinting" not in result.stdout and "Traceback" not in result.stderr
+    return lines[0]
+
+
+def local_inputs_config(small_local, tmp_path, root: str) -> str:
+    text = open(small_local["config"]).read().replace(str(small_local["base"] / "out"), root)
+    (tmp_path / "to-s3.yaml").write_text(text)
+    return str(tmp_path / "to-s3.yaml")
+
+
+def test_an_s3_root_without_credentials_is_refused_before_the_snapshot(small_local, bucket, moto_endpoint,
+                                                                       tmp_path):
+    from conftest import run_cli
+
+    config = local_inputs_config(small_local, tmp_path, f"s3://{BUCKET}/no-credentials")
+    result = run_cli(["run", "--config", config, *IN_PROCESS, f"--s3_endpoint_url={moto_endpoint}",
+                      "--s3_region_name=us-east-1"], env=clean_env(tmp_path), timeout=300)
+    line = refused_before_the_snapshot(result, tmp_path)
+    assert "no S3 credentials" in line
+    assert "--s3_access_key_id and --s3_secret_access_key" in line and "AWS_ACCESS_KEY_ID" in line
+    assert "docs/s3.md" in line
+    assert not keys(bucket, "no-credentials/")
+
+
+def test_an_s3_root_in_a_missing_bucket_is_refused_before_the_snapshot(small_local, bucket, moto_endpoint,
+                                                                       tmp_path):
+    from conftest import run_cli
+
+    config = local_inputs_config(small_local, tmp_path, "s3://no-such-bucket/out")
+    result = run_cli(["snapshot", "--config", config, *IN_PROCESS, *s3_args(moto_endpoint)],
+                     env=clean_env(tmp_path), timeout=300)
+    line = refused_before_the_snapshot(result, tmp_path)
+    assert "the bucket 'no-such-bucket' does not exist" in line and "--output_root" in line
+
+
+@pytest.fixture(scope="module")
+def auth_endpoint():
+    """A second moto server that checks credentials (after the 4 requests that set it up): a bucket, and
+    a user who may only list and read it."""
+    import json
+
+    port = free_port()
+    env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="4")
+    process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"moto_server did not start (exit code {process.poll()})")
+                time.sleep(0.2)
+        endpoint = f"http://127.0.0.1:{port}"
+        setup = {"endpoint_url": endpoint, "region_name": KEYS["region"], "aws_access_key_id": "setup",
+                 "aws_secret_access_key": "setup"}
+        boto3.client("s3", **setup).create_bucket(Bucket=BUCKET)
+        iam = boto3.client("iam", **setup)
+        iam.create_user(UserName="reader")
+        key = iam.create_access_key(UserName="reader")["AccessKey"]
+        iam.put_user_policy(UserName="reader", PolicyName="read-only", PolicyDocument=json.dumps({
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Action": ["s3:ListBucket", "s3:GetObject"], "Resource": "*"}]}))
+        yield {"endpoint": endpoint, "reader": (key["AccessKeyId"], key["SecretAccessKey"])}
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def test_an_s3_root_with_wrong_credentials_is_refused_before_the_snapshot(small_local, auth_endpoint, tmp_path):
+    from conftest import run_cli
+
+    config = local_inputs_config(small_local, tmp_path, f"s3://{BUCKET}/out")
+    result = run_cli(["run", "--config", config, *IN_PROCESS, f"--s3_endpoint_url={auth_endpoint['endpoint']}",
+                      "--s3_region_name=us-east-1", "--s3_access_key_id=AKIAWRONGWRONGWRONG1",
+                      "--s3_secret_access_key=wrong"], env=clean_env(tmp_path), timeout=300)
+    line = refused_before_the_snapshot(result, tmp_path)
+    assert "the S3 credentials were refused (InvalidAccessKeyId)" in line and "--s3_access_key_id" in line
+
+
+def test_an_s3_root_the_credentials_may_not_write_is_refused_before_the_snapshot(small_local, auth_endpoint,
+                                                                                 tmp_path):
+    from conftest import run_cli
+
+    access, secret = auth_endpoint["reader"]
+    config = local_inputs_config(small_local, tmp_path, f"s3://{BUCKET}/out")
+    result = run_cli(["run", "--config", config, *IN_PROCESS, f"--s3_endpoint_url={auth_endpoint['endpoint']}",
+                      "--s3_region_name=us-east-1", f"--s3_access_key_id={access}",
+                      f"--s3_secret_access_key={secret}"], env=clean_env(tmp_path), timeout=300)
+    line = refused_before_the_snapshot(result, tmp_path)
+    assert "may not write to it (AccessDenied)" in line and "s3:PutObject" in line
+    assert access not in line and secret not in line  # no credential in the message
+
+
+# --- the root's lease on S3: a conditional create (issue 43, item 3; beam_pipeline/lease.py) --------------
+
+LEASE_KEY = "leased/_BUILD_LEASE.json"
+
+
+def test_the_lease_on_s3_is_a_conditional_create_renewed_and_released(bucket, moto_endpoint):
+    import json
+
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from botocore.exceptions import ClientError
+
+    from beam_pipeline.lease import Lease, LeaseHeld
+
+    options = PipelineOptions(s3_args(moto_endpoint))
+    root = f"s3://{BUCKET}/leased"
+    with Lease(root, options, renew_every=0.3) as first:
+        held = json.loads(bucket.get_object(Bucket=BUCKET, Key=LEASE_KEY)["Body"].read())
+        assert held["token"] == first.holder.token
+        with pytest.raises(LeaseHeld, match=f"pid {os.getpid()}, started {first.holder.started}"):
+            Lease(root, options).acquire()
+        with pytest.raises(ClientError, match="PreconditionFailed"):  # what the lease relies on
+            bucket.put_object(Bucket=BUCKET, Key=LEASE_KEY, Body=b"mine", IfNoneMatch="*")
+        time.sleep(1.0)
+        renewed = json.loads(bucket.get_object(Bucket=BUCKET, Key=LEASE_KEY)["Body"].read())["renewed"]
+        assert renewed > held["renewed"]
+    assert not keys(bucket, "leased/")
+
+
+def test_a_stale_lease_on_s3_is_taken_over_by_one_build_only(bucket, moto_endpoint):
+    import threading
+
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from beam_pipeline.lease import Holder, Lease, LeaseHeld
+
+    options = PipelineOptions(s3_args(moto_endpoint))
+    root = f"s3://{BUCKET}/leased"
+    stale = Holder("gone", "elsewhere", 4242, "2026-01-02T03:04:05Z", time.time() - 60, timeout=1.0)
+    bucket.put_object(Bucket=BUCKET, Key=LEASE_KEY, Body=stale.encode())
+    time.sleep(1.5)  # the object itself is older than the lease's timeout
+    outcomes, lines, barrier = [], [], threading.Barrier(3)
+
+    def contend():
+        lease = Lease(root, options, log=lines.append)
+        barrier.wait()
+        try:
+            lease.acquire()
+            outcomes.append(lease)
+        except LeaseHeld:
+            outcomes.append(None)
+
+    threads = [threading.Thread(target=contend) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    winners = [lease for lease in outcomes if lease is not None]
+    assert len(winners) == 1 and len(outcomes) == 3, outcomes
+    assert len(lines) == 1 and "took over the stale lease" in lines[0] and "host elsewhere, pid 4242" in lines[0]
+    winners[0].release()
+    assert not keys(bucket, "leased/")

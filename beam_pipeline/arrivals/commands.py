@@ -121,8 +121,11 @@ def main(args, beam_args: list[str]) -> int:
 
     from beam_pipeline.arrivals.log import ArrivalsLogError
     from beam_pipeline.config import ConfigError
+    from beam_pipeline.options import LocalRunnerDefaults
     from beam_pipeline.snapshot import SnapshotError
 
+    if args.command == "land":  # the runner defaults of `run` (embedded Flink: the assembled job server ...)
+        beam_args = LocalRunnerDefaults.named(beam_args)
     options = PipelineOptions(beam_args)
     FileSystems.set_options(options)
     try:
@@ -159,14 +162,32 @@ def _root(args) -> str:
     raise ConfigError("name the bronze layer's root: --config corpus.yaml or --output_root <root>")
 
 
+#: Where a landing run's log goes, under the output root: ``logs/land-<UTC start>-<pid>/beam.log``.
+LAND_LOGS = "logs"
+
+
 def _land(args, options) -> int:
+    """The landing job, with the console of a build (beam_pipeline/console.py): its own lines on the
+    console; Beam's, the job server's (Java, Maven) and gRPC's in ``<root>/logs/land-*/beam.log`` (and,
+    with --verbose, on stderr too)."""
+    import os
+    import time
+
     from beam_pipeline.arrivals.landing import land_sources, result_lines
+    from beam_pipeline.console import VERBOSE, Console
+    from beam_pipeline.layers import join
 
     config = _config(args)
-    result = land_sources(config, options, once=args.once, stop_after=args.stop_after)
+    with Console(verbose=VERBOSE[0]) as console:
+        console.open_log(
+            join(config.output_root, LAND_LOGS, f"land-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}")
+        )
+        result = land_sources(config, options, once=args.once, stop_after=args.stop_after, log=console.line)
     print()
     for line in result_lines(result):
         print(line)
+    if console.run_log.path:
+        print(f"log         {console.run_log.path}")
     return 0
 
 

@@ -228,6 +228,33 @@ def takedown(
     return result
 
 
+def superseded_warning(dataset_dir: str) -> str | None:
+    """What a build that published ``dataset_dir`` again must say when a takedown superseded it (None: current).
+
+    The build's layers still hold the documents taken down, so the same build gives the old version again,
+    which the loader refuses; the warning names the current successor (following later takedowns)."""
+    record = _superseded(dataset_dir)
+    if record is None:
+        return None
+    root = root_of(dataset_dir)
+    successor, seen = record["dataset_id"], {dataset_dir}
+    while True:  # a successor taken down again: the last one
+        following = dataset_path(root, successor)
+        later = _superseded(following) if following not in seen else None
+        if later is None:
+            break
+        seen.add(following)
+        successor = later["dataset_id"]
+    removed = record.get("removed_documents")
+    return (
+        f"this build published {dataset_dir.rstrip('/').rsplit('/', 1)[-1]} again, which a takedown superseded "
+        f"({record.get('reason', 'takedown')}"
+        + (f", {removed} document(s) removed" if removed is not None else "")
+        + f"): train on its successor {dataset_path(root, successor)} (the loader refuses this one), and put the "
+        f"takedown into the config's inputs or policy so that a build leaves the documents out"
+    )
+
+
 def _superseded(dataset_dir: str) -> dict | None:
     if "://" in dataset_dir:
         import json

@@ -15,6 +15,7 @@ import os
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from beam_pipeline.options import sdk_worker
 from beam_pipeline.options.validation import Matching
 
 #: A path or URI (absolute: a template launch has no working directory of the caller's).
@@ -70,6 +71,14 @@ def add_driver_arguments(parser) -> None:
         "elapsed, ETA'; on a terminal a bar redrawn every second instead); 0 turns them off. Progress "
         "never changes what a build writes (docs/operations.md, 'The console').",
     )
+    parser.add_argument(
+        "--wait_for_lease",
+        default=0.0,
+        type=Matching(r"^[0-9]+(\.[0-9]+)?$", float, "number of seconds"),
+        help="Seconds to wait for another build on the same output root to finish (its lease, "
+        "<root>/_BUILD_LEASE.json, to be released) before giving up; 0 (default) refuses at once, exit 75 "
+        "(docs/operations.md, 'One build per output root').",
+    )
 
 
 #: Where ``scripts/flink_cluster.sh jar`` (``make flink``) assembles the Flink job server: Beam's Flink
@@ -123,7 +132,9 @@ class LocalRunnerDefaults:
       here, fail in seconds); on embedded Flink (``--flink_master=[local]``, the
       default) the SDK workers run in this process (LOOPBACK) and the parallelism
       is the number of cores; the job server this process starts gets a 16 MiB
-      thread stack (:data:`JOB_SERVER_THREAD_STACK`).
+      thread stack (:data:`JOB_SERVER_THREAD_STACK`). On a cluster (``--flink_master=host:port``)
+      each TaskManager starts its SDK workers with this environment's boot
+      (``--environment_type=PROCESS``, :mod:`beam_pipeline.options.sdk_worker`).
     """
 
     @staticmethod
@@ -150,7 +161,15 @@ class LocalRunnerDefaults:
                     "(docs/decisions.md); prefer multi_processing or in_memory"
                 )
             return extra + beam_args
-        if runner.rsplit(".", 1)[-1] == "FlinkRunner":
+        return LocalRunnerDefaults.named(beam_args)
+
+    @staticmethod
+    def named(beam_args: list[str]) -> list[str]:
+        """The defaults of the runner ``--runner`` names (FlinkRunner: :func:`flink_defaults`); without
+        ``--runner``, nothing (Beam's default). What ``land`` takes: the same runner defaults as ``run``,
+        its local runner being Beam's (streaming)."""
+        runner = _flag(beam_args, "runner")
+        if runner is not None and runner.rsplit(".", 1)[-1] == "FlinkRunner":
             return beam_args + flink_defaults(beam_args)
         return beam_args
 
@@ -183,6 +202,10 @@ def flink_defaults(beam_args: list[str]) -> list[str]:
             extra.append("--environment_type=LOOPBACK")
         if _flag(beam_args, "parallelism") is None:
             extra.append(f"--parallelism={os.cpu_count() or 1}")
+    elif _flag(beam_args, "environment_type") is None and os.path.exists(sdk_worker.command_path()):
+        # a cluster: each TaskManager starts its own SDK workers with this environment's boot
+        # (Beam's default, DOCKER, needs a Docker daemon on every TaskManager; docs/flink.md)
+        extra += ["--environment_type=PROCESS", f"--environment_config={sdk_worker.environment_config()}"]
     return extra
 
 

@@ -15,7 +15,7 @@ Modules, in the order the data flows:
 from __future__ import annotations
 
 from beam_pipeline.layers import join, write_bytes_atomic
-from beam_pipeline.report.locate import ReportError, RunRef, locate
+from beam_pipeline.report.locate import ReportError, RunRef, locate, whatif_report_path
 
 __all__ = ["ReportError", "RunRef", "locate", "report_numbers", "write_compare", "write_report", "write_report_page"]
 
@@ -25,6 +25,8 @@ def write_report(target: str, *, output: str | None = None, report_config: dict 
     from beam_pipeline.report import plots
 
     ref, data = report_numbers(target, report_config=report_config)
+    if report_config and output is None:  # a what-if: its own file, next to the run's report.html
+        output = whatif_report_path(ref, report_config)
     return write_report_page(ref, data, plots.run_plots(data), output=output)
 
 

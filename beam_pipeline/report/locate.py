@@ -4,9 +4,12 @@
 
 * ``<root>/runs/<run_id>`` or ``<root>/runs/<run_id>/metrics.json``;
 * ``<root>/datasets/<dataset_id>`` or its ``manifest.json``;
-* an output root: its most recently written first run (``runs/<run_id>``,
-  the run of the latest build; a rerun, ``runs/<run_id>/rerun-N``, is named
-  by its folder: ``beam_pipeline/runs.py``).
+* an output root: its latest run, the one whose metrics were written last
+  (a first run ``runs/<run_id>`` or a rerun ``runs/<run_id>/rerun-N``:
+  ``beam_pipeline/runs.py``).
+
+A what-if report (``--target_tokens``, ``--mixture``) is written next to the
+run's own report, never over it: :func:`whatif_report_path`.
 
 From a run's metrics the dataset is ``<root>/datasets/<dataset_id>``; from a
 dataset the run is ``runs/<run_id>`` with ``run_id = sha256(snapshot id,
@@ -79,8 +82,8 @@ def locate(target: str) -> RunRef:
     if _exists(join(path, MANIFEST)):
         return _from_manifest(join(path, MANIFEST))
     runs = _run_metrics(path)
-    if runs:  # an output root: its latest build's run (a rerun is named by its folder)
-        return _from_metrics(max(runs, key=lambda m: (_modified(m), m)))
+    if runs:  # an output root: its latest run, first run or rerun
+        return _from_metrics(max(runs, key=lambda m: (_modified(m), _rerun_number(m), m)))
     raise ReportError(
         f"{target}: not a run folder (runs/<run_id>), a metrics.json, a dataset folder "
         f"(datasets/<dataset_id>), a manifest.json, or an output root with a run"
@@ -142,11 +145,22 @@ def _modified(path: str) -> float:
         return 0.0
 
 
+def whatif_report_path(ref: RunRef, report_config: dict) -> str:
+    """Where a report with other ``report.*`` settings goes: ``report-whatif-<digest>.html`` in the run's
+    folder, one file per set of settings (the run's ``report.html`` is never overwritten)."""
+    return join(ref.run_dir, f"report-whatif-{digest_json(report_config)[:12]}.html")
+
+
+def _rerun_number(metrics_path: str) -> int:
+    match = re.search(r"/rerun-(\d+)/" + re.escape(METRICS) + "$", metrics_path)
+    return int(match.group(1)) if match else 1
+
+
 def _run_metrics(root: str) -> list[str]:
-    """The metrics.json of every first run (``runs/<run_id>/``, not the reruns below it) under an output root."""
+    """The metrics.json of every run (``runs/<run_id>/`` and its reruns) under an output root."""
     if not _SCHEME.match(root) and not os.path.isdir(join(root, "runs")):
         return []
     try:
-        return metrics_paths(root, reruns=False)
+        return metrics_paths(root)
     except Exception:  # noqa: BLE001 - a store that cannot list: no run found
         return []

@@ -112,7 +112,11 @@ def _select(args, beam_args, run) -> int:
             options,
             pointer["snapshot_id"],
             prepare=prepare,
-            driver={"max_attempts": args.max_stage_attempts, "progress_interval": args.progress_interval},
+            driver={
+                "max_attempts": args.max_stage_attempts,
+                "progress_interval": args.progress_interval,
+                "lease_wait": args.wait_for_lease,
+            },
         )
     except ReselectError as err:
         print(f"error: {err}", file=sys.stderr)
