@@ -24,8 +24,11 @@ world size, mixture config) and of the consumption recorded in a loaded state:
   reads its run in order.
 * **mixture**: at local step ``s`` lane ``l`` draws a pool with probability
   proportional to its weight among the pools it has not exhausted,
-  using ``u = stable_hash64(seed, "mixture", epoch, l, s // run_length) / 2**64``;
-  it then takes the next sequence of its lane of that pool. Weights can change
+  using ``u = stable_hash64(seed, "mixture", epoch, l, s // run_length) / 2**64``
+  (seed 000, R5): one draw per run of ``run_length`` steps (default
+  :data:`DEFAULT_RUN_LENGTH`), and the lane (the rank, and the DataLoader
+  worker) in the hash so ranks draw independently and a global batch mixes
+  the buckets; it then takes the next sequence of its lane of that pool. Weights can change
   between a save and a resume (reweighting needs no rebuild).
 
 The state (:meth:`TokenLoader.state_dict`) records, per shard, which virtual
@@ -58,6 +61,9 @@ STATE_FORMAT = 2  # format 1 (one lane per rank, "ranks" instead of "lanes") is 
 ALL = "*"  # the pool holding every shard when no mixture is given
 SUPERSEDED_BY = "SUPERSEDED_BY"  # written into an old dataset folder by a takedown
 MANIFEST = "manifest.json"
+#: Steps per mixture draw (seed 000, R5): a lane reads this many consecutive sequences of one bucket, then draws
+#: again. Why 8 and not 1: docs/decisions.md, "The loader's mixture draws per run of steps".
+DEFAULT_RUN_LENGTH = 8
 
 Piece = list  # [shard name, v_start, v_end): a run of virtual sequence indexes of one shard
 
@@ -353,7 +359,7 @@ class TokenLoader:
         epoch: int = 0,
         mixture: dict[str, float] | None = None,
         repeats: dict[str, int] | None = None,
-        run_length: int = 1,
+        run_length: int = DEFAULT_RUN_LENGTH,
         allow_superseded: bool = False,
         workers: int = 1,
         worker: int = 0,

@@ -6,18 +6,45 @@ the canonical JSON of the shard's name and the sha256 of its token and index
 files. Two datasets hold the same data exactly when their ids are equal.
 The manifest also records the config, the snapshot, the stage versions and
 per-stage counts, so that two manifests can answer "was it the data?".
+It names no path of the machine that built it (:func:`portable_config`):
+the same build from two checkouts in different folders gives the same
+manifest, apart from an ``output_root`` outside the config's folder.
 See ``docs/format.md``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
+from beam_pipeline.config import portable_paths
 from beam_pipeline.hashing import digest_json, merkle_root
 from beam_pipeline.layers import join, read_bytes
 
 MANIFEST_FORMAT = 1
 MANIFEST = "manifest.json"
+
+
+def portable_config(config) -> dict:
+    """The config as manifest.json records it: every path inside the config file's folder relative to it.
+
+    Paths as the YAML wrote them (sources, blocklists, models, eval sets, the
+    tokenizer, ``output_root``): :meth:`CorpusConfig.portable_path`. A path
+    outside the folder (absolute in the YAML, or ``../``) or with a scheme is
+    kept; what the files hold is in the manifest anyway (the snapshot id, the
+    tokenizer's sha256, the stages' layer keys, which hold content digests of
+    every list, model and eval set), so ``diff`` reads such a path as a location.
+    """
+    return portable_paths(config.model_dump(mode="json"), getattr(config, "_base_dir", None))
+
+
+def portable_tokenizer(config, tokenizer) -> dict:
+    """The manifest's ``tokenizer`` entry: the tokenizer's facts, its path as :func:`portable_config` writes it."""
+    return {
+        **dataclasses.asdict(tokenizer),
+        "path": portable_paths(tokenizer.path, getattr(config, "_base_dir", None)),
+        "dtype": tokenizer.dtype,
+    }
 
 
 def shard_leaf(shard: dict) -> str:

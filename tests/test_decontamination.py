@@ -189,3 +189,42 @@ def test_the_lowered_words_of_a_text_are_made_once_and_equal_findall():
     again = lowered_words(equal)
     assert again is not found and again.words() == found.words() and again.distinct == found.distinct
     assert lowered_words("").words() == [] and lowered_words("").ids.size == 0
+
+
+def test_contamination_report_honours_a_takedowns_tombstones(built, tmp_path, capsys):
+    """A report on the version a takedown made does not count the documents taken down (the index is retained)."""
+    import shutil
+
+    root = tmp_path / "out"
+    copy = root / "datasets" / os.path.basename(built["dataset"])
+    shutil.copytree(built["dataset"], copy)
+    os.symlink(os.path.join(built["root"], "layers"), root / "layers")  # the retained index, read only
+    select_key = built["stages"]["select"]["layer_key"]
+    gold = [r for p in sorted(glob.glob(os.path.join(built["root"], "layers", "select", select_key, "gold", "*.parquet")))
+            for r in pq.read_table(p, columns=["doc_id", "source", "text"]).to_pylist()]
+    leaked = next(r for r in gold if r["source"] == "wikipedia")
+    paragraph = next(p for p in leaked["text"].split("\n\n") if len(dc.words(p)) > 40)
+    evalset = tmp_path / "new_eval.jsonl"
+    evalset.write_text(json.dumps({"id": "new-1", "text": " ".join(dc.words(paragraph)[:40])}) + "\n")
+
+    def report(dataset):
+        out = tmp_path / "report.json"
+        assert cli.main(["contamination-report", "--dataset", str(dataset), "--evalset", str(evalset),
+                         "--json", str(out)]) == 0
+        return json.load(open(out))
+
+    before = report(copy)["results"][0]
+    assert before["contaminated"] and leaked["doc_id"] in before["doc_ids"]
+    ids = tmp_path / "ids.txt"
+    ids.write_text(leaked["doc_id"] + "\n")
+    capsys.readouterr()  # the report's own "dataset" line
+    assert cli.main(["takedown", "--dataset", str(copy), "--doc-ids", str(ids)]) == 0
+    new_dir = next(line.split()[1] for line in capsys.readouterr().out.splitlines() if line.startswith("dataset "))
+    tombstones = {t["doc_id"] for t in json.load(open(os.path.join(new_dir, "manifest.json")))["tombstones"]}
+    assert leaked["doc_id"] in tombstones
+    after_report = report(new_dir)
+    after = after_report["results"][0]
+    assert not tombstones & set(after["doc_ids"])
+    assert after["documents"] == before["documents"] - len(tombstones & set(before["doc_ids"]))
+    assert after["contaminated"] == (after["documents"] > 0)
+    assert after_report["tombstoned_documents"] == len(tombstones)

@@ -103,3 +103,60 @@ def test_flatten_and_changed_paths():
 
 def _manifest(path):
     return json.load(open(os.path.join(path, "manifest.json")))
+
+
+PORTABLE_TEXTS = [f"Document number {i} talks about the weather, the river and the town library. " * 6
+                  for i in range(12)] + ["The eval question about the seven bridges of the old town and its river."]
+
+
+def _checkout(folder, sample_tokenizer: str) -> str:
+    """A config with its data, lists, eval set and tokenizer beside it, all named by relative paths."""
+    for sub in ("data", "lists", "evals", "tok"):
+        (folder / sub).mkdir(parents=True)
+    with open(folder / "data" / "docs.jsonl", "w") as f:
+        for i, text in enumerate(PORTABLE_TEXTS):
+            f.write(json.dumps({"id": str(i), "text": text, "url": f"https://site{i % 3}.example/{i}"}) + "\n")
+    (folder / "lists" / "domains.txt").write_text("site2.example\n")
+    (folder / "evals" / "ev.jsonl").write_text(json.dumps({"text": "seven bridges of the old town and its"}) + "\n")
+    shutil.copy(sample_tokenizer, folder / "tok" / "tokenizer.json")
+    config = folder / "corpus.yaml"
+    config.write_text(
+        "name: portable\noutput_root: out\n"
+        "sources: [{name: docs, uri: 'data/*.jsonl', format: jsonl, rank: 1, license: x, domain: d}]\n"
+        "cascade: [heuristics, blocklist, decontamination]\n"
+        "blocklist: {domain_files: [lists/domains.txt]}\n"
+        "decontamination: {ngram: 5, evalsets: [{name: ev, path: evals/ev.jsonl}]}\n"
+        "policy: {rules: [{reason: blocked_url, drop_if: blocklist.blocked},"
+        " {reason: eval_contamination, drop_if: decontamination.contaminated}]}\n"
+        "tokenize: {tokenizer: tok/tokenizer.json, seq_len: 256, shard_tokens: 65536}\n")
+    return str(config)
+
+
+def test_the_same_build_from_two_checkouts_is_the_same(tmp_path, capsys):
+    """manifest.json names no path of the machine it was built on: two folders, one build, `diff` says same."""
+    from conftest import SAMPLE_TOKENIZER
+
+    datasets = []
+    for name in ("checkout-a", "elsewhere/checkout-b"):
+        config = _checkout(tmp_path / name, SAMPLE_TOKENIZER)
+        out = io.StringIO()
+        with redirect_stdout(out):
+            assert cli.main(["run", "--config", config, *IN_PROCESS]) == 0
+        datasets.append(os.path.join(os.path.dirname(config), "out", "datasets", dataset_id_from_output(out.getvalue())))
+    a, b = (_manifest(d) for d in datasets)
+    assert a["dataset_id"] == b["dataset_id"]
+    text = json.dumps(a)
+    assert str(tmp_path) not in text, [k for k, v in flatten(a).items() if str(tmp_path) in json.dumps(v)]
+    assert a["config"]["sources"][0]["uri"] == "data/*.jsonl" and a["tokenizer"]["path"] == "tok/tokenizer.json"
+    assert a["config"]["blocklist"]["domain_files"] == ["lists/domains.txt"]
+    assert a["config"]["decontamination"]["evalsets"][0]["path"] == "evals/ev.jsonl"
+    capsys.readouterr()
+    assert cli.main(["diff", *datasets]) == 0, capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "config (0 key paths differ)" in out and "stage versions (0 differ)" in out
+    # trace still decodes the token's context: the tokenizer is found beside the config, by the document's file
+    from beam_pipeline.dataset.lineage import trace_token
+
+    shard = b["shards"][0]
+    trace = trace_token(datasets[1], shard["name"], 3)
+    assert trace.kind == "document" and trace.context and "[[" in trace.context

@@ -64,7 +64,7 @@ def test_manifest_digests_and_dataset_id_verify(built):
 def test_shards_hold_packed_sequences_that_decode_to_the_gold_text(built):
     manifest = built["manifest"]
     seq_len = manifest["seq_len"]
-    tokenizer = Tokenizer.from_file(manifest["tokenizer"]["path"])
+    tokenizer = Tokenizer.from_file(os.path.join(os.path.dirname(SAMPLE_CONFIG), manifest["tokenizer"]["path"]))
     select_key = next(s["layer_key"] for s in manifest["stages"] if s["name"] == "select")
     gold = {}
     for path in glob.glob(os.path.join(built["root"], "layers", "select", select_key, "gold", "*.parquet")):
@@ -99,7 +99,7 @@ def test_no_temporary_files_remain(built):
     (ingest,) = glob.glob(os.path.join(built["root"], "layers", "ingest", "*"))
     assert sorted(os.listdir(ingest)) == ["_LEDGER.json", "documents", "repeats"]
     (near,) = glob.glob(os.path.join(built["root"], "layers", "near_dedup", "*"))
-    assert sorted(os.listdir(near)) == ["_LEDGER.json", "annotations", "large_clusters", "signatures"]
+    assert sorted(os.listdir(near)) == ["_LEDGER.json", "annotations", "large_clusters", "largest_clusters", "signatures"]
 
 
 def test_inspect_summarizes_the_manifest(built, capsys):

@@ -199,3 +199,44 @@ def test_against_a_missing_dataset_is_a_one_line_error(tmp_path):
     assert result.returncode == 2, result.stderr[-3000:]
     errors = [line for line in result.stderr.splitlines() if line.startswith("error")]
     assert len(errors) == 1 and errors[0].startswith(f"error: exact_dedup.against: dataset {'0' * 64} not found under ")
+
+
+# --- seed 000 §6: whitespace and case normalized for the hash only (exact_dedup.normalize) ------------------
+
+TEXT_DOCUMENTS = pa.schema([*DOCUMENTS, ("text", pa.string())])
+
+
+def test_normalized_key_catches_case_and_spacing_variants_when_on(tmp_path):
+    from beam_pipeline.hashing import content_hash
+    from beam_pipeline.transforms.exact_dedup import dedup_key
+
+    texts = {"a": "The River Town\nlibrary opens  at nine.", "b": "the river town library opens at nine.",
+             "c": "  THE RIVER TOWN\tLIBRARY OPENS AT NINE.\n", "d": "The river town library opens at ten."}
+    assert dedup_key(texts["a"], False) == content_hash(texts["a"])  # off: the ingest layer's content_hash
+    assert len({dedup_key(t, True) for t in texts.values()}) == 2
+    documents = [{**doc(k, content_hash(t)), "text": t} for k, t in texts.items()]
+
+    def annotate(normalize: bool, name: str) -> dict:
+        root = tmp_path / name
+        meta = write_partition(str(root / "documents"), 0, 1, documents, TEXT_DOCUMENTS)
+        path = str(root / "documents" / meta["name"])
+        run_stage_job(str(root), STAGE, lambda p, _layer: p | AnnotateExactDuplicates([path], normalize=normalize),
+                      {"annotations": schemas.EXACT_DEDUP}, 1, {"annotations": "passed"}, options=OPTIONS)
+        files = sorted(glob.glob(str(root / "layers" / STAGE / "test" / "annotations" / "*.parquet")))
+        return {r["doc_id"]: r for f in files for r in pq.read_table(f).to_pylist()}
+
+    off = annotate(False, "off")
+    assert not any(r["is_duplicate"] for r in off.values())  # the default: only identical texts
+    on = annotate(True, "on")
+    assert {k for k, r in on.items() if r["is_duplicate"]} == {"b", "c"}
+    assert {on[k]["representative"] for k in "abc"} == {"a"} and on["a"]["duplicate_count"] == 3
+    assert not on["d"]["is_duplicate"]
+
+
+def test_the_normalization_is_off_by_default_and_keeps_the_layer_key():
+    from beam_pipeline.config import ExactDedupConfig
+    from beam_pipeline.transforms.exact_dedup import stage_config
+
+    assert ExactDedupConfig().normalize is False
+    assert stage_config(ExactDedupConfig()) == {"enabled": True}  # as before the option: same layer key
+    assert stage_config(ExactDedupConfig(normalize=True)) == {"enabled": True, "normalize": "whitespace_case"}

@@ -18,6 +18,7 @@ from beam_pipeline.layers import Layer
 from beam_pipeline.dataset import lineage as lineage_module
 from beam_pipeline.dataset.lineage import annotation_outputs, parquet_bytes, read_lineage, sort_lineage, trace_token
 from beam_pipeline.normalize import normalize_text
+from conftest import SAMPLE_CONFIG
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +119,7 @@ def gold_texts(built):
 
 def test_trace_round_trip_token_to_raw_record(built):
     manifest = built["manifest"]
-    tokenizer = Tokenizer.from_file(manifest["tokenizer"]["path"])
+    tokenizer = Tokenizer.from_file(os.path.join(os.path.dirname(SAMPLE_CONFIG), manifest["tokenizer"]["path"]))
     gold = gold_texts(built)
     seconds, unedited = [], 0
     for name, offset in sample_offsets(manifest, 12):

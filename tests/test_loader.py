@@ -267,3 +267,62 @@ def test_states_of_format_1_still_resume(dataset):
     resumed = TokenLoader(dataset, rank=2, world_size=4)
     resumed.load_state_dict(old)
     assert [i.key for i in take(resumed, 18)] == expected[12:]
+
+
+# --- the mixture as seed 000 (R5) states it: hash of (seed, epoch, rank, step // run_length) -------------------
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    """A hand-written dataset of three large buckets (no build): enough steps that no bucket runs dry."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq_
+
+    folder = tmp_path_factory.mktemp("synthetic")
+    (folder / "shards").mkdir()
+    seq_len, shards = 4, []
+    for domain in WEIGHTS:
+        for k in range(2):
+            name, n = f"{domain}-{k:05d}-of-00002", 400
+            np.zeros(n * seq_len, dtype="<u2").tofile(folder / "shards" / f"{name}.bin")
+            pq_.write_table(pa.table({"token_start": pa.array(range(0, n * seq_len, seq_len), pa.int64())}),
+                            folder / "shards" / f"{name}.idx.parquet")
+            shards.append({"name": name, "domain": domain, "sequences": n, "tokens": n * seq_len,
+                           "tokens_file": f"shards/{name}.bin", "tokens_bytes": n * seq_len * 2,
+                           "index_file": f"shards/{name}.idx.parquet"})
+    (folder / "manifest.json").write_text(json.dumps(
+        {"dataset_id": "ab" * 32, "seed": 11, "seq_len": seq_len, "tokenizer": {"dtype": "uint16"}, "shards": shards}))
+    return str(folder)
+
+
+def buckets_of(dataset, steps, **kwargs):
+    return [item.bucket for item in take(TokenLoader(dataset, mixture=WEIGHTS, **kwargs), steps)]
+
+
+def test_mixture_draws_once_per_run_of_steps(synthetic):
+    from beam_pipeline.loader import DEFAULT_RUN_LENGTH
+
+    assert DEFAULT_RUN_LENGTH > 1  # R5: draws per run of steps, not per step
+    assert TokenLoader(synthetic, mixture=WEIGHTS).run_length == DEFAULT_RUN_LENGTH
+    for run_length in (DEFAULT_RUN_LENGTH, 5):
+        kwargs = {} if run_length == DEFAULT_RUN_LENGTH else {"run_length": run_length}
+        seen = buckets_of(synthetic, 60 * run_length, **kwargs)
+        runs = [seen[i:i + run_length] for i in range(0, len(seen), run_length)]
+        assert all(len(set(run)) == 1 for run in runs), runs  # one draw per run: the run is one bucket
+        firsts = [run[0] for run in runs]
+        assert len(set(firsts)) == len(WEIGHTS)  # and the runs do draw again
+        assert sum(a != b for a, b in zip(firsts, firsts[1:])) > len(firsts) // 4
+    assert buckets_of(synthetic, 200, run_length=1) != buckets_of(synthetic, 200, run_length=2)
+
+
+def test_mixture_draws_differ_between_ranks(synthetic):
+    """The rank is in the hash: at one step the ranks draw independently, so a global batch mixes domains."""
+    world, steps = 4, 400
+    per_rank = [buckets_of(synthetic, steps, rank=r, world_size=world, run_length=1) for r in range(world)]
+    all_same = sum(len({per_rank[r][s] for r in range(world)}) == 1 for s in range(steps))
+    expected = steps * sum(w ** world for w in WEIGHTS.values())  # ~0.08 of the steps
+    assert all_same < 3 * expected, (all_same, expected)  # a hash without the rank gives all_same == steps
+    runs = [buckets_of(synthetic, steps, rank=r, world_size=world, run_length=8)[::8] for r in range(world)]
+    assert len({tuple(r) for r in runs}) == world
+    lanes = [buckets_of(synthetic, steps, world_size=1, workers=2, worker=k, run_length=1) for k in range(2)]
+    assert lanes[0] != lanes[1]  # a DataLoader's workers are lanes of their own too

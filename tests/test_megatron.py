@@ -7,6 +7,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from beam_pipeline import cli
+from beam_pipeline.hashing import stable_hash64
 
 #: Megatron-LM's dtype codes (megatron/core/datasets/indexed_dataset.py, DType)
 DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64, 7: np.float32, 8: np.uint16}
@@ -35,16 +36,28 @@ def read_megatron(prefix):
     return version, code, sequences, doc_idx
 
 
-def documents_from_shards(dataset, manifest, domains=None):
-    """(doc tokens including EOS) in shard-name order, from the published shard format."""
+def documents_from_shards(dataset, manifest, domains=None, order="shuffled"):
+    """(doc tokens including EOS) in the dataset's shuffled order across shards and domains
+    (``(xxh3(seed, "order", doc_id), doc_id)``, docs/format.md), or with ``order="shards"`` in shard-name
+    order; from the published shard format."""
     out = []
     for shard in sorted(manifest["shards"], key=lambda s: s["name"]):
         if domains and shard["domain"] not in domains:
             continue
         tokens = np.fromfile(os.path.join(dataset, shard["tokens_file"]), dtype="<u2")
         for row in pq.read_table(os.path.join(dataset, shard["index_file"])).to_pylist():
-            out.append(tokens[row["token_start"]: row["token_start"] + row["token_count"] + 1])
-    return out
+            key = (stable_hash64(manifest["seed"], "order", row["doc_id"]), row["doc_id"])
+            out.append((key, shard["domain"], tokens[row["token_start"]: row["token_start"] + row["token_count"] + 1]))
+    if order == "shuffled":
+        out.sort(key=lambda entry: entry[0])
+    return [tokens for _, _, tokens in out]
+
+
+def domains_in_order(manifest, order="shuffled"):
+    keyed = [((stable_hash64(manifest["seed"], "order", doc), doc), shard["domain"])
+             for shard in sorted(manifest["shards"], key=lambda s: s["name"])
+             for doc in pq.read_table(os.path.join(manifest["_dir"], shard["index_file"])).column("doc_id").to_pylist()]
+    return [domain for _, domain in (sorted(keyed) if order == "shuffled" else keyed)]
 
 
 def test_every_document_round_trips(built, tmp_path, capsys):
@@ -72,3 +85,25 @@ def test_one_domain(built, tmp_path):
     expected = documents_from_shards(built["dataset"], built["manifest"], {"legal"})
     assert len(sequences) == len(expected) and all(np.array_equal(a, b) for a, b in zip(sequences, expected))
     assert cli.main(["export-megatron", built["dataset"], prefix, "--domain", "code"]) == 1
+
+
+def test_the_export_keeps_the_shuffled_order_across_domains(built, tmp_path):
+    """Not shard after shard, domain after domain (a source-ordered curriculum): the dataset's one shuffle."""
+    prefix = str(tmp_path / "mixed")
+    assert cli.main(["export-megatron", built["dataset"], prefix]) == 0
+    _, _, sequences, _ = read_megatron(prefix)
+    manifest = {**built["manifest"], "_dir": built["dataset"]}
+    domains = domains_in_order(manifest)
+    switches = sum(a != b for a, b in zip(domains, domains[1:]))
+    assert switches > 10 * len(set(domains)), switches  # shard-name order switches domain len(domains) - 1 times
+    expected = documents_from_shards(built["dataset"], built["manifest"])
+    assert len(sequences) == len(expected) and all(np.array_equal(a, b) for a, b in zip(sequences, expected))
+    summary = json.load(open(prefix + ".json"))
+    assert summary["order"] == "shuffled" and summary["seed"] == built["manifest"]["seed"]
+    # the order of before, shard after shard, is still there on request
+    prefix = str(tmp_path / "by_shard")
+    assert cli.main(["export-megatron", built["dataset"], prefix, "--order", "shards"]) == 0
+    _, _, sequences, _ = read_megatron(prefix)
+    expected = documents_from_shards(built["dataset"], built["manifest"], order="shards")
+    assert len(sequences) == len(expected) and all(np.array_equal(a, b) for a, b in zip(sequences, expected))
+    assert json.load(open(prefix + ".json"))["order"] == "shards"

@@ -52,6 +52,12 @@ def test_takedown_by_url_rebuilds_only_the_affected_shards(copy, built, tmp_path
     assert verify_dataset(new_dir).ok  # digests, leaves, Merkle root = new id, packing, no tombstone left
     old_shards = {s["name"]: s for s in old["shards"]}
     assert [s["name"] for s in new["shards"]] == sorted(old_shards)
+    # exactly the victim's shard was rebuilt; every other shard's files are hard links to the old version's
+    assert new["takedown"]["rebuilt_shards"] == [victim["shard"]] and new["takedown"]["dropped_shards"] == []
+    linked = {shard["name"] for shard in new["shards"]
+              if all(os.path.samefile(os.path.join(copy, old_shards[shard["name"]][field]),
+                                      os.path.join(new_dir, shard[field])) for field in ("tokens_file", "index_file"))}
+    assert linked == set(old_shards) - {victim["shard"]}, sorted(set(old_shards) - linked)
     for shard in new["shards"]:
         before = old_shards[shard["name"]]
         for field in ("tokens_file", "index_file"):

@@ -7,6 +7,11 @@ normalization and n, and looks every n-gram up in the sorted index
 partitions (binary search per partition; the text is never re-read). The
 report lists, per item, its n-grams, how many occur in the dataset and the
 gold documents that contain them.
+
+The index is the build's layer, so after a takedown it still holds the
+documents taken down; the report reads the version's tombstones (the
+manifest's ``tombstones``, cumulative over takedowns) and counts none of
+them: an n-gram only they held is not in the dataset.
 """
 
 from __future__ import annotations
@@ -56,6 +61,8 @@ def report(
     dataset: str, evalset_path: str, *, field: str = "text", name: str | None = None, min_overlap: int = 1
 ) -> dict:
     layer, ledger = index_layer(dataset)
+    manifest = load_manifest(dataset)
+    tombstoned = {t["doc_id"] for t in manifest.get("tombstones", [])}  # taken down: not in this version
     n = ledger["index"]["n"]
     items = read_items(evalset_path, field)
     cache: dict[str, int] = {}
@@ -77,7 +84,9 @@ def report(
         doc_ids = table.column("doc_id")
         for i in hit:
             key = int(wanted[i])
-            found.setdefault(key, set()).update(doc_ids.slice(int(lo[i]), int(hi[i] - lo[i])).to_pylist())
+            present = set(doc_ids.slice(int(lo[i]), int(hi[i] - lo[i])).to_pylist()) - tombstoned
+            if present:
+                found.setdefault(key, set()).update(present)
     rows = []
     for (item_id, _), hashes in zip(items, item_hashes):
         matched = [int(h) for h in hashes if int(h) in found]
@@ -95,7 +104,7 @@ def report(
         )
     contaminated = sum(r["contaminated"] for r in rows)
     return {
-        "dataset_id": load_manifest(dataset)["dataset_id"],
+        "dataset_id": manifest["dataset_id"],
         "evalset": name or os.path.basename(evalset_path),
         "n": n,
         "min_overlap": min_overlap,
@@ -103,6 +112,7 @@ def report(
         "short_items": sum(r["ngrams"] == 0 for r in rows),
         "contaminated_items": contaminated,
         "index_layer": layer.key,
+        "tombstoned_documents": len(tombstoned),
         "results": rows,
     }
 
@@ -111,7 +121,13 @@ def summary(result: dict) -> str:
     lines = [
         f"eval set    {result['evalset']}: {result['items']} items ({result['short_items']} shorter than "
         f"{result['n']} words, not checkable)",
-        f"dataset     {result['dataset_id']} (ngram_index {result['index_layer']}, n={result['n']})",
+        f"dataset     {result['dataset_id']} (ngram_index {result['index_layer']}, n={result['n']}"
+        + (
+            f"; {result['tombstoned_documents']} documents taken down, not counted"
+            if result.get("tombstoned_documents")
+            else ""
+        )
+        + ")",
         f"contaminated {result['contaminated_items']} of {result['items']} items "
         f"(>= {result['min_overlap']} shared {result['n']}-gram)",
     ]

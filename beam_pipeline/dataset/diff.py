@@ -12,16 +12,36 @@
 * shards added, removed, and changed (same name, different leaf).
 
 Exit status as diff(1): 0 when the manifests describe the same dataset and
-build, 1 when they differ, 2 when one cannot be read.
+build, 1 when they differ, 2 when one cannot be read. A config path that only
+says where a file is (:data:`LOCATIONS`: sources, lists, models, eval sets,
+the tokenizer, ``output_root``) is shown but is no difference: what the file
+holds is compared by its digest (snapshot id, tokenizer sha256, layer keys).
+Manifests name paths inside the config's folder relative to it
+(``manifest.portable_config``), so two checkouts give the same paths anyway.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from typing import Any
 
 _MISSING = "<absent>"
+
+#: Config key paths (as :func:`flatten` writes them) that name where a file is. Their content is compared
+#: elsewhere: sources by the snapshot id, the tokenizer by its sha256, lists, models and eval sets by the
+#: stages' layer keys (which hold their content digests). ``output_root`` is where the build writes.
+LOCATIONS = re.compile(
+    r"^(output_root|sources\[[^]]+\]\.(uri|landing\.uri)|tokenize\.tokenizer|(language|quality)\.model"
+    r"|safety\.toxicity_model|safety\.badword_files\.[^.]+|blocklist\.(domain_files|url_substring_files)"
+    r"|decontamination\.evalsets\[[^]]+\]\.path)$"
+)
+
+
+def is_location(path: str) -> bool:
+    """Whether a config key path names a file's location (not what the build does)."""
+    return bool(LOCATIONS.match(path))
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -140,9 +160,9 @@ def diff_manifests(a: dict, b: dict) -> dict:
 
 
 def is_same(d: dict) -> bool:
-    """True when the diff shows the same data built the same way (paths aside)."""
+    """True when the diff shows the same data built the same way (locations of files aside)."""
     same_ids = all(x == y for x, y in d["identity"].values())
-    return same_ids and not d["stages"] and not d["counts"] and not any(c["path"] != "output_root" for c in d["config"])
+    return same_ids and not d["stages"] and not d["counts"] and all(is_location(c["path"]) for c in d["config"])
 
 
 def format_diff(d: dict) -> str:
@@ -170,7 +190,13 @@ def format_diff(d: dict) -> str:
             )
     lines += ["", f"config ({len(d['config'])} key paths differ)"]
     for c in d["config"]:
-        note = "  (a location: not in config_digest)" if c["path"] == "output_root" else ""
+        note = (
+            "  (a location: not in config_digest)"
+            if c["path"] == "output_root"
+            else "  (a location: the file's content is compared by digest)"
+            if is_location(c["path"])
+            else ""
+        )
         lines.append(f"  {c['path']}: {json.dumps(c['a'])} -> {json.dumps(c['b'])}{note}")
     lines += ["", f"counts ({len(d['counts'])} differ)"]
     for c in d["counts"]:

@@ -552,7 +552,8 @@ def trace_token(dataset: str, shard_name: str, offset: int, *, read_record: bool
     trace.repeats = [r for r in rows if r["is_repeat"]]
     if read_record:
         trace.record, trace.record_matches = reread_record(manifest, trace.lineage)
-    trace.context = _decode_context(manifest, join(dataset_dir, shard["tokens_file"]), dtype, entry, offset)
+    tokenizer = tokenizer_file(manifest, trace.lineage)
+    trace.context = _decode_context(tokenizer, join(dataset_dir, shard["tokens_file"]), dtype, entry, offset)
     return trace
 
 
@@ -563,12 +564,36 @@ def _tokenizer(path: str):
     return Tokenizer.from_file(path)
 
 
+def tokenizer_file(manifest: dict, lineage_row: dict | None = None) -> str | None:
+    """The manifest's tokenizer on this machine, or None.
+
+    The manifest names it relative to the config's folder (``manifest.portable_config``). Tried: the path
+    as written (absolute, or from the current folder), then from the config folder implied by the
+    lineage row's file and its source's ``uri`` (``data/*.jsonl`` matched ``<folder>/data/a.jsonl``).
+    A file found is used only when its sha256 is the manifest's.
+    """
+    tok = manifest["tokenizer"]
+    path = tok["path"]
+    candidates = [path]
+    source = {s["name"]: s for s in manifest["config"]["sources"]}.get((lineage_row or {}).get("source"))
+    if not os.path.isabs(path) and source is not None and "://" not in lineage_row["file"]:
+        uri, file = source["uri"], lineage_row["file"]
+        depth = len(uri.split("/"))
+        if not os.path.isabs(uri) and "**" not in uri and len(file.split("/")) > depth:
+            candidates.append(os.path.join(file.rsplit("/", depth)[0], path))
+    for candidate in candidates:
+        if os.path.isfile(candidate):
+            with open(candidate, "rb") as f:
+                if sha256_bytes(f.read()) == tok.get("sha256"):
+                    return candidate
+    return None
+
+
 def _decode_context(
-    manifest: dict, tokens_path: str, dtype: np.dtype, entry: dict, offset: int, width: int = 12
+    path: str | None, tokens_path: str, dtype: np.dtype, entry: dict, offset: int, width: int = 12
 ) -> str | None:
     """The document's text around the token, with the token itself in [[ ]]; None without the tokenizer."""
-    path = manifest["tokenizer"]["path"]
-    if "://" in tokens_path or not os.path.exists(path):
+    if "://" in tokens_path or path is None:
         return None
     tokenizer = _tokenizer(path)
     start, end = entry["token_start"], entry["token_start"] + entry["token_count"]

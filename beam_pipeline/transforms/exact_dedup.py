@@ -7,7 +7,12 @@ representative and ``is_duplicate``. Nothing is deleted here; the policy in
 ``select`` decides.
 
 The key is xxh3-128 of the normalized text (a collision needs ~2^64
-documents). The representative is the minimum of
+documents): the ingest layer's ``content_hash``. With
+``exact_dedup.normalize`` (seed 000 §6; off by default) it is xxh3-128 of the
+text with every whitespace run made one space, the ends stripped and the case
+folded (:func:`dedup_key`), so copies that differ only in case or spacing are
+exact duplicates; the stage then reads the text too, and its annotations'
+``content_hash`` is that key. The text itself is never changed. The representative is the minimum of
 (source rank, missing date last, date, doc_id): curated sources beat web
 copies, then the earliest capture, then a deterministic tie-break, as in
 DESIGN.md. Because the choice is a minimum over a total order, it does not
@@ -40,12 +45,14 @@ copies alone. The join sends each member to the group of its hash once.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Iterable, Iterator
 
 import apache_beam as beam
 
 from beam_pipeline.accounting import COUNTS, CountingDoFn
 from beam_pipeline.config import ConfigError
+from beam_pipeline.hashing import content_hash
 from beam_pipeline.layers import EarlierLayerError, earlier_layer, join
 from beam_pipeline.transforms.gate import DocumentPartitions, ReadGatedRows
 from beam_pipeline.transforms.keys import StrKeyed
@@ -55,6 +62,25 @@ STAGE = "exact_dedup"
 VERSION = "1"
 ANNOTATIONS = "annotations"
 INPUT_COLUMNS = ["doc_id", "content_hash", "source", "source_rank", "date"]
+#: The name of the key's normalization when ``exact_dedup.normalize`` is on (in the layer key).
+NORMALIZATION = "whitespace_case"
+_WHITESPACE = re.compile(r"\s+")
+
+
+def dedup_key(text: str, normalize: bool) -> str:
+    """The exact-dedup key of a document's (ingest-normalized) text: its ``content_hash``, or with ``normalize``
+    the xxh3-128 of the text with whitespace runs as one space, no leading or trailing space, case folded."""
+    if normalize:
+        text = _WHITESPACE.sub(" ", text).strip().casefold()
+    return content_hash(text)
+
+
+def stage_config(config) -> dict:
+    """The layer-key slice of ``exact_dedup`` (without ``against``, whose layer keys are inputs). Without
+    the normalization it is the config of before the option, so existing layers keep their keys."""
+    dumped = config.model_dump(mode="json", exclude={"against", "normalize"})
+    return {**dumped, "normalize": NORMALIZATION} if config.normalize else dumped
+
 
 #: Intermediate keys a content hash's members are combined under before the final merge
 #: (``CombinePerKey.with_hot_key_fanout``): bounds the work of a hash held by very many documents.
@@ -71,18 +97,30 @@ class AnnotateExactDuplicates(beam.PTransform):
     """
 
     def __init__(
-        self, documents: DocumentPartitions | Iterable[str], after=(), previous: tuple["EarlierExactLayer", ...] = ()
+        self,
+        documents: DocumentPartitions | Iterable[str],
+        after=(),
+        previous: tuple["EarlierExactLayer", ...] = (),
+        normalize: bool = False,
     ):
         super().__init__()
         self._documents = DocumentPartitions.of(documents)
         self._after = tuple(after)
         self._previous = tuple(previous)
+        self._normalize = normalize
+        for layer in self._previous:  # keys of another normalization never meet this build's
+            if layer.normalize != normalize:
+                raise ConfigError(
+                    f"exact_dedup.against: layer {layer.key} was keyed with normalize: {str(layer.normalize).lower()}, "
+                    f"this build with normalize: {str(normalize).lower()}; their keys cannot match"
+                )
 
     def expand(self, pbegin):
-        read = pbegin | "ReadDocuments" >> ReadGatedRows(self._documents, INPUT_COLUMNS, STAGE, self._after)
-        members = read["rows"] | "KeyByContentHash" >> beam.ParDo(_MemberFn()).with_output_types(StrKeyed).with_outputs(
-            COUNTS, main=_MEMBERS
-        )
+        columns = INPUT_COLUMNS + (["text"] if self._normalize else [])
+        read = pbegin | "ReadDocuments" >> ReadGatedRows(self._documents, columns, STAGE, self._after)
+        members = read["rows"] | "KeyByContentHash" >> beam.ParDo(_MemberFn(self._normalize)).with_output_types(
+            StrKeyed
+        ).with_outputs(COUNTS, main=_MEMBERS)
         keyed = members[_MEMBERS]  # (content_hash, member)
         if self._previous:
             earlier = (
@@ -143,6 +181,7 @@ class EarlierExactLayer:
 
     key: str
     annotation_paths: tuple[str, ...]
+    normalize: bool = False  # its key's normalization (exact_dedup.normalize)
 
 
 def resolve_against(root: str, entry: str) -> EarlierExactLayer:
@@ -153,7 +192,8 @@ def resolve_against(root: str, entry: str) -> EarlierExactLayer:
     except EarlierLayerError as err:
         raise ConfigError(str(err)) from None
     parts = ledger["outputs"][ANNOTATIONS]["parts"]
-    return EarlierExactLayer(ledger["key"], tuple(join(path, ANNOTATIONS, p["name"]) for p in parts))
+    normalize = ledger.get("config", {}).get("normalize") == NORMALIZATION
+    return EarlierExactLayer(ledger["key"], tuple(join(path, ANNOTATIONS, p["name"]) for p in parts), normalize)
 
 
 class RepresentativeFn(beam.CombineFn):
@@ -200,14 +240,16 @@ def annotation(content_hash: str, member: tuple, representative: tuple, size: in
 
 
 class _MemberFn(CountingDoFn):
-    """document (INPUT_COLUMNS) -> (content_hash, member); counts it ``in``."""
+    """document (INPUT_COLUMNS, and ``text`` with ``normalize``) -> (key, member); counts it ``in``."""
 
-    def __init__(self):
+    def __init__(self, normalize: bool = False):
         super().__init__(STAGE)
+        self._normalize = normalize
 
     def process(self, document: dict) -> Iterator[tuple[str, tuple]]:
         self.tally.entered(document["source"])
-        yield document["content_hash"], member_of(document)
+        key = dedup_key(document["text"], True) if self._normalize else document["content_hash"]
+        yield key, member_of(document)
 
 
 class _AnnotateFn(CountingDoFn):

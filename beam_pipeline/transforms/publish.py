@@ -22,7 +22,6 @@ already moved stay where they are).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from typing import Iterator
@@ -32,7 +31,14 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.hashing import digest_json
 from beam_pipeline.layers import join, move, write_json_atomic
-from beam_pipeline.manifest import MANIFEST, MANIFEST_FORMAT, dataset_path, shard_leaf
+from beam_pipeline.manifest import (
+    MANIFEST,
+    MANIFEST_FORMAT,
+    dataset_path,
+    portable_config,
+    portable_tokenizer,
+    shard_leaf,
+)
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -120,10 +126,10 @@ def publish(committed: list, config, snapshot_id: str, tokenizer) -> dict:
         "name": config.name,
         "snapshot_id": snapshot_id,
         "config_digest": config.digest(),
-        "config": config.model_dump(mode="json"),
+        "config": portable_config(config),  # no path of this machine (manifest.py)
         "seed": config.seed,
         "seq_len": config.tokenize.seq_len,
-        "tokenizer": {**dataclasses.asdict(tokenizer), "dtype": tokenizer.dtype},
+        "tokenizer": portable_tokenizer(config, tokenizer),
         "stages": [
             {
                 "name": c.stage,
