@@ -48,3 +48,21 @@ def count_words(text: str, stop_at: int | None = None) -> int:
     if stop_at is None:
         return len(text.split())
     return len(text.split(maxsplit=stop_at))
+
+
+def violations(document: dict, exact: dict | None, policy: PolicyConfig, near: dict | None = None) -> list[str]:
+    """Every built-in reason that applies to ``document``, in :data:`REASONS` order (:func:`decide` names the
+    first). ``select``'s floors rank dropped documents by how many rules they fail (docs/policy.md)."""
+    out = []
+    if policy.drop_exact_duplicates and exact is not None and exact["is_duplicate"]:
+        out.append("exact_duplicate")
+    if policy.drop_near_duplicates and near is not None and near["is_duplicate"]:
+        out.append("near_duplicate")
+    n_chars = document["n_chars"]
+    if n_chars < policy.min_chars:
+        out.append("too_short")
+    if n_chars > policy.max_chars:
+        out.append("too_long")
+    if policy.min_words and count_words(document["text"], stop_at=policy.min_words) < policy.min_words:
+        out.append("too_few_words")
+    return out

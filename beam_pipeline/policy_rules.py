@@ -493,6 +493,128 @@ class RedactConfig(_Strict):
         return value
 
 
+#: Slice kinds a floor can name, in the order a rescued document's reason names them.
+FLOOR_KINDS = ("source", "domain", "language")
+
+
+class FloorsConfig(_Strict):
+    """Policy-level keep-rate floors: per slice, the least share of its documents ``select`` keeps
+    whatever rule or dedup drops them (docs/policy.md, "Floors")."""
+
+    source: dict[str, float] = Field(default_factory=dict, description="Floor per source: {name: share}.")
+    domain: dict[str, float] = Field(default_factory=dict, description="Floor per domain bucket: {name: share}.")
+    language: dict[str, float] = Field(
+        default_factory=dict, description="Floor per language (the language layer's lang): {code: share}."
+    )
+    from_mixture: bool = Field(
+        False, description="Derive per-domain floors from report.mixture and report.target_tokens."
+    )
+    mixture: dict[str, float] = Field(
+        default_factory=dict,
+        description="Weight per domain bucket (normalized); from report.mixture with from_mixture.",
+    )
+    target_tokens: int | None = Field(
+        None, ge=1, description="Token budget the mixture is drawn from; from report.target_tokens with from_mixture."
+    )
+    chars_per_token: float = Field(4.0, gt=0, description="Characters per token, to estimate a slice's tokens.")
+    epochs: float = Field(1.0, gt=0, description="Times the training run may repeat a domain's documents.")
+    by: str | None = Field(None, description="Numeric column ranking dropped documents for rescue (best first).")
+    higher_is_better: bool = True
+    never_rescue: list[str] = Field(default_factory=list, description="Drop reasons a floor never overrides.")
+
+    @field_validator("source", "domain", "language")
+    @classmethod
+    def _shares(cls, value: dict[str, float]) -> dict[str, float]:
+        bad = sorted(name for name, share in value.items() if not 0 <= share <= 1)
+        if bad:
+            raise ValueError(f"a floor is a share of the slice's documents, in [0, 1]; got {', '.join(bad)}")
+        return dict(sorted(value.items()))
+
+    @field_validator("mixture")
+    @classmethod
+    def _weights(cls, value: dict[str, float]) -> dict[str, float]:
+        if any(weight < 0 for weight in value.values()):
+            raise ValueError("mixture weights must not be negative")
+        return dict(sorted(value.items()))
+
+    @field_validator("by")
+    @classmethod
+    def _by(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_reference(value, kind="number")
+        return value
+
+    @model_validator(mode="after")
+    def _budget(self) -> "FloorsConfig":
+        if bool(self.mixture) != (self.target_tokens is not None) or (
+            self.from_mixture and not (self.mixture and self.target_tokens)
+        ):
+            raise ValueError(
+                "floors from the mixture need both mixture weights and target_tokens "
+                "(from_mixture: true reads report.mixture and report.target_tokens)"
+            )
+        return self
+
+    @property
+    def active(self) -> bool:
+        """Does any slice have a floor?"""
+        return bool(self.source or self.domain or self.language or self.mixture)
+
+    def columns_read(self) -> list[tuple[str, str]]:
+        """(layer, column) the floors read besides the rules': the language of language slices, ``by``."""
+        out = [("language", "lang")] if self.language else []
+        if self.by is not None:
+            layer, column = self.by.split(".", 1)
+            out.append((layer, column))
+        return out
+
+    def share(self, kind: str, name: str) -> float:
+        """The explicit floor of slice ``kind=name`` (0 when none)."""
+        return float(getattr(self, kind).get(name, 0.0))
+
+    def mixture_share(self, domain: str) -> float | None:
+        """The domain's normalized mixture weight, or None when the floors do not come from a mixture."""
+        total = sum(self.mixture.values())
+        if not self.mixture or domain not in self.mixture or not total:
+            return None
+        return self.mixture[domain] / total
+
+
+def floor_problems(floors: FloorsConfig | None, sources: set[str], domains: set[str], stages: list[str]) -> list[str]:
+    """What is wrong with ``policy.floors`` against the config's sources, domains and cascade."""
+    if floors is None:
+        return []
+    problems = [
+        f"policy.floors.{kind}: unknown {kind} {name!r}; {kind}s: {', '.join(sorted(known))}"
+        for kind, known in (("source", sources), ("domain", domains))
+        for name in getattr(floors, kind)
+        if name not in known
+    ]
+    if floors.language and "language" not in stages:
+        problems.append("policy.floors.language: language slices need the language stage in the cascade")
+    for layer, _ in floors.columns_read()[1 if floors.language else 0 :]:
+        if layer not in BASE_LAYERS and layer not in stages:
+            problems.append(f"policy.floors.by reads {layer}, which is not in cascade [{', '.join(stages)}]")
+    return problems
+
+
+def resolve_mixture_floors(data: Any) -> Any:
+    """``policy.floors.from_mixture: true`` -> the floors carry ``report.mixture`` and ``report.target_tokens``
+    (unless they give their own), so that they are part of the policy, hence of select's layer key."""
+    if not isinstance(data, dict) or not isinstance(data.get("policy"), dict):
+        return data
+    floors = data["policy"].get("floors")
+    if not isinstance(floors, dict) or not floors.get("from_mixture"):
+        return data
+    report: dict = data["report"] if isinstance(data.get("report"), dict) else {}
+    filled = dict(floors)
+    if "mixture" not in filled and report.get("mixture"):
+        filled["mixture"] = report["mixture"]
+    if "target_tokens" not in filled and report.get("target_tokens") is not None:
+        filled["target_tokens"] = report["target_tokens"]
+    return {**data, "policy": {**data["policy"], "floors": filled}}
+
+
 def check_rules(rules: list[RuleConfig], overrides: list[OverrideConfig]) -> None:
     """Reasons unique, overrides refer to existing reasons (raises ValueError)."""
     reasons = [r.reason for r in rules]
@@ -518,7 +640,7 @@ def expand_policy_file(data: Any, base_dir: str) -> Any:
     data = _read_policy_file(data, base_dir)
     if isinstance(data.get("policy"), dict):
         data = {**data, "policy": expand_presets(data["policy"])}
-    return _heuristics_definitions(data)
+    return _heuristics_definitions(resolve_mixture_floors(data))
 
 
 def _heuristics_definitions(data: dict) -> dict:

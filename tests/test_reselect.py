@@ -33,14 +33,14 @@ def corpus(tmp_path_factory):
     return base
 
 
-def write_config(base, name, rules):
+def write_config(base, name, rules, floors=None):
     config = {
         "name": "reselect-test", "output_root": str(base / "out"),
         "sources": [{"name": "web", "uri": str(base / "data" / "*.jsonl"), "format": "jsonl", "rank": 1,
                      "license": "CC-BY-SA-3.0", "domain": "general"}],
         "cascade": list(SCORERS),
         "quality": {"model": os.path.join(REPO, "sample/models/quality.bin")},
-        "policy": {"min_words": 3, "rules": rules},
+        "policy": {"min_words": 3, "rules": rules, **({"floors": floors} if floors else {})},
         "tokenize": {"tokenizer": os.path.join(REPO, "sample/tokenizer/tokenizer.json"), "pad_token": "<|pad|>",
                      "seq_len": 64, "shard_tokens": 4096},
         "layout": {"min_partitions": 1},
@@ -137,3 +137,21 @@ def test_reselect_refuses_a_config_changed_beyond_the_policy(corpus, capsys):
     open(path, "w").write(yaml.safe_dump(data))
     assert cli.main(["select", "--config", path, *IN_PROCESS]) == 1
     assert "no scored build of this corpus config" in capsys.readouterr().err
+
+
+def test_reselect_honours_floors(corpus, capsys):
+    """`select` alone (no scorer runs) applies policy.floors: policy B drops most of the 11 documents, the floor
+    keeps 9 of them, rescued best-first with reason floor:source=web, and the counts add up."""
+    root = str(corpus / "out")
+    if not glob.glob(os.path.join(root, "scores", "*.json")):
+        assert cli.main(["run", "--config", write_config(corpus, "a", RULES_A), *IN_PROCESS]) == 0
+    config = write_config(corpus, "floors", RULES_B, {"source": {"web": 0.8}, "by": "quality.score"})
+    assert cli.main(["select", "--config", config, *IN_PROCESS]) == 0
+    capsys.readouterr()
+    stages = stages_of_last_run(root)
+    counts = stages["select"]["counts"]
+    reasons = decisions(root, stages["select"]["layer_key"])
+    assert counts["in"] == 11 and counts["passed"] == 9
+    assert counts["in"] == counts["passed"] + sum(counts["filtered"].values()) + counts["dead_letter"]
+    rescued = [r for r in reasons.values() if r == "floor:source=web"]
+    assert rescued and counts["other"]["floor:source=web"] == len(rescued)

@@ -247,7 +247,7 @@ def resolved_stages(stages: list[str], exact_enabled: bool, near_enabled: bool) 
 
 def check_scoring(config) -> None:
     """Cross-section checks of a :class:`CorpusConfig` (raises ValueError with the fields named)."""
-    from beam_pipeline.policy_rules import BASE_LAYERS, check_rules
+    from beam_pipeline.policy_rules import BASE_LAYERS, check_rules, floor_problems
 
     stages = [s for s in config.cascade.stages if s not in DEDUP_STAGES]
     policy = config.policy
@@ -288,6 +288,7 @@ def check_scoring(config) -> None:
                 f"policy.overrides[{i}].domain: unknown domain {override.domain!r}; "
                 f"domains: {', '.join(sorted(domains))}"
             )
+    problems.extend(floor_problems(policy.floors, sources, domains, stages))  # policy.floors (docs/policy.md)
     if "quality" in stages and not config.quality.model:
         problems.append("quality.model: required when quality is in the cascade (train one with train-quality)")
     if "decontamination" in stages and not config.decontamination.evalsets:
