@@ -33,7 +33,7 @@ from pydantic import (
 from beam_pipeline.arrivals.config import LandingConfig
 from beam_pipeline.hashing import digest_json
 from beam_pipeline.paths import has_scheme, resolve_path
-from beam_pipeline.policy_rules import OverrideConfig, RedactConfig, RuleConfig, expand_policy_file
+from beam_pipeline.policy_rules import FloorsConfig, OverrideConfig, RedactConfig, RuleConfig, expand_policy_file
 from beam_pipeline.readers import field_path_problem
 from beam_pipeline.scoring.config import (
     BlocklistConfig,
@@ -150,6 +150,12 @@ class IngestConfig(_Strict):
 
 class ExactDedupConfig(_Strict):
     enabled: bool = True
+    normalize: bool = Field(
+        False,
+        description="Hash the text with whitespace runs collapsed to one space, ends stripped and case folded "
+        "(seed 000 §6): case- and spacing-only variants are exact duplicates. The key only; the text is "
+        "kept as it is. Reads the text in exact dedup (docs/filters.md).",
+    )
     against: list[str] = Field(
         default_factory=list,
         description="Earlier exact_dedup layers (absolute path/URI) or dataset ids whose texts "
@@ -208,7 +214,11 @@ class TwoTierConfig(_Strict):
         "passes at this Jaccard if one text is mostly inside the other.",
     )
     containment_threshold: float = Field(
-        0.8, gt=0.0, le=1.0, description="Second tier: |A & B| / min(|A|, |B|) a pair needs (Broder 1997)."
+        0.9,
+        gt=0.0,
+        le=1.0,
+        description="Second tier: |A & B| / min(|A|, |B|) a pair needs (Broder 1997); 0.9 keeps partly "
+        "translated pages (80-85% inside the original) apart (docs/near_dedup.md).",
     )
     short_shingles: int = Field(
         50,
@@ -218,9 +228,11 @@ class TwoTierConfig(_Strict):
     )
     short_threshold: float = Field(0.9, gt=0.0, le=1.0, description="Jaccard a pair with a short text needs.")
     measure: Literal["estimate", "exact"] = Field(
-        "estimate",
-        description="Jaccard and containment estimated from the signatures and shingle counts, "
-        "or exact from shingle sets (stored in signatures, carried through the verification joins).",
+        "exact",
+        description="exact: Jaccard and containment from the shingle sets (stored in signatures, carried "
+        "through the verification joins: about the text's size again, up to ~20% more CPU in the stage); "
+        "estimate: from the signatures and shingle counts (misses pairs near a tier's edge: docs/near_dedup.md, "
+        '"Verification").',
     )
     lsh_threshold: float = Field(
         0.5,
@@ -271,6 +283,25 @@ class ClusterAlarmConfig(_Strict):
         "warn", description="warn: console and run report; fail: also publish no dataset (the layers stay committed)."
     )
     examples: int = Field(3, ge=1, le=20, description="Largest clusters an alarm shows.")
+    max_short_representative_share: float | None = Field(
+        0.2,
+        ge=0.0,
+        le=1.0,
+        description="Warn when more than this share of the clusters has a representative more than 20% "
+        "shorter than the cluster's median length (the seed's check); null: no warning.",
+    )
+
+
+class RepresentativeConfig(_Strict):
+    """The quality term of a cluster's representative order (docs/near_dedup.md, "Clusters and representatives")."""
+
+    quality: str | None = Field(
+        "heuristics.fw_line_punct_ratio",
+        pattern=r"^(heuristics|quality|language)\.[a-z0-9_]+$",
+        description="<layer>.<column> of a cascade layer before near dedup: higher is better, rounded to "
+        "0.01; the order is (source rank, -quality, date, doc_id). Documents without it come last "
+        "among their rank; null: no quality term.",
+    )
 
 
 class NearDedupConfig(_Strict):
@@ -302,6 +333,7 @@ class NearDedupConfig(_Strict):
         "default 16 per document partition, at most 65,536.",
     )
     alarms: ClusterAlarmConfig = ClusterAlarmConfig()
+    representative: RepresentativeConfig = RepresentativeConfig()
     lines: LineDedupConfig = LineDedupConfig()
     substrings: SubstringDedupConfig = SubstringDedupConfig()
     against: list[str] = Field(
@@ -323,6 +355,7 @@ class PolicyConfig(_Strict):
     rules: list[RuleConfig] = Field(default_factory=list, description="Rules over annotation columns (docs/policy.md).")
     overrides: list[OverrideConfig] = Field(default_factory=list, description="Per-source / per-domain rule changes.")
     redact: RedactConfig = RedactConfig()
+    floors: FloorsConfig | None = Field(None, description="Keep-rate floors per slice (docs/policy.md, Floors).")
 
     @model_validator(mode="after")
     def _bounds(self) -> "PolicyConfig":

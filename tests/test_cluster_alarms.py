@@ -55,7 +55,7 @@ BASE = ("The river town library opened a new reading room this spring with long 
         "and shelves of local history, maps of the old mill and letters from the families who built the bridge. ")
 
 
-def _corpus(tmp_path, action: str) -> str:
+def _corpus(tmp_path, action: str, near_dedup: str | None = None) -> str:
     data = tmp_path / "data"
     data.mkdir(exist_ok=True)
     with open(data / "docs.jsonl", "w") as f:
@@ -68,9 +68,9 @@ def _corpus(tmp_path, action: str) -> str:
         "name: alarms\noutput_root: out\n"
         "sources: [{name: docs, uri: 'data/*.jsonl', format: jsonl, rank: 1, license: x, domain: d}]\n"
         "cascade: [heuristics]\n"
-        "near_dedup: {enabled: true, max_cluster_size: 2, "
-        f"alarms: {{max_size: 4, max_share: null, action: {action}}}}}\n"
-        f"tokenize: {{tokenizer: {SAMPLE_TOKENIZER}, seq_len: 256, shard_tokens: 65536}}\n")
+        + (near_dedup or "near_dedup: {enabled: true, max_cluster_size: 2, "
+           f"alarms: {{max_size: 4, max_share: null, action: {action}}}}}\n")
+        + f"tokenize: {{tokenizer: {SAMPLE_TOKENIZER}, seq_len: 256, shard_tokens: 65536}}\n")
     return str(tmp_path / "corpus.yaml")
 
 
@@ -116,3 +116,21 @@ def test_an_alarm_fails_the_build_then_warns_and_publishes_without_recomputing(t
     page = open(report, encoding="utf-8").read()
     assert "near-dup cluster alarm: 1 cluster(s) above near_dedup.alarms.max_size=4" in page
     assert "chain members were not similar to it and were kept" in page
+
+
+def test_the_share_alarm_sees_a_cluster_below_max_cluster_size(tmp_path):
+    """A cluster of 6 (max_cluster_size 100: collapsed as usual) holding half of a small corpus alarms."""
+    config = _corpus(tmp_path, "warn", near_dedup="near_dedup: {enabled: true, "
+                     "alarms: {max_size: null, max_share: 0.1, action: warn}}\n")
+    warned = _run(tmp_path, config)
+    assert warned.returncode == 0, warned.stderr[-3000:]
+    warnings = [line for line in warned.stdout.splitlines() if line.startswith("warning     near-dup cluster alarm")]
+    assert len(warnings) == 1, warned.stdout
+    assert "1 cluster(s) above near_dedup.alarms.max_share=0.1 of 12 documents" in warnings[0]
+    assert "6 documents (50.0%)" in warnings[0]
+    (near_ledger,) = glob.glob(str(tmp_path / "out" / "layers" / "near_dedup" / "*" / "_LEDGER.json"))
+    ledger = json.load(open(near_ledger))
+    (cluster,) = ledger["largest_clusters"]  # every cluster competes for the ledger's list, not only large ones
+    assert cluster["size"] == 6 and len(cluster["sampled_members"]) == 6
+    assert ledger["counts"]["other"].get("large_clusters", 0) == 0
+    assert not [line for line in warned.stdout.splitlines() if line.startswith("clusters    ")]

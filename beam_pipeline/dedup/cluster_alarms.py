@@ -11,15 +11,20 @@ keeps the members that fail (the *rejected chain members*,
 counter ``large_cluster_rejected``). That protects the data, but silently.
 
 This module makes it loud. From the near-dedup ledger (the stage's counts
-and its largest clusters, :func:`largest_clusters`, written when the layer is
-committed) it finds the clusters above ``near_dedup.alarms.max_size``
+and its largest clusters of any size, :func:`largest_clusters` over the
+layer's ``largest_clusters`` output, written when the layer is committed) it
+finds the clusters above ``near_dedup.alarms.max_size``
 members or above ``near_dedup.alarms.max_share`` of the stage's documents
 (:func:`cluster_alarms`). The console prints them at the end of a build, the
 run report lists them with its warnings, and with ``action: fail`` the build
 publishes no dataset (the layers stay committed: raising the limits, or
 ``action: warn``, and rerunning publishes without recomputing anything).
-Alarms look only at clusters above ``max_cluster_size`` (the ones written to
-``large_clusters``); smaller clusters are collapsed as usual.
+Alarms see clusters of any size: the stage keeps its
+:data:`LEDGER_CLUSTERS` largest clusters, large or not, through a bounded
+combine of the runner (``transforms/near_dedup.py``, ``LARGEST_CLUSTERS``), so
+a 90-member cluster holding 10% of a small corpus alarms on ``max_share``
+although it is below ``max_cluster_size`` (and collapsed as usual). Before
+issue 44 they saw only the clusters above ``max_cluster_size``.
 
 The size distribution of all clusters is counted by the stage as
 ``cluster_size_<low>_<high>`` (powers of two: 2, 3-4, 5-8, ...), so the run
@@ -52,7 +57,8 @@ def size_bucket(size: int) -> str:
 
 
 def largest_clusters(large_cluster_paths: list[str], limit: int = LEDGER_CLUSTERS) -> list[dict]:
-    """The ``limit`` largest rows of the ``large_clusters`` output, largest first (ties by cluster id)."""
+    """The ``limit`` largest rows of a cluster output (``largest_clusters``, or ``large_clusters`` of a layer
+    written before it), largest first (ties by cluster id)."""
     rows = []
     for path in large_cluster_paths:
         rows.extend(read_partition_rows(path))
@@ -87,7 +93,7 @@ class ClusterAlarm:
         count = f"{self.count}+" if self.count == LEDGER_CLUSTERS else str(self.count)  # the ledger keeps 20
         return (
             f"near-dup cluster alarm: {count} cluster(s) above {self.limit}: {shown} "
-            f"(large_clusters output of the near_dedup layer; docs/near_dedup.md, \"Large clusters\")"
+            f"(largest_clusters output of the near_dedup layer; docs/near_dedup.md, \"Large clusters\")"
         )
 
 
@@ -140,6 +146,44 @@ def large_cluster_line(ledger: dict) -> str | None:
     )
 
 
+#: The counter of clusters whose representative is more than 20% shorter than the cluster's median length
+#: (``transforms/near_dedup.py``, ``SHORT_REPRESENTATIVE``).
+SHORT_REPRESENTATIVE = "representative_short"
+
+
+def representative_check(ledger: dict) -> dict | None:
+    """The seed's check of the representative order, from a near-dedup ledger: {clusters, short, share}
+    (clusters whose representative is more than 20% shorter than the cluster's median length), or None
+    when the layer has no clusters."""
+    other = ledger["counts"].get("other", {})
+    clusters = other.get("clusters", 0) + other.get("large_clusters", 0)
+    if not clusters:
+        return None
+    short = other.get(SHORT_REPRESENTATIVE, 0)
+    return {"clusters": clusters, "short": short, "share": short / clusters}
+
+
+def representative_line(check: dict) -> str:
+    return (
+        f"{check['short']:,} of {check['clusters']:,} near-dup clusters ({check['share']:.1%}) have a "
+        f"representative more than 20% shorter than the cluster's median length"
+    )
+
+
+def representative_alarm(alarms, ledger: dict) -> str | None:
+    """The warning when the share of clusters with a short representative is above
+    ``near_dedup.alarms.max_short_representative_share``."""
+    check = representative_check(ledger)
+    limit = alarms.max_short_representative_share
+    if check is None or limit is None or check["share"] <= limit:
+        return None
+    return (
+        f"{representative_line(check)}: above near_dedup.alarms.max_short_representative_share={limit:g} "
+        f"(the representative order: source rank, quality, date, doc_id; docs/near_dedup.md, "
+        f'"Clusters and representatives")'
+    )
+
+
 def _near_dedup(config):
     """The ``near_dedup`` section of a config: a :class:`~beam_pipeline.config.CorpusConfig` or the dict a
     manifest holds (defaults filled in)."""
@@ -157,15 +201,29 @@ def build_messages(config, ledgers: dict[str, dict]) -> tuple[list[str], list[st
     if ledger is None or near is None or not near.enabled:
         return [], []
     line = large_cluster_line(ledger)
-    return ([line] if line else []), [alarm.message for alarm in cluster_alarms(near.alarms, ledger)]
+    alarms = [alarm.message for alarm in cluster_alarms(near.alarms, ledger)]
+    short = representative_alarm(near.alarms, ledger)
+    return ([line] if line else []), alarms + ([short] if short else [])
+
+
+def representative_report(config, ledgers: dict[str, dict]) -> dict | None:
+    """The run report's representative check: :func:`representative_check` with the warning limit."""
+    ledger = ledgers.get("near_dedup")
+    near = _near_dedup(config) if config else None
+    if ledger is None or near is None or not near.enabled:
+        return None
+    check = representative_check(ledger)
+    return None if check is None else {**check, "limit": near.alarms.max_short_representative_share}
 
 
 def check_before_publishing(config, ledgers: dict[str, dict]) -> None:
     """Raise :class:`ClusterAlarmStop` when ``near_dedup.alarms.action`` is ``fail`` and an alarm fires."""
     near = _near_dedup(config)
-    if not near.enabled or near.alarms.action != "fail":
+    ledger = ledgers.get("near_dedup")
+    if not near.enabled or near.alarms.action != "fail" or ledger is None:
         return
-    _, alarms = build_messages(config, ledgers)
+    alarms = [alarm.message for alarm in cluster_alarms(near.alarms, ledger)]  # the size alarms; the short
+    # representative share only warns
     if alarms:
         raise ClusterAlarmStop(
             f"{alarms[0]}; near_dedup.alarms.action is fail, so no dataset is published "

@@ -41,7 +41,7 @@ from beam_pipeline.dedup.shingling import shingle_hashes
 
 HIGH_JACCARD = 0.7
 LOW_JACCARD = 0.4
-MIN_CONTAINMENT = 0.8
+MIN_CONTAINMENT = 0.9
 MIN_SHINGLES = 50
 SHORT_JACCARD = 0.9
 

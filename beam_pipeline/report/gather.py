@@ -39,8 +39,10 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.dedup.cluster_alarms import build_messages as cluster_messages
+from beam_pipeline.dedup.cluster_alarms import representative_report as representative_check
 from beam_pipeline.hashing import bucket_of, stable_hash64
 from beam_pipeline.layers import Layer, join, read_bytes, read_parquet
+from beam_pipeline.report.floors import entries_of, run_floor_warnings
 from beam_pipeline.report.locate import RunRef
 from beam_pipeline.report.null_scores import report_warnings
 
@@ -131,6 +133,7 @@ def gather(ref: RunRef, *, report_config: dict | None = None, detail: bool = Tru
     data["policy"] = {}
     for warning in data["budget"]["warnings"]:
         data["warnings"].append(warning)
+    data["warnings"].extend(run_floor_warnings(entries_of(ref)))  # policy.floors a slice cannot meet
     if ref.metrics is None:
         data["notes"].append(
             "no run metrics found (runs/<run_id>/metrics.json): stage counts are the manifest's, timings are unknown"
@@ -148,6 +151,7 @@ def gather(ref: RunRef, *, report_config: dict | None = None, detail: bool = Tru
     data["warnings"].extend(report_warnings(config, ledgers))  # rules whose scores are null for a source
     cluster_lines, cluster_alarms = cluster_messages(config, ledgers)  # near-dup clusters above max_cluster_size
     data["warnings"].extend(cluster_alarms + cluster_lines)
+    data["representative_check"] = representative_check(config, ledgers)  # the seed's check, near_dedup.md
     data["policy"] = _policy(ledgers)
     layout = _Layout(ref.root, ledgers)
     seed = int(manifest.get("seed") or 0)

@@ -71,13 +71,16 @@ def plan_of(config) -> Plan:
 
 def builtin_policy(config) -> dict:
     """The policy fields evaluated by :func:`beam_pipeline.policy.decide` (and text stripping)."""
-    return config.policy.model_dump(mode="json", exclude={"rules", "overrides", "redact"})
+    return config.policy.model_dump(mode="json", exclude={"rules", "overrides", "redact", "floors"})
 
 
 def select_config(config) -> dict:
     """What select's layer key depends on besides its input layer keys: the policy (with the cascade
     order, which fixes the order of rules and the ``not_scored`` checks)."""
-    return {**config.policy.model_dump(mode="json"), "cascade": list(config.cascade.stages)}
+    policy = config.policy.model_dump(mode="json")
+    if policy.get("floors") is None:  # no floors: the key of a policy written before floors existed
+        policy.pop("floors", None)
+    return {**policy, "cascade": list(config.cascade.stages)}
 
 
 def scoring_digest(config) -> str:
@@ -151,11 +154,14 @@ def add_cascade(graph, config, ingested, snapshot_id: str, add_dedup, pinned: di
             continue
         index = stages.index(stage)
         gate = Gate(config.policy, plan, index) if config.cascade.gate else None
+        # near dedup's representative order reads a score of a layer before it (its quality term)
+        quality = config.near_dedup.representative.quality if stage == "near_dedup" else None
+        context = {ref.stage: ref for ref in scored if quality and ref.stage == quality.split(".")[0]}
         if gate is None:
-            dedup[row] = add_dedup(stage, None, {}, None)
+            dedup[row] = add_dedup(stage, None, context, None)
             continue
         needed = plan.layers_read(index)
-        gate_layers = {ref.stage: ref for ref in scored if ref.stage in needed}
+        gate_layers = {ref.stage: ref for ref in scored if ref.stage in needed} | context
         if "exact" in dedup:
             gate_layers["exact"] = dedup["exact"]
         dedup[row] = add_dedup(stage, gate, gate_layers, _gate_config(config, plan, index))

@@ -61,7 +61,7 @@ class DocumentPartitions:
         self.gate = gate
         self._inputs = (
             None
-            if gate is None
+            if not layers and gate is None
             else PartitionInputs.of(list(self.paths), None, {name: (p, None) for name, p in (layers or {}).items()})
         )
 
@@ -74,20 +74,36 @@ class DocumentPartitions:
     def count(self) -> int:
         return len(self.paths)
 
-    def rows(self, index: int, columns: list[str] | None = None, tally=None, where: str = "gate") -> Iterator[dict]:
+    def rows(
+        self,
+        index: int,
+        columns: list[str] | None = None,
+        tally=None,
+        where: str = "gate",
+        annotation: str | None = None,
+    ) -> Iterator[dict]:
         """The documents of partition ``index`` (``columns`` of them) that the gate keeps, in doc_id order.
 
         ``tally`` (a :class:`beam_pipeline.accounting.Tally`) counts each stopped document as entered and
-        ``filtered:<reason>``; the caller counts the documents it receives."""
+        ``filtered:<reason>``; the caller counts the documents it receives. ``annotation``
+        (``<layer>.<column>`` of a layer given at construction) adds that value to each document as
+        ``annotation`` (None where the layer has no row or is not given)."""
         gate = self.gate
-        if self._inputs is None or gate is None:
-            yield from read_partition_rows(self.paths[index], columns)
+        if self._inputs is None:
+            for document in read_partition_rows(self.paths[index], columns):
+                if annotation is not None:
+                    document["annotation"] = None
+                yield document
             return
+        layer, _, column = (annotation or "").partition(".")
         for document, rows in self._inputs.joined(index, where):
             rows["document"] = document
-            reason = gate.reason(document, rows)
+            reason = gate.reason(document, rows) if gate is not None else None
             if reason is None:
-                yield document if columns is None else {c: document[c] for c in columns}
+                kept = document if columns is None else {c: document[c] for c in columns}
+                if annotation is not None:
+                    kept["annotation"] = (rows.get(layer) or {}).get(column)
+                yield kept
             elif tally is not None:
                 tally.entered(document["source"])
                 tally.filtered(reason, document["source"])

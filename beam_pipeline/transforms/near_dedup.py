@@ -15,6 +15,8 @@ Outputs:
   dedups against.
 * ``large_clusters`` (:data:`~beam_pipeline.schemas.LARGE_CLUSTER`): clusters
   above ``max_cluster_size``, with a deterministic sample of members.
+* ``largest_clusters`` (the same schema): the ``LEDGER_CLUSTERS`` largest
+  clusters of any size, what the cluster alarms read.
 
 The data flow, every grouping the runner's own (``docs/near_dedup.md`` has
 the reasoning and the numbers)::
@@ -29,7 +31,7 @@ the reasoning and the numbers)::
       |    MinHashEdges: GroupByKey(key group) -> per shared band key: star edges (min doc_id, other)
       |                  -> VerifyPairs: CoGroupByKey(group of a, signature blocks),
       |                                  CoGroupByKey(group of b, signature blocks)
-      |                     (PairCheck: two tiers by default, dedup/verify.py)
+      |                     (PairCheck: two tiers on exact shingle sets by default, dedup/verify.py)
       |    SimHashEdges: GroupByKey(key group) -> per shared block key: pairs within max_hamming bits
       |                                    v
       |    ConnectedComponents: large-star / small-star rounds, a GroupByKey(node group) per step
@@ -38,16 +40,20 @@ the reasoning and the numbers)::
                                            v
        AssignClusters: CoGroupByKey(doc group) of blocks of member, label, previous-version members, spans
            -> documents in no cluster: their row
-           -> GroupByKey(node group of the label, blocks) -> per label: representative = min(previous version first, source rank,
-                  date (missing last), doc_id)
-                  +-- size <= max_cluster_size: every other member is a duplicate
-                  +-- larger: reported; a member is a duplicate only if it verifies against the
-                      representative itself (VerifyPairs)
+           -> GroupByKey(node group of the label, blocks) -> per label: representative = min(previous version
+                  first, source rank, -quality (missing last), date (missing last), doc_id)
+                  +-- every other member: (representative, member) -> VerifyPairs, the same two joins and
+                  |   PairCheck as the candidates: a duplicate only if it passes against the representative
+                  |   itself, else kept as its own representative (no removal through a chain, issue 41)
+                  +-- size > max_cluster_size: also reported (large_clusters)
+                  +-- every cluster: (size, label, representative, members) -> Top.PerKey -> largest_clusters
            -> annotation rows (the build writes them, partitioned and sorted by doc_id)
 
-What is grouped is small: doc_ids, band keys, member tuples (rank, date,
-doc_id, source), signatures (``num_perm`` x 4 bytes), labels and character
-ranges; text is read by the tasks of its partition only. Every grouping key is
+What is grouped is small: doc_ids, band keys, member tuples (rank, quality,
+date, doc_id, source, length), signatures (``num_perm`` x 4 bytes, and with
+``two_tier.measure: exact``, the default, or ``verify: jaccard`` the sorted
+distinct shingle hashes: ~4x the text), labels and character ranges; text is
+read by the tasks of its partition only. Every grouping key is
 a str (doc_id, cluster label) or a non-negative int (key groups of the band
 and block keys, line and window keys), typed with ``StrKeyed``/``IntKeyed``.
 LSH keys travel in blocks, one per signing task and key group
@@ -70,7 +76,7 @@ import numpy as np
 from beam_pipeline.accounting import COUNTS, LOST_IN_JOIN, CountingDoFn, Tally
 from beam_pipeline.config import ConfigError, NearDedupConfig
 from beam_pipeline.dedup import minhash, simhash, verify
-from beam_pipeline.dedup.cluster_alarms import largest_clusters, size_bucket
+from beam_pipeline.dedup.cluster_alarms import LEDGER_CLUSTERS, largest_clusters, size_bucket
 from beam_pipeline.dedup.repetition import LINES_VERSION, SPANS_VERSION, line_keys, merge_ranges
 from beam_pipeline.dedup.shingling import NORMALIZATION_VERSION, shingle_hashes
 from beam_pipeline.dedup.shingling import distinct as distinct_shingles
@@ -85,9 +91,19 @@ from beam_pipeline.transforms.layer_io import PartitionIndexes, WrittenPartition
 from beam_pipeline.transforms.line_dedup import RepeatedLines, RepeatedSpans
 
 STAGE = "near_dedup"
-VERSION = "2"  # 2: verify two_tier (default), shingle_count in signatures
+VERSION = "3"  # 2: verify two_tier (default), shingle_count in signatures; 3: every member verified against
+# its representative, quality term and length in the member, template lines out whenever the rest can be signed
 ANNOTATIONS, SIGNATURES, LARGE_CLUSTERS, DEAD_LETTER = "annotations", "signatures", "large_clusters", "dead_letter"
-OUTPUTS = {ANNOTATIONS: NEAR_DEDUP, SIGNATURES: NEAR_SIGNATURE, LARGE_CLUSTERS: LARGE_CLUSTER}
+#: The largest clusters of any size (at most ``LEDGER_CLUSTERS``, chosen by the runner's combine): what the
+#: cluster alarms read (``dedup/cluster_alarms.py``), so a cluster below ``max_cluster_size`` that holds a
+#: large share of a small corpus alarms too.
+LARGEST_CLUSTERS = "largest_clusters"
+OUTPUTS = {
+    ANNOTATIONS: NEAR_DEDUP,
+    SIGNATURES: NEAR_SIGNATURE,
+    LARGE_CLUSTERS: LARGE_CLUSTER,
+    LARGEST_CLUSTERS: LARGE_CLUSTER,
+}
 INPUT_COLUMNS = ["doc_id", "source", "source_rank", "date", "text"]
 
 #: The columns of a signature row that verification reads (:class:`PairCheck`'s payload).
@@ -95,7 +111,7 @@ PAYLOAD_COLUMNS = ["minhash", "simhash", "shingles", "shingle_count"]
 
 _MEMBERS, _PAYLOADS, _BANDS, _BLOCKS = "members", "payloads", "bands", "blocks"
 _MEMBER, _PREVIOUS, _LABEL, _SPAN = "member", "previous", "label", "span"
-_CLUSTERED, _CHECK, _ROWS = "clustered", "check", "rows"
+_CLUSTERED, _CHECK, _ROWS, _SIZES = "clustered", "check", "rows", "sizes"
 _KEYS, _SIGNATURE, _EDGES, _PAIRS, _CHECKED = "keys", "signature", "edges", "pairs", "checked"
 
 
@@ -134,6 +150,7 @@ class NearDedupParams:
     line_min_chars: int
     span_sources: tuple[str, ...]
     span_min_words: int
+    quality: str | None = None
 
     @classmethod
     def from_config(cls, config: NearDedupConfig) -> "NearDedupParams":
@@ -172,6 +189,7 @@ class NearDedupParams:
             line_signature_min_repeats=config.lines.signature_min_repeats,
             span_sources=tuple(sorted(config.substrings.sources)),
             span_min_words=config.substrings.min_words,
+            quality=config.representative.quality,
         )
 
     def signature_line_threshold(self) -> int:
@@ -195,8 +213,8 @@ class NearDedupParams:
 
 
 def summarize_layer(layer, partitions: int) -> dict:
-    """Extra ledger fields of a near-dedup layer: its largest clusters (``dedup/cluster_alarms.py``)."""
-    directory = layer.output_path(LARGE_CLUSTERS)
+    """Extra ledger fields of a near-dedup layer: its largest clusters of any size (``dedup/cluster_alarms.py``)."""
+    directory = layer.output_path(LARGEST_CLUSTERS)
     return {
         "largest_clusters": largest_clusters([join(directory, part_name(i, partitions)) for i in range(partitions)])
     }
@@ -382,6 +400,7 @@ class AnnotateNearDuplicates(beam.PTransform):
             ANNOTATIONS: clusters[ANNOTATIONS],
             SIGNATURES: WrittenPartitions(signed[SIGNATURES]),
             LARGE_CLUSTERS: clusters[LARGE_CLUSTERS],
+            LARGEST_CLUSTERS: clusters[LARGEST_CLUSTERS],
             DEAD_LETTER: signed[DEAD_LETTER],
             COUNTS: tuple(counts),
         }
@@ -605,19 +624,42 @@ class AssignClusters(beam.PTransform):
             assembled[_CLUSTERED]  # (group of the cluster label, block of (label, (member, new, spans)))
             | "GroupByClusterGroup" >> beam.GroupByKey()
             | "Representatives"
-            >> beam.ParDo(ClusterFn(self._params)).with_outputs(LARGE_CLUSTERS, _CHECK, COUNTS, main=_ROWS)
+            >> beam.ParDo(ClusterFn(self._params)).with_outputs(LARGE_CLUSTERS, _SIZES, _CHECK, COUNTS, main=_ROWS)
+        )
+        largest = (  # a bounded combine (LEDGER_CLUSTERS entries per accumulator) over every cluster, on one int key
+            clusters[_SIZES]
+            | "OneKey" >> beam.Map(lambda entry: (0, entry)).with_output_types(IntKeyed)
+            | "LargestClusters" >> beam.CombinePerKey(beam.combiners.TopCombineFn(LEDGER_CLUSTERS, key=_cluster_rank))
+            | "LargestClusterRows" >> beam.FlatMap(_largest_rows, self._params.sample_members, self._params.seed)
         )
         checked = (
             {_PAIRS: clusters[_CHECK], _SIGNATURE: parts[_SIGNATURE]}  # (representative, member, carry)
             | "VerifyAgainstRepresentative"
-            >> VerifyPairs(PairCheck(self._params, "any"), "large_cluster", self._groups)
+            >> VerifyPairs(PairCheck(self._params, "any"), "representative", self._groups)
         )
-        large = checked[_CHECKED] | "LargeClusterRows" >> beam.ParDo(LargeMemberRowFn()).with_outputs(
-            COUNTS, main=_ROWS
-        )
+        large = checked[_CHECKED] | "MemberRows" >> beam.ParDo(MemberRowFn()).with_outputs(COUNTS, main=_ROWS)
         rows = (assembled[_ROWS], clusters[_ROWS], large[_ROWS]) | "AllRows" >> beam.Flatten()
         counts = (assembled[COUNTS], clusters[COUNTS], checked[COUNTS], large[COUNTS])
-        return {ANNOTATIONS: rows, LARGE_CLUSTERS: clusters[LARGE_CLUSTERS], COUNTS: counts}
+        return {
+            ANNOTATIONS: rows,
+            LARGE_CLUSTERS: clusters[LARGE_CLUSTERS],
+            LARGEST_CLUSTERS: largest,
+            COUNTS: counts,
+        }
+
+
+def _cluster_rank(entry: tuple) -> tuple:
+    """Larger first, then the smaller cluster id (``Top.Of`` keeps the greatest keys)."""
+    size, label, _representative, _members = entry
+    return size, tuple(-b for b in label.encode("utf-8")) + (1,)
+
+
+def _largest_rows(keyed: tuple[int, list[tuple]], sample: int, seed: int) -> Iterator[dict]:
+    """The ``largest_clusters`` rows: (0, [(size, label, representative, members)]) -> a row per cluster with a
+    member sample."""
+    for size, label, representative, members in keyed[1]:
+        sampled = sorted(sorted(members, key=lambda d: (stable_hash64(seed, "sample", d), d))[:sample])
+        yield {"doc_id": representative, "cluster_id": label, "size": size, "sampled_members": sampled}
 
 
 # --- DoFns --------------------------------------------------------------------------
@@ -648,7 +690,9 @@ class SignPartitionFn(beam.DoFn):
         params, count, tally = self._params, self._documents.count, self.tally
         tally.discard()  # what an attempt that failed on this instance counted is not this element's
         rows, members, payloads, keys = [], [], [], LshKeyBlocks(params, self._key_groups)
-        for document in self._documents.rows(index, INPUT_COLUMNS, tally, where=f"{STAGE} gate"):
+        for document in self._documents.rows(
+            index, INPUT_COLUMNS, tally, where=f"{STAGE} gate", annotation=params.quality
+        ):
             doc_id = document["doc_id"]
             if bucket_of(doc_id, count) != index:
                 raise ValueError(
@@ -959,8 +1003,16 @@ class ClusterFn(CountingDoFn):
         size = len(entries)
         representative = entries[0][0][_DOC_ID]
         large = size > self._cap
+        # every cluster competes for the ledger's largest (the alarms' input); a large one's members are
+        # cut to a sample here, so what travels to the combine stays bounded
+        members = [e[0][_DOC_ID] for e in entries]
+        if size > self._sample:
+            members = sorted(members, key=lambda d: (stable_hash64(self._seed, "sample", d), d))[: self._sample]
+        yield beam.pvalue.TaggedOutput(_SIZES, (size, label, representative, tuple(members)))
         self.tally.inc("large_clusters" if large else "clusters")
         self.tally.inc(size_bucket(size))
+        if short_representative(entries[0][0], [e[0] for e in entries]):
+            self.tally.inc(SHORT_REPRESENTATIVE)
         if large:
             sample = sorted(
                 sorted((e[0][_DOC_ID] for e in entries), key=lambda d: (stable_hash64(self._seed, "sample", d), d))[
@@ -975,8 +1027,9 @@ class ClusterFn(CountingDoFn):
                 continue
             doc_id = member[_DOC_ID]
             in_previous = member[_PRIOR] == 0
-            if large and doc_id != representative and not in_previous:
-                yield beam.pvalue.TaggedOutput(_CHECK, (representative, doc_id, (member, spans, label, size)))
+            if doc_id != representative and not in_previous:
+                # removed only if it is a near duplicate of the representative itself, not through a chain
+                yield beam.pvalue.TaggedOutput(_CHECK, (representative, doc_id, (member, spans, label, size, large)))
                 continue
             duplicate = doc_id != representative or in_previous
             self.tally.passed(member[_SOURCE])
@@ -986,46 +1039,76 @@ class ClusterFn(CountingDoFn):
             yield annotation_row(member, label, size, representative, duplicate, large, spans)
 
 
-class LargeMemberRowFn(CountingDoFn):
-    """(representative, doc_id, (member, spans, label, size), verified) -> the member's row."""
+class MemberRowFn(CountingDoFn):
+    """(representative, doc_id, (member, spans, label, size, large), verified) -> the member's row: a
+    duplicate of the representative when verified against it, else kept as its own representative."""
 
     def __init__(self):
         super().__init__(STAGE)
 
     def process(self, checked: tuple) -> Iterator[dict]:
-        representative, _doc_id, (member, spans, label, size), verified = checked
+        representative, doc_id, (member, spans, label, size, large), verified = checked
         self.tally.passed(member[_SOURCE])
         self.tally.inc("clustered_documents")
+        if large:
+            self.tally.inc(f"large_cluster_{'verified' if verified else 'rejected'}")
         if verified:
             self.tally.inc("near_duplicates")
-        yield annotation_row(member, label, size, representative, verified, True, spans)
+        yield annotation_row(member, label, size, representative if verified else doc_id, verified, large, spans)
 
 
 # --- pure functions -------------------------------------------------------------------
 
-# A member is a plain tuple (cheap to encode); the first five fields are the representative order.
-_PRIOR, _RANK, _NO_DATE, _DATE, _DOC_ID, _SOURCE, _SIGNED, _BOILERPLATE = range(8)
+# A member is a plain tuple (cheap to encode); the fields up to _SOURCE are the representative order.
+_PRIOR, _RANK, _NO_QUALITY, _QUALITY, _NO_DATE, _DATE, _DOC_ID, _SOURCE, _SIGNED, _BOILERPLATE, _LENGTH = range(11)
+
+#: Counter of the clusters whose representative is more than :data:`SHORT_SHARE` shorter than the
+#: cluster's median length (the seed's check of the representative order).
+SHORT_REPRESENTATIVE = "representative_short"
+SHORT_SHARE = 0.2
 
 
 def member_of(document: dict, *, signed: bool = True, boilerplate: tuple = (), previous: bool = False) -> tuple:
-    """The fields of a document the representative choice and its annotation need."""
+    """The fields of a document the representative choice and its annotation need.
+
+    ``document["annotation"]`` is the quality term (``near_dedup.representative.quality``, a score of
+    a cascade layer before the stage; higher is better), kept to 0.01 so that near-equal scores fall
+    through to the date; a document without it comes after those with one. ``document["text"]``
+    gives the length (None for a previous version's document)."""
+    quality = document.get("annotation")
+    known = quality is not None and quality == quality  # NaN counts as missing
+    text = document.get("text")
     return (
         0 if previous else 1,
         document["source_rank"],
+        not known,
+        -round(float(quality), 2) if known else 0.0,
         document["date"] is None,
         document["date"] or "",
         document["doc_id"],
         document["source"],
         signed,
         boilerplate,
+        None if text is None else len(text),
     )
 
 
 def representative_order(member: tuple) -> tuple:
-    """Total order; the minimum is the representative: documents of a previous version first,
-    then source rank, then the earliest date (missing last), then doc_id. No quality term: quality is
-    scored after dedup (docs/near_dedup.md)."""
+    """Total order; the minimum is the representative (DESIGN.md, seed 000): documents of a previous
+    version first, then source rank, then quality (highest first, missing last), then the earliest
+    date (missing last), then doc_id."""
     return member[:_SOURCE]
+
+
+def short_representative(representative: tuple, members: list[tuple]) -> bool:
+    """Whether the representative is more than :data:`SHORT_SHARE` shorter than the median length of the
+    cluster's members of known length (the median of an even count is the mean of the middle two)."""
+    lengths = sorted(m[_LENGTH] for m in members if m[_LENGTH] is not None)
+    if representative[_LENGTH] is None or not lengths:
+        return False
+    middle = len(lengths) // 2
+    median = lengths[middle] if len(lengths) % 2 else (lengths[middle - 1] + lengths[middle]) / 2
+    return representative[_LENGTH] < (1.0 - SHORT_SHARE) * median
 
 
 def sign_document(
@@ -1076,14 +1159,18 @@ def sign_document(
     return member, row
 
 
-#: Lines of ``signature_lines`` leave a document's signature only if they are at most this share of it.
+#: Lines of ``signature_lines`` leave a document's signature if they are at most this share of it ...
 SIGNATURE_LINES_MAX_SHARE = 0.5
+#: ... or if what is left without them still has this many words (two shingles' width): a short text
+#: under a license block or a template that many documents share is signed by its own words.
+SIGNATURE_MIN_REST_WORDS = 10
 
 
 def signature_text(text: str, boilerplate: np.ndarray | None, signature_lines: np.ndarray | None) -> tuple[str, tuple]:
     """(the text to shingle, the sorted boilerplate keys it holds): ``text`` without its boilerplate lines,
     and without its ``signature_lines`` if they are at most :data:`SIGNATURE_LINES_MAX_SHARE` of the
-    normalized characters left."""
+    normalized characters left or the rest has at least :data:`SIGNATURE_MIN_REST_WORDS` words. A
+    document that is (almost) only such lines keeps them: they are what it is."""
     has_boilerplate = boilerplate is not None and boilerplate.size
     has_signature_lines = signature_lines is not None and signature_lines.size
     if not has_boilerplate and not has_signature_lines:
@@ -1093,8 +1180,13 @@ def signature_text(text: str, boilerplate: np.ndarray | None, signature_lines: n
     present = tuple(sorted(set(keys[drop].tolist())))
     if has_signature_lines:
         template = np.isin(keys, signature_lines) & ~drop
-        if template.any() and lengths[template].sum() <= SIGNATURE_LINES_MAX_SHARE * lengths[~drop].sum():
-            drop |= template
+        if template.any():
+            if lengths[template].sum() <= SIGNATURE_LINES_MAX_SHARE * lengths[~drop].sum():
+                drop |= template
+            else:
+                rest = itertools.compress(text.split("\n"), (~(drop | template)).tolist())
+                if sum(len(line.split()) for line in rest) >= SIGNATURE_MIN_REST_WORDS:
+                    drop |= template
     if drop.any():
         text = "\n".join(itertools.compress(text.split("\n"), (~drop).tolist()))
     return text, present
