@@ -398,6 +398,13 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _number_reference(value: str | None) -> str | None:
+    """A ``by:`` column (``<layer>.<column>`` of a number), checked when the policy loads."""
+    if value is not None:
+        parse_reference(value, kind="number")
+    return value
+
+
 class RuleConfig(_Strict):
     """One policy rule: a threshold rule (``drop_if``) or a quantile rule (``keep_top`` + ``by``)."""
 
@@ -430,9 +437,7 @@ class RuleConfig(_Strict):
     @field_validator("by")
     @classmethod
     def _by(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_reference(value, kind="number")
-        return value
+        return _number_reference(value)
 
     @model_validator(mode="after")
     def _one_kind(self) -> "RuleConfig":
@@ -540,9 +545,7 @@ class FloorsConfig(_Strict):
     @field_validator("by")
     @classmethod
     def _by(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_reference(value, kind="number")
-        return value
+        return _number_reference(value)
 
     @model_validator(mode="after")
     def _budget(self) -> "FloorsConfig":

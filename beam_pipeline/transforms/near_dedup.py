@@ -630,7 +630,7 @@ class AssignClusters(beam.PTransform):
             clusters[_SIZES]
             | "OneKey" >> beam.Map(lambda entry: (0, entry)).with_output_types(IntKeyed)
             | "LargestClusters" >> beam.CombinePerKey(beam.combiners.TopCombineFn(LEDGER_CLUSTERS, key=_cluster_rank))
-            | "LargestClusterRows" >> beam.FlatMap(_largest_rows, self._params.sample_members, self._params.seed)
+            | "LargestClusterRows" >> beam.FlatMap(_largest_rows)
         )
         checked = (
             {_PAIRS: clusters[_CHECK], _SIGNATURE: parts[_SIGNATURE]}  # (representative, member, carry)
@@ -654,12 +654,10 @@ def _cluster_rank(entry: tuple) -> tuple:
     return size, tuple(-b for b in label.encode("utf-8")) + (1,)
 
 
-def _largest_rows(keyed: tuple[int, list[tuple]], sample: int, seed: int) -> Iterator[dict]:
-    """The ``largest_clusters`` rows: (0, [(size, label, representative, members)]) -> a row per cluster with a
-    member sample."""
-    for size, label, representative, members in keyed[1]:
-        sampled = sorted(sorted(members, key=lambda d: (stable_hash64(seed, "sample", d), d))[:sample])
-        yield {"doc_id": representative, "cluster_id": label, "size": size, "sampled_members": sampled}
+def _largest_rows(keyed: tuple[int, list[tuple]]) -> Iterator[dict]:
+    """The ``largest_clusters`` rows: (0, [(size, label, representative, member sample)]) -> a row per cluster."""
+    for size, label, representative, sample in keyed[1]:
+        yield cluster_row(representative, label, size, list(sample))
 
 
 # --- DoFns --------------------------------------------------------------------------
@@ -1003,25 +1001,16 @@ class ClusterFn(CountingDoFn):
         size = len(entries)
         representative = entries[0][0][_DOC_ID]
         large = size > self._cap
-        # every cluster competes for the ledger's largest (the alarms' input); a large one's members are
-        # cut to a sample here, so what travels to the combine stays bounded
-        members = [e[0][_DOC_ID] for e in entries]
-        if size > self._sample:
-            members = sorted(members, key=lambda d: (stable_hash64(self._seed, "sample", d), d))[: self._sample]
-        yield beam.pvalue.TaggedOutput(_SIZES, (size, label, representative, tuple(members)))
+        # every cluster competes for the ledger's largest (the alarms' input) with a sample of its members,
+        # so what travels to the combine stays bounded
+        sample = member_sample([e[0][_DOC_ID] for e in entries], self._seed, self._sample)
+        yield beam.pvalue.TaggedOutput(_SIZES, (size, label, representative, tuple(sample)))
         self.tally.inc("large_clusters" if large else "clusters")
         self.tally.inc(size_bucket(size))
         if short_representative(entries[0][0], [e[0] for e in entries]):
             self.tally.inc(SHORT_REPRESENTATIVE)
         if large:
-            sample = sorted(
-                sorted((e[0][_DOC_ID] for e in entries), key=lambda d: (stable_hash64(self._seed, "sample", d), d))[
-                    : self._sample
-                ]
-            )
-            yield beam.pvalue.TaggedOutput(
-                LARGE_CLUSTERS, {"doc_id": representative, "cluster_id": label, "size": size, "sampled_members": sample}
-            )
+            yield beam.pvalue.TaggedOutput(LARGE_CLUSTERS, cluster_row(representative, label, size, sample))
         for member, new, spans in entries:
             if not new:
                 continue
@@ -1098,6 +1087,16 @@ def representative_order(member: tuple) -> tuple:
     version first, then source rank, then quality (highest first, missing last), then the earliest
     date (missing last), then doc_id."""
     return member[:_SOURCE]
+
+
+def member_sample(doc_ids: list[str], seed: int, count: int) -> list[str]:
+    """A cluster's deterministic member sample: the ``count`` doc_ids of least seeded hash, sorted."""
+    return sorted(sorted(doc_ids, key=lambda d: (stable_hash64(seed, "sample", d), d))[:count])
+
+
+def cluster_row(representative: str, label: str, size: int, sample: list[str]) -> dict:
+    """A ``large_clusters`` / ``largest_clusters`` row (:data:`~beam_pipeline.schemas.LARGE_CLUSTER`)."""
+    return {"doc_id": representative, "cluster_id": label, "size": size, "sampled_members": sample}
 
 
 def short_representative(representative: tuple, members: list[tuple]) -> bool:
