@@ -21,6 +21,8 @@ from __future__ import annotations
 import errno
 import os
 
+from beam_pipeline.progress import human_bytes
+
 #: Bytes a whole build writes per byte of estimated input text (the sample, every stage: 5.5 MB of text
 #: -> 13.6 MB of layers, dataset and run files, rounded up).
 BYTES_PER_INPUT_BYTE = 3.0
@@ -87,14 +89,6 @@ def needed_bytes(input_bytes: int | None, root: str) -> int | None:
     return max(total - tree_bytes(root), FIXED_BYTES)
 
 
-def human(count: float) -> str:
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if count < 1000 or unit == "TB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1000
-    return f"{count:.1f} TB"  # pragma: no cover
-
-
 def message(root: str, stage: str | None, committed: list[str], input_bytes: int | None, path: str = "") -> str:
     """The one line of a full output root: the filesystem, the free space a rerun needs, what is kept."""
     found = filesystem_of(root)
@@ -102,13 +96,15 @@ def message(root: str, stage: str | None, committed: list[str], input_bytes: int
         place = f"the storage of the output root {root} is full"
     else:
         mount, kind, free_now, size = found
-        place = f"the output root's filesystem is full: {mount} ({kind}, {human(size)}, {human(free_now)} free)"
+        place = (
+            f"the output root's filesystem is full: {mount} ({kind}, {human_bytes(size)}, {human_bytes(free_now)} free)"
+        )
     failed = f"stage {stage} could not write its layer" if stage else "the build could not write"
     if path:
         failed += f" ({path})"
     needed = needed_bytes(input_bytes, root)
     free = (
-        f"free at least {human(needed)} there (the whole build needs about {human(needed + tree_bytes(root))})"
+        f"free at least {human_bytes(needed)} there (the whole build needs about {human_bytes(needed + tree_bytes(root))})"
         if needed is not None
         else "free space there"
     )
