@@ -395,6 +395,7 @@ def main() -> None:
                 else:
                     r = child(args.datatrove_python, DATATROVE, str(corpus), str(paths[name]), prefix,
                               TOKENIZERS[name][3])
+                r["loadavg"] = os.getloadavg()[0]  # the machine's 1-minute load average after the side ran
                 runs[name][side].append(r)
                 log(f"run {run + 1} {name} {side}: {r['cpu']:.2f} s CPU" + (f" ({r['engines']})" if "engines" in r
                                                                                else ""))
@@ -421,6 +422,7 @@ def write_results(args, names, runs, checks, documents: int, mb: float) -> None:
         ours = statistics.median(r["cpu"] for r in runs[name]["ours"])
         theirs = statistics.median(r["cpu"] for r in runs[name]["datatrove"])
         ratios = [d["cpu"] / o["cpu"] for o, d in zip(runs[name]["ours"], runs[name]["datatrove"])]
+        median_ratio = statistics.median(ratios)
         check = checks[name]
         identical = check["identical"] == check["documents"]
         note = ""
@@ -434,24 +436,28 @@ def write_results(args, names, runs, checks, documents: int, mb: float) -> None:
                     f"tokenizers on {check['identical_to_tokenizers_with_added_token_text']} of them)")
         engines = runs[name]["ours"][0]["engines"]
         rows.append({"tokenizer": name, "ours_cpu": ours, "datatrove_cpu": theirs, "ratio": theirs / ours,
-                     "ratios": ratios, "ours_load": statistics.median(r["load"] for r in runs[name]["ours"]),
+                     "median_ratio": median_ratio, "ratios": ratios, "ours_load": statistics.median(r["load"] for r in runs[name]["ours"]),
                      "datatrove_load": statistics.median(r["load"] for r in runs[name]["datatrove"]),
                      "engines": engines, "checks": check, "ids_identical": identical, "runs": runs[name]})
         table.append(
             f"| {name} | {TOKENIZERS[name][4]} | {', '.join(f'{k} {v}' for k, v in engines.items())} | "
-            f"{theirs:.2f} | {ours:.2f} | **{theirs / ours:.2f}x** ({min(ratios):.2f}-{max(ratios):.2f}) | "
+            f"{theirs:.2f} | {ours:.2f} | **{median_ratio:.2f}x** ({min(ratios):.2f}-{max(ratios):.2f}) | "
             f"{mb / ours:.1f} / {mb / theirs:.1f} | {rows[-1]['ours_load']:.2f} | "
             f"{'yes' if identical else 'NO'}: {check['identical']} of {check['documents']}{note} | "
             f"{check['datatrove_identical_to_ours']} |")
     RESULTS.mkdir(exist_ok=True)
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    loads = sorted(r["loadavg"] for name in names for side in runs[name].values() for r in side)
     md = [f"# Tokenizers users bring: the tokenize stage's encoder vs datatrove's DocumentTokenizer ({stamp})", "",
           f"Command: `{command}`", "",
           f"Corpus: {documents} documents, {mb:.1f} MB of UTF-8 text (debian-handbook 11.20220922 in 12 languages, "
           f"python3.11-doc, the bundled sample). {args.runs} interleaved runs, medians; each side a fresh process; "
-          f"CPU = process CPU seconds of the encoding (all threads). Machine: {machine}. Versions: "
+          f"CPU = process CPU seconds of the encoding (all threads); ratio = median of the runs' datatrove/ours "
+          f"CPU ratios (range). Machine: {machine}; its 1-minute load average after each side ran: median "
+          f"{statistics.median(loads):.1f} (range {loads[0]:.1f}-{loads[-1]:.1f}; other jobs share the cores, "
+          f"so both sides are interleaved). Versions: "
           + ", ".join(f"{p} {version(p)}" for p in ("tokenizers", "tiktoken", "numpy")) + ", datatrove 0.10.1.", "",
-          "| tokenizer | reference | our engine (documents) | datatrove CPU s | ours CPU s | ratio (range) | "
+          "| tokenizer | reference | our engine (documents) | datatrove CPU s | ours CPU s | median ratio (range) | "
           "MB/s per core ours / datatrove | our load s | ids identical to the reference | "
           "datatrove's ids equal ours (docs) |",
           "|---|---|---|---|---|---|---|---|---|---|", *table, "",

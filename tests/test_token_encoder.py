@@ -1,7 +1,6 @@
 """The tokenize stage's encoders (beam_pipeline/transforms/token_encoder.py): the tiktoken fast path gives the ids
 ``tokenizers`` gives, and tokenizers it cannot encode the same way keep ``tokenizers``."""
 import glob
-import io
 import json
 import os
 
@@ -173,3 +172,105 @@ def test_a_fast_engine_that_disagrees_on_the_probe_is_not_used(monkeypatch):
 
     monkeypatch.setattr(token_encoder.WordCacheEncoder, "encode_batch_engines", wrong)
     assert load_encoder(source).engine == "tokenizers"
+
+
+# --- SentencePiece BPE (byte fallback) through tiktoken: tiktoken:metaspace -------------------------------------
+
+SPM_EDGE_CASES = KIND_EDGE_CASES + [
+    *(" " * n + "x" for n in range(1, 40)), *("x" + " " * n for n in range(1, 40)), " " * 100 + "\n" + " " * 33,
+    "EEEE ======== -------- ******** ________ !!!! ^^^^^ aaaaaaaaa ulululu eeee tt.).).)", "\u2581" * 7 + " \u2581 x",
+    "\u2581lead \u2581\u2581two trail\u2581", "\n", "x\n y\n\n  z", "unknown 𓀀𓀁 \U0010fffd 🦜 ꙮ \x00\x07 bytes",
+    "mixed\u2581 spaces\u3000ideographic\u00a0nbsp", "word" * 500, "indent\n        def f(x):\n            return x",
+]
+
+
+def _sentencepiece_converted() -> str:
+    """The sentencepiece-bpe kind with its merges as transformers' ``LlamaConverter`` writes a SentencePiece
+    model's: every split of a piece into two pieces, pieces in score (here id) order."""
+    spec = json.loads(_trained("sentencepiece-bpe"))
+    vocab = spec["model"]["vocab"]
+    merges = []
+    for piece, _ in sorted(vocab.items(), key=lambda kv: kv[1]):
+        splits = [(piece[:k], piece[k:]) for k in range(1, len(piece)) if piece[:k] in vocab and piece[k:] in vocab]
+        merges += sorted(splits, key=lambda split: (vocab[split[0]], vocab[split[1]]))
+    spec["model"]["merges"] = [list(merge) for merge in merges]
+    return json.dumps(spec, ensure_ascii=False)
+
+
+def _assert_ids_of_tokenizers(encoder, source: str, batches) -> None:
+    from tokenizers import Tokenizer
+
+    reference = Tokenizer.from_str(source)
+    for batch in batches:
+        ids, counts, engines = encoder.encode_batch_engines(batch)
+        expected = [e.ids for e in reference.encode_batch(batch, add_special_tokens=False)]
+        assert counts.tolist() == [len(e) for e in expected]
+        assert ids.dtype == np.dtype("<u4") and ids.tolist() == [i for e in expected for i in e]
+        assert sum(engines.values()) == len(batch)
+
+
+def test_sentencepiece_bpe_as_converted_takes_tiktoken_metaspace_with_the_ids_of_tokenizers():
+    from beam_pipeline.transforms.token_encoder import _metaspace_plan
+
+    source = _sentencepiece_converted()
+    plan = _metaspace_plan(json.loads(source))
+    assert not isinstance(plan, str)
+    encoder = load_encoder(source)
+    assert encoder.engine == "tiktoken:metaspace"
+    texts = sample_texts()[:300] + SPM_EDGE_CASES
+    _assert_ids_of_tokenizers(encoder, source, [texts, SPM_EDGE_CASES, ["", "x", ""], []])
+    ids, counts, engines = encoder.encode_batch_engines(["plain text", "<s>x</s>", "\U0001f99c"])
+    assert engines == {"tiktoken:metaspace": 2, "tokenizers": 1}  # the added token's text: tokenizers, whole
+    from tokenizers import Tokenizer
+    parrot = [Tokenizer.from_str(source).id_to_token(int(i)) for i in ids[-4:]]
+    assert parrot == ["<0xF0>", "<0x9F>", "<0xA6>", "<0x9C>"]  # not in the vocabulary: its UTF-8 bytes
+    # every piece as a word, doubled, and the words of the probe: as tokenizers
+    words = [w.replace("\u2581", " ") for w in plan.probe_words]
+    _assert_ids_of_tokenizers(encoder, source, [["\n".join(words[i:i + 500]) for i in range(0, len(words), 500)]])
+
+
+def _second_split(spec: dict, to_the_end: bool) -> None:
+    """Take out the second merge of the first piece made by two, or move it to the end of the merges."""
+    merges = spec["model"]["merges"]
+    i = next(i for i in range(1, len(merges)) if "".join(merges[i]) == "".join(merges[i - 1]))
+    moved = merges.pop(i)
+    if to_the_end:
+        merges.append(moved)
+
+
+@pytest.mark.parametrize("change, reason", [
+    (lambda s: s["model"].__setitem__("byte_fallback", False), "byte fallback"),
+    (lambda s: _second_split(s, to_the_end=False), "not a merge"),
+    (lambda s: _second_split(s, to_the_end=True), "not consecutive"),
+    (lambda s: s["model"]["vocab"].__setitem__("a b", 10 ** 6), "space"),
+    (lambda s: s["model"].__setitem__("continuing_subword_prefix", "##"), "continuing_subword_prefix"),
+    (lambda s: s.__setitem__("pre_tokenizer", {"type": "Metaspace", "replacement": "\u2581",
+                                               "prepend_scheme": "always", "split": True}), "SentencePiece-style"),
+])
+def test_sentencepiece_bpe_tiktoken_would_encode_differently_is_not_planned(change, reason):
+    from beam_pipeline.transforms.token_encoder import _metaspace_plan
+
+    spec = json.loads(_sentencepiece_converted())
+    change(spec)
+    assert reason in _metaspace_plan(spec)
+
+
+def test_sentencepiece_bpe_trained_by_tokenizers_keeps_the_word_cache():
+    from beam_pipeline.transforms.token_encoder import _metaspace_plan
+
+    source = _trained("sentencepiece-bpe")  # one merge per piece: tiktoken could merge another split
+    assert "not a merge" in _metaspace_plan(json.loads(source))
+    assert load_encoder(source).engine == "word-cache:metaspace"
+
+
+def test_tiktoken_metaspace_that_disagrees_on_the_probe_is_not_used(monkeypatch):
+    from beam_pipeline.transforms import token_encoder
+
+    original = token_encoder.MetaspaceTiktokenEncoder._ranks
+
+    def wrong(self, text):  # reversed on the texts of several lines (the probe's, among others)
+        ranks = original(self, text)
+        return ranks[::-1].copy() if ranks is not None and text.count("\n") > 100 else ranks
+
+    monkeypatch.setattr(token_encoder.MetaspaceTiktokenEncoder, "_ranks", wrong)
+    assert load_encoder(_sentencepiece_converted()).engine == "word-cache:metaspace"
