@@ -67,7 +67,7 @@ from beam_pipeline.transforms.layer_io import (
     WrittenPartitions,
     dead_letter_order,
 )
-from beam_pipeline.transforms.task_ledger import clear_uncommitted, discard_task_records
+from beam_pipeline.transforms.task_ledger import TaskLedger, clear_uncommitted, discard_task_records, reuse_summary
 
 _ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception|RecordsLost): ")
 
@@ -309,7 +309,12 @@ def commit_produced(spec: LayerSpec, produced: dict):
                 spec.output_directory(name),
                 schema,
                 spec.output_partitions(name),
-                **(_DEAD_LETTER_LAYOUT if name == DEAD_LETTER else {}),
+                # dead letters: one partition outside the layer's folder, computed again with the stage
+                **(
+                    _DEAD_LETTER_LAYOUT
+                    if name == DEAD_LETTER
+                    else {"ledger": TaskLedger(spec.layer.path, spec.partitions, name)}
+                ),
             )
     waits = {COUNTS: _flattened(produced[COUNTS], "AllCounts")}
     if WRITTEN in produced:
@@ -559,11 +564,11 @@ class CorpusBuild:
         stages = [ref for ref in (ingested, *members, selected, indexed, tokenized) if ref is not None]
         for ref in stages:
             if not ref.reused:  # what a killed or failed run of this layer left behind, but its finished tasks
-                finished = clear_uncommitted(ref.layer, partitions)
+                finished = clear_uncommitted(ref.layer)
                 if finished:
                     self.log(
-                        f"[{ref.stage}] {finished} of {partitions} partitions finished by an earlier, "
-                        f"interrupted run: reused"
+                        f"[{ref.stage}] {', '.join(reuse_summary(finished, partitions))} finished by an "
+                        f"earlier, interrupted run: reused"
                     )
         _ = graph.pipeline | "Publish" >> publish.PublishDataset(
             config, snapshot_id, tokenizer, run_id, stages, earlier_attempts or {}, partitions, run_dir=self.run_dir

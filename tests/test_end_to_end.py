@@ -2,6 +2,7 @@
 import glob
 import hashlib
 import os
+import shutil
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -83,8 +84,10 @@ def test_shards_hold_packed_sequences_that_decode_to_the_gold_text(built):
     assert seen == set(gold)
 
 
-def test_rerun_reuses_every_layer(built, capsys):
-    assert cli.main(["run", "--config", SAMPLE_CONFIG, "--output_root", built["root"], *IN_PROCESS]) == 0
+def test_rerun_reuses_every_layer(built, tmp_path, capsys):
+    root = str(tmp_path / "out")
+    shutil.copytree(built["root"], root)  # the reference stays read only: the other xdist worker reads it
+    assert cli.main(["run", "--config", SAMPLE_CONFIG, "--output_root", root, *IN_PROCESS]) == 0
     out = capsys.readouterr().out
     assert out.count("(reused)") == len(STAGES)
     assert f"dataset_id  {built['manifest']['dataset_id']}" in out
@@ -97,9 +100,9 @@ def test_no_temporary_files_remain(built):
                  if os.path.basename(p).startswith((".tmp-", "_spill"))]
     assert leftovers == []
     (ingest,) = glob.glob(os.path.join(built["root"], "layers", "ingest", "*"))
-    assert sorted(os.listdir(ingest)) == ["_LEDGER.json", "documents", "repeats"]
+    assert sorted(os.listdir(ingest)) == ["_LEDGER.json", "_tasks", "documents", "repeats"]  # docs/format.md
     (near,) = glob.glob(os.path.join(built["root"], "layers", "near_dedup", "*"))
-    assert sorted(os.listdir(near)) == ["_LEDGER.json", "annotations", "large_clusters", "largest_clusters", "signatures"]
+    assert sorted(os.listdir(near)) == ["_LEDGER.json", "_tasks", "annotations", "large_clusters", "largest_clusters", "signatures"]
 
 
 def test_inspect_summarizes_the_manifest(built, capsys):

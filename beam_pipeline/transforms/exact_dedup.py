@@ -40,6 +40,17 @@ folds its members per hash before the shuffle, and a hash held by very many
 documents (a boilerplate page copied everywhere) is spread over
 :data:`HOT_KEY_FANOUT` intermediate keys first, so no worker merges all its
 copies alone. The join sends each member to the group of its hash once.
+
+**After a kill** (:mod:`beam_pipeline.transforms.task_ledger`): the build's
+writer records each annotations partition it writes; a rerun keeps the
+finished ones (their rows are dropped before the writer's ``GroupByKey``, not
+sorted or written again). Everything before the write restarts: reading the
+members, the combine and the join, with the stage's counts. A partition's
+annotations depend on members in every partition (the representative of a
+content hash), a shuffle's result does not outlive its job, and the
+per-partition key is a column of the ingest layer (or one hash of the text
+with ``normalize``), so a checkpoint of the keyed members would cost what it
+saves.
 """
 
 from __future__ import annotations

@@ -27,6 +27,20 @@ Web archives (``format: warc``) add the older captures of each URL
 of their partition leaves out before it collapses repeats. A task holds one
 partition (``layout.target_partition_bytes`` of text).
 
+**After a kill** (:mod:`beam_pipeline.transforms.task_ledger`): the task of
+partition ``i`` writes a task record after its documents and repeats
+partitions (their sidecars and the counts of that step). A rerun of the same
+layer keeps the finished partitions: rows of those partitions are dropped
+before the ``CoGroupByKey`` (they are not moved, sorted or written again) and
+each such partition's task, started by one marker element, replays its
+sidecars and counts from its record. Reading and normalizing the files
+restarts whole: a file's records go to every partition (by doc_id), so no
+file is done before every partition is, and what a file yielded is not kept
+between jobs (keeping it would be a copy of the shuffle's input in files of
+our own). That step's counts (``in``, ``dead_letter``, ``filtered:empty_text``,
+the web filters') and the dead letters are computed again, so the accounting
+is exact.
+
 Accounting per source: ``in`` = raw records (good or bad), ``passed`` =
 documents, ``filtered:empty_text`` = records whose text is empty after
 normalization, ``filtered:repeated_record`` = verbatim repeats within the
@@ -56,12 +70,13 @@ from beam_pipeline.schemas import dead_letter_row
 from beam_pipeline.snapshot import verify_file
 from beam_pipeline.transforms.keys import IntKeyed
 from beam_pipeline.transforms.layer_io import WrittenPartitions, row_order, write_layer_partition
+from beam_pipeline.transforms.task_ledger import TaskLedger, finished_partitions, replayed_counts, unfinished
 from beam_pipeline.web.transforms import OLDER_CAPTURES, ReadWebArchives, older_capture_key
 
 STAGE = "ingest"
 VERSION = f"1+{NORMALIZATION_VERSION}"
 DOCUMENTS, REPEATS, DEAD_LETTER = "documents", "repeats", "dead_letter"
-_RECORDS, _WEB_RECORDS = "records", "web_records"
+_RECORDS, _WEB_RECORDS, _FINISHED = "records", "web_records", "finished"
 
 
 def stage_config(config: CorpusConfig) -> dict:
@@ -121,6 +136,15 @@ class IngestSnapshot(beam.PTransform):
             records[OLDER_CAPTURES] = web[OLDER_CAPTURES]
             dead_letter = (dead_letter, web[DEAD_LETTER]) | "WithWebDeadLetters" >> beam.Flatten()
             counts.append(web[COUNTS])
+        finished = finished_partitions(self._layer_path, n)  # by an earlier, killed run: replayed, not recomputed
+        if finished:
+            records = {
+                tag: keyed | f"SkipFinished_{tag}" >> beam.Filter(unfinished, frozenset(finished))
+                for tag, keyed in records.items()
+            }
+            records[_FINISHED] = pbegin | "FinishedPartitions" >> beam.Create(
+                [(index, True) for index in finished]
+            ).with_output_types(IntKeyed)
         written = records | "CollapseRepeatedRecords" >> CollapseRepeatedRecords(self._layer_path, n)
         return {
             DOCUMENTS: written[DOCUMENTS],
@@ -184,6 +208,10 @@ class _KeepFirstOccurrencesFn(beam.DoFn):
 
     def process(self, keyed: tuple[int, dict]) -> Iterator:
         index, groups = keyed
+        ledger = TaskLedger(self._layer_path, self._partitions)
+        if groups.get(_FINISHED):  # finished by an earlier, killed run of this layer (transforms/task_ledger.py)
+            yield from self._replay(index, ledger, groups)
+            return
         older = {older_capture_key(row) for row in groups.get(OLDER_CAPTURES, ())}
         rows = sorted(itertools.chain(groups.get(_RECORDS, ()), groups.get(_WEB_RECORDS, ())), key=row_order)
         documents, repeats = [], []
@@ -206,14 +234,34 @@ class _KeepFirstOccurrencesFn(beam.DoFn):
                 continue
             self._tally.passed(row["source"])
             documents.append(row)
-        yield write_layer_partition(
-            join(self._layer_path, DOCUMENTS), index, self._partitions, documents, schemas.DOCUMENT
-        )
-        yield beam.pvalue.TaggedOutput(
-            REPEATS,
-            write_layer_partition(join(self._layer_path, REPEATS), index, self._partitions, repeats, schemas.REPEAT),
-        )
-        yield from self._tally.tagged()
+        written = {
+            DOCUMENTS: write_layer_partition(
+                join(self._layer_path, DOCUMENTS), index, self._partitions, documents, schemas.DOCUMENT
+            ),
+            REPEATS: write_layer_partition(
+                join(self._layer_path, REPEATS), index, self._partitions, repeats, schemas.REPEAT
+            ),
+        }
+        counts = self._tally.take()
+        ledger.write(index, written, counts, [])
+        yield from _emitted(written, counts)
+
+    def _replay(self, index: int, ledger: TaskLedger, groups: dict) -> Iterator:
+        record = ledger.done(index)
+        if record is None or any(groups.get(tag) for tag in (_RECORDS, _WEB_RECORDS, OLDER_CAPTURES)):
+            raise RuntimeError(
+                f"{STAGE}: partition {index} of {ledger.layer_path} was finished when the job was built, "
+                f"but its task record or files are gone, or rows reached it"
+            )
+        yield from _emitted(record["outputs"], replayed_counts(record))
+
+
+def _emitted(written: dict, counts: dict) -> Iterator:
+    """What the task of a partition emits: its documents sidecar, tagged its repeats sidecar and counts."""
+    yield written[DOCUMENTS]
+    yield beam.pvalue.TaggedOutput(REPEATS, written[REPEATS])
+    if counts:
+        yield beam.pvalue.TaggedOutput(COUNTS, counts)
 
 
 class ReadRecordsFn(beam.DoFn):

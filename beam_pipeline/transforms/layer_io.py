@@ -55,10 +55,18 @@ from beam_pipeline.layers import (
 )
 from beam_pipeline.transforms.blocks import BlocksFn
 from beam_pipeline.transforms.keys import IntKeyed
+from beam_pipeline.transforms.task_ledger import TaskLedger, finished_partitions
 
 
 class WriteLayerOutput(beam.PTransform):
-    """PCollection[dict] -> PCollection[partition sidecar dict], files written under ``directory``."""
+    """PCollection[dict] -> PCollection[partition sidecar dict], files written under ``directory``.
+
+    With ``ledger`` (the output's :class:`~beam_pipeline.transforms.task_ledger.TaskLedger`), each
+    written partition gets a task record, and the partitions an earlier, killed run of the layer
+    finished are not written again: their rows are dropped before the ``GroupByKey`` and their
+    sidecars come from their records. The rows themselves are still computed by the stage (its
+    counts with them); only the move, sort and write of finished partitions are saved.
+    """
 
     def __init__(
         self,
@@ -67,6 +75,7 @@ class WriteLayerOutput(beam.PTransform):
         num_partitions: int,
         sort_key: Callable[[dict], tuple] | None = None,
         partition_key: Callable[[dict], str] = lambda row: row["doc_id"],
+        ledger: TaskLedger | None = None,
     ):
         super().__init__()
         self._directory = directory
@@ -74,34 +83,72 @@ class WriteLayerOutput(beam.PTransform):
         self._num_partitions = num_partitions
         self._sort_key = sort_key or row_order
         self._partition_key = partition_key
+        if ledger is not None and not ledger.output:
+            raise ValueError("WriteLayerOutput records the partitions of one output: a ledger with its output's name")
+        self._ledger = ledger
 
     def expand(self, rows):
-        return (
+        finished = (
+            frozenset(finished_partitions(self._ledger.layer_path, self._num_partitions, self._ledger.output))
+            if self._ledger is not None
+            else frozenset()
+        )
+        written = (
             rows
             | "BlocksByPartition"
-            >> beam.ParDo(_PartitionBlocksFn(self._num_partitions, self._partition_key)).with_output_types(IntKeyed)
+            >> beam.ParDo(_PartitionBlocksFn(self._num_partitions, self._partition_key, finished)).with_output_types(
+                IntKeyed
+            )
             | "GroupPartitions" >> beam.GroupByKey()
             | "WritePartition" >> beam.MapTuple(self._write)
         )
+        if not finished:
+            return written
+        replayed = (
+            rows.pipeline
+            | "FinishedPartitions" >> beam.Create(sorted(finished)).with_output_types(int)
+            | "ReplayPartition" >> beam.Map(replayed_sidecar, self._ledger)
+        )
+        return (written, replayed) | "WrittenAndReplayed" >> beam.Flatten()
 
     def _write(self, index: int, blocks: Iterable[tuple[dict, ...]]) -> dict:
         rows = (row for block in blocks for row in block)
-        return write_layer_partition(self._directory, index, self._num_partitions, rows, self._schema, self._sort_key)
+        sidecar = write_layer_partition(
+            self._directory, index, self._num_partitions, rows, self._schema, self._sort_key
+        )
+        if self._ledger is not None:
+            self._ledger.write(index, {str(self._ledger.output): sidecar}, {}, [])
+        return sidecar
+
+
+def replayed_sidecar(index: int, ledger: TaskLedger) -> dict:
+    """The sidecar of partition ``index`` of ``ledger.output``, from the task record an earlier run wrote."""
+    record = ledger.done(index)
+    if record is None:
+        raise RuntimeError(
+            f"partition {index} of {ledger.output} in {ledger.layer_path} was finished when the job was built, "
+            f"but its task record or files are gone"
+        )
+    return record["outputs"][ledger.output]
 
 
 class _PartitionBlocksFn(BlocksFn):
     """Rows -> (partition, block of rows): what the runner moves is one element per bundle and partition
     (or per :data:`FLUSH_ROWS` rows held), not one per row. The rows that come this way are small
     (annotations, dead letters with a 256-byte prefix); stages whose rows hold documents' text write
-    their partitions in their tasks (:class:`WrittenPartitions`)."""
+    their partitions in their tasks (:class:`WrittenPartitions`). Rows of ``finished`` partitions
+    (written by an earlier, killed run) are dropped."""
 
-    def __init__(self, count: int, partition_key: Callable[[dict], str]):
+    def __init__(self, count: int, partition_key: Callable[[dict], str], finished: frozenset = frozenset()):
         super().__init__(FLUSH_ROWS)
         self._count = count
         self._partition_key = partition_key
+        self._finished = finished
 
     def process(self, row: dict) -> Iterator[tuple[int, tuple]]:
-        self._out.add_to(bucket_of(self._partition_key(row), self._count), row)
+        index = bucket_of(self._partition_key(row), self._count)
+        if index not in self._finished:
+            self._out.add_to(index, row)
         yield from self._flush_if_full()
 
 

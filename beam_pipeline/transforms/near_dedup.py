@@ -62,6 +62,17 @@ minima over a total order ending in doc_id, and cluster ids are the smallest
 doc_id of the component, so neither depends on the runner, the parallelism or
 the order of delivery. Counts are data (:mod:`beam_pipeline.accounting`): every
 deciding step emits its tallies on a ``counts`` output.
+
+**After a kill** (:mod:`beam_pipeline.transforms.task_ledger`): the build's
+writer records each partition of ``annotations``, ``large_clusters`` and
+``largest_clusters`` it writes, and a rerun keeps the finished ones (their
+rows are dropped before the writer's ``GroupByKey``). Everything before the
+write restarts, signing included (it writes ``signatures`` again): a cluster
+can span every partition, and a shuffle's result does not outlive its job;
+what signing sends into the shuffles is more than its ``signatures``
+partition holds (each member's quality term, boilerplate lines and length,
+and the members of documents too short to sign), so a signed partition is
+not replayed from it (``docs/operations.md``, "Resuming, retries and faults").
 """
 
 from __future__ import annotations

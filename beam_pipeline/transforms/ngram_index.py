@@ -13,6 +13,12 @@ document), sorted by (hash, doc_id). Each gold partition is indexed by one
 worker in one step (numpy over the partition), so the job never moves one
 element per n-gram through the runner. The ledger's ``index`` entry lists
 the files with rows and sha256, ``n`` and the hash format.
+
+Each partition's task writes a task record after its index file
+(:mod:`beam_pipeline.transforms.task_ledger`); a rerun after a kill replays
+the finished partitions from their records (the index file kept, its counts
+emitted again) and indexes only the others. Nothing of this stage restarts
+whole: it has no shuffle.
 """
 
 from __future__ import annotations
@@ -27,11 +33,12 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline import schemas
-from beam_pipeline.accounting import COUNTS, Tally
+from beam_pipeline.accounting import Tally
 from beam_pipeline.filters.decontamination import INDEX_FORMAT, index_rows
 from beam_pipeline.hashing import canonical_json, sha256_bytes
 from beam_pipeline.layers import join, part_name, read_bytes, read_partition_rows, write_bytes_atomic
-from beam_pipeline.transforms.layer_io import WRITTEN, PartitionIndexes
+from beam_pipeline.transforms.layer_io import TASK_RECORDS, PartitionIndexes
+from beam_pipeline.transforms.task_ledger import TaskLedger
 
 STAGE = "ngram_index"
 VERSION = "1"
@@ -39,8 +46,8 @@ INDEX = "index"
 
 
 class IndexGold(beam.PTransform):
-    """PBegin -> {"written": PCollection[partition sidecar], "counts"}; writes ``index`` files under
-    ``directory`` once the gold layer (``after``) is committed."""
+    """PBegin -> {"task_records": one per gold partition}; writes ``index`` files under ``directory``
+    (the layer's ``index`` folder) once the gold layer (``after``) is committed."""
 
     def __init__(self, gold_part_paths: list[str], n: int, directory: str, after=()):
         super().__init__()
@@ -51,17 +58,17 @@ class IndexGold(beam.PTransform):
 
     def expand(self, pbegin):
         count = len(self._paths)
-        indexed = (
+        records = (
             pbegin
             | "GoldPartitions" >> PartitionIndexes(count, self._after)
-            | "IndexPartition"
-            >> beam.ParDo(IndexPartitionFn(self._paths, self._n, self._directory)).with_outputs(COUNTS, main=WRITTEN)
+            | "IndexPartition" >> beam.ParDo(IndexPartitionFn(self._paths, self._n, self._directory))
         )
-        return {WRITTEN: indexed[WRITTEN], COUNTS: indexed[COUNTS]}
+        return {TASK_RECORDS: records}
 
 
 class IndexPartitionFn(beam.DoFn):
-    """Gold partition index -> the sidecar of its index file (written here) and its counts."""
+    """Gold partition index -> its task record: the sidecar of its index file (written here) and its
+    counts; replayed from the record when an earlier, killed run finished the partition."""
 
     def __init__(self, paths: list[str], n: int, directory: str):
         self._paths = paths
@@ -72,14 +79,20 @@ class IndexPartitionFn(beam.DoFn):
         self._tally = Tally(STAGE)
 
     def process(self, index: int) -> Iterator:
+        count = len(self._paths)
+        ledger = TaskLedger(self._directory.rsplit("/", 1)[0], count)
+        record = ledger.done(index)
+        if record is not None:  # finished by an earlier, killed run of this layer (transforms/task_ledger.py)
+            yield record
+            return
         documents = []
         for row in read_partition_rows(self._paths[index], ["doc_id", "source", "text"]):
             self._tally.entered(row["source"])
             documents.append((row["doc_id"], row["text"]))
             self._tally.passed(row["source"])
         hashes, doc_ids = index_rows(documents, self._n)
-        yield write_index_partition(self._directory, index, len(self._paths), hashes, doc_ids)
-        yield from self._tally.tagged()
+        sidecar = write_index_partition(self._directory, index, count, hashes, doc_ids)
+        yield ledger.write(index, {INDEX: sidecar}, self._tally.take(), [])
 
 
 def index_table(hashes, doc_ids: list[str]) -> pa.Table:

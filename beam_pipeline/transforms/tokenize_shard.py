@@ -28,6 +28,17 @@ The data flow (DESIGN.md, "global order")::
    pad the last one, writing the shard file as a stream.
 
 A task holds one gold partition, or ``sort_memory_bytes`` of one shard, at a time.
+
+**After a kill** (:mod:`beam_pipeline.transforms.task_ledger`): each written
+shard gets a task record (``_tasks/shard.<name>.json``, naming its three
+files). A rerun of the same layer keeps the finished shards: documents bound
+for them are dropped before ``GroupByShard`` (not moved, sorted, packed or
+written again) and their sidecars are read back. Tokenizing the gold
+partitions (step 1) restarts whole: which shard a document goes to depends on
+its domain's token total (step 2), known only once every partition is
+tokenized, and a document's tokens are not kept between jobs (only shards
+are; keeping them would be a second copy of the shuffle's input in files of
+our own). The stage's counts come from step 1, so they are exact.
 """
 
 from __future__ import annotations
@@ -50,6 +61,7 @@ from beam_pipeline.layers import join, parquet_batches, read_bytes
 from beam_pipeline.transforms.keys import StrKeyed
 from beam_pipeline.transforms.layer_io import WRITTEN, PartitionIndexes
 from beam_pipeline.transforms.shard_stream import SpillSorter, write_packed_shard
+from beam_pipeline.transforms.task_ledger import SHARD_TASK, TaskLedger, finished_shards, shard_files, unfinished
 from beam_pipeline.transforms.token_encoder import Encoder, load_encoder
 
 STAGE = "tokenize"
@@ -134,12 +146,15 @@ class TokenizePackShard(beam.PTransform):
             | "KeyedByDomain" >> beam.Map(lambda kv: kv).with_output_types(StrKeyed)
             | "SumPerDomain" >> beam.CombinePerKey(sum)
         )
+        keyed = tokenized[_DOCUMENTS] | "KeyByShard" >> beam.Map(
+            assign_shard, beam.pvalue.AsDict(tokens_per_domain), self._config.shard_tokens, self._seed
+        ).with_output_types(StrKeyed)
+        layer_path = self._directory.rsplit("/", 1)[0]
+        finished = frozenset(finished_shards(layer_path))  # by an earlier, killed run: kept, not written again
+        if finished:
+            keyed = keyed | "SkipFinishedShards" >> beam.Filter(unfinished, finished)
         shards = (
-            tokenized[_DOCUMENTS]
-            | "KeyByShard"
-            >> beam.Map(
-                assign_shard, beam.pvalue.AsDict(tokens_per_domain), self._config.shard_tokens, self._seed
-            ).with_output_types(StrKeyed)
+            keyed
             | "GroupByShard" >> beam.GroupByKey()
             | "PackAndWrite"
             >> beam.ParDo(
@@ -148,7 +163,24 @@ class TokenizePackShard(beam.PTransform):
                 )
             )
         )
+        if finished:
+            replayed = (
+                pbegin
+                | "FinishedShards" >> beam.Create(sorted(finished))
+                | "ReplayShard" >> beam.Map(replayed_shard, TaskLedger(layer_path, 0), self._directory)
+            )
+            shards = (shards, replayed) | "WrittenAndReplayed" >> beam.Flatten()
         return {WRITTEN: shards, COUNTS: tokenized[COUNTS]}
+
+
+def replayed_shard(name: str, ledger: TaskLedger, directory: str) -> dict:
+    """The sidecar of shard ``name``, written by an earlier, killed run (its task record checked)."""
+    if ledger.done_task(SHARD_TASK + name) is None:
+        raise RuntimeError(
+            f"shard {name} of {ledger.layer_path} was finished when the job was built, but its task record "
+            f"or files are gone"
+        )
+    return json.loads(read_bytes(join(directory, f"{name}.meta.json")))
 
 
 _TOKENIZERS = shared.Shared()
@@ -258,6 +290,8 @@ class WriteShardFn(beam.DoFn):
                 seq_len=self._seq_len,
                 dtype=self._tokenizer.dtype,
             )
+        layer_path, output = self._directory.rsplit("/", 1)
+        TaskLedger(layer_path, 0).write_task(SHARD_TASK + name, {}, files=shard_files(output, name))
         yield meta
 
 
