@@ -631,7 +631,15 @@ class CorpusBuild:
                 rows_match={near_dedup.ANNOTATIONS: "passed"},
                 finalize=near_dedup.summarize_layer,
             ),
-            lambda p, layer: near_dedup.build_stage(p, config.near_dedup, documents, previous, layer.path, after=after),
+            lambda p, layer: near_dedup.build_stage(
+                p,
+                config.near_dedup,
+                documents,
+                previous,
+                layer.path,
+                after=after,
+                estimated_documents=near_dedup.estimated_documents(self.input_bytes),
+            ),
         )
 
     def _run_job(self, graph: BuildGraph, progress: BuildProgress) -> None:

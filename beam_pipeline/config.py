@@ -329,8 +329,16 @@ class NearDedupConfig(_Strict):
         None,
         ge=1,
         le=1 << 24,
-        description="Groups the LSH keys travel to the runner in (not in the layer key); "
-        "default 16 per document partition, at most 65,536.",
+        description="Groups the LSH keys, signatures, pairs and component edges travel to the runner in "
+        "(not in the layer key); default derived from the snapshot's estimated document count so a group "
+        "holds at most max_group_entries entries (docs/scale.md).",
+    )
+    max_group_entries: int = Field(
+        1 << 18,
+        ge=1 << 10,
+        le=1 << 30,
+        description="Entries (band keys, signatures, pairs, edges) one group of the stage's shuffles holds "
+        "on average in a worker's memory; sets the derived key_groups (not in the layer key, docs/scale.md).",
     )
     alarms: ClusterAlarmConfig = ClusterAlarmConfig()
     representative: RepresentativeConfig = RepresentativeConfig()

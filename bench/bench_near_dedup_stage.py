@@ -7,6 +7,7 @@ Usage::
     .venv/bin/python bench/bench_near_dedup_stage.py --labeled        # bench_near_dedup's labeled set, 6 configs
     .venv/bin/python bench/bench_near_dedup_stage.py --recall         # near_dup_recall's labeled set, defaults
     .venv/bin/python bench/bench_near_dedup_stage.py --corpus bench/work/corpus --corpus-mb 100   # bench/build_corpus.py
+    .venv/bin/python bench/bench_near_dedup_stage.py --generated 1000000   # made here: clusters and chains
 
 Each run builds the stage and writes its outputs in one job on the in-process
 DirectRunner (``in_memory``), and reports the process's CPU seconds
@@ -27,7 +28,16 @@ partitions and runs it with the defaults (``near_dedup: {enabled: true}``).
 in name order, records in file order, up to ``--corpus-mb`` MB of UTF-8 text),
 writes it as 4 documents partitions (doc_id: sha256 of the record id, source:
 the source directory, ranks 1 and 2, no date) and runs the ``near_dedup``
-section of ``--config``. Every run prints the MB/s per core of its CPU seconds.
+section of ``--config``. ``--generated N`` makes N documents of 80 words (one line) here
+(:func:`generated_rows`: 60% alone, 20% in planted clusters of 5, 20% in chains
+of 100 whose links are one word apart), as many partitions as a build would
+make of their text, and runs the defaults with the group counts a build
+derives from their size; it adds CPU ms per document, the process's peak RSS
+(the in-process runner holds every shuffle in memory, so this grows with N:
+it is the local runner's ceiling, not a worker's bound), the groups and their
+mean entries (``near_dedup.group_entries``), and the ledger's
+``components_rounds``, ``clusters``, ``clustered_documents`` and
+``near_duplicates``. Every run prints the MB/s per core of its CPU seconds.
 
 The spill-file implementation this stage replaced can be measured with the
 same script: export its code (``git archive 1d4bd26 | tar -x -C /tmp/old``)
@@ -42,6 +52,7 @@ import glob
 import hashlib
 import json
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -81,15 +92,17 @@ def _dead_letter_partition(row: dict) -> str:
     return row["file"] or ""
 
 
-def run_stage(root: str, config: NearDedupConfig, paths: list[str]) -> Layer:
-    """The stage's job on the documents partitions, its outputs written (and, with this code, committed)."""
+def run_stage(root: str, config: NearDedupConfig, paths: list[str], estimate: int | None = None) -> Layer:
+    """The stage's job on the documents partitions, its outputs written (and, with this code, committed);
+    ``estimate``: the documents the group counts are derived from (the build's: from the text's bytes)."""
     layer = Layer(root, near_dedup.STAGE, "bench")
     count = len(paths)
     p = beam.Pipeline(options=PipelineOptions(IN_PROCESS))
     if SPILL_FILE_CODE:
         produced = near_dedup.build_stage(p, config, paths, [], layer.path)
     else:
-        produced = near_dedup.build_stage(p, config, paths, [], layer.path, after=[])
+        extra = {"estimated_documents": estimate} if estimate is not None else {}
+        produced = near_dedup.build_stage(p, config, paths, [], layer.path, after=[], **extra)
     sidecars = {}
     for name, schema in near_dedup.OUTPUTS.items():
         if isinstance(produced[name], layer_io.WrittenPartitions):
@@ -125,10 +138,10 @@ def digests(layer: Layer) -> dict[str, list[str]]:
             for output in OUTPUTS}
 
 
-def measure(root: str, config: NearDedupConfig, paths: list[str]) -> dict:
+def measure(root: str, config: NearDedupConfig, paths: list[str], estimate: int | None = None) -> dict:
     started, cpu = time.monotonic(), time.process_time()
-    layer = run_stage(root, config, paths)
-    return {"cpu_seconds": round(time.process_time() - cpu, 2), "wall_seconds": round(time.monotonic() - started, 2),
+    layer = run_stage(root, config, paths, estimate)
+    return {"root": root, "cpu_seconds": round(time.process_time() - cpu, 2), "wall_seconds": round(time.monotonic() - started, 2),
             "digests": digests(layer)}
 
 
@@ -190,6 +203,91 @@ def corpus_partitions(corpus: str, megabytes: float, directory: str, partitions:
     return _write_partitions(rows, directory, partitions, bench_near_dedup.DOCS_SCHEMA)
 
 
+#: Generated documents (``--generated``): shares of documents alone, in planted clusters and in chains.
+GENERATED_CLUSTER_SIZE, GENERATED_CHAIN_LENGTH = 5, 100
+#: One line per document: a chain's links share most of their lines otherwise, and lines in more than
+#: ``lines.signature_min_repeats`` documents leave the signatures (template lines), which cuts the chains.
+GENERATED_WORDS, GENERATED_VOCABULARY, GENERATED_LINE_WORDS = 80, 20_000, 80
+
+
+def generated_rows(count: int, seed: int = 0) -> list[dict]:
+    """``count`` documents made here, not stored: 60% alone, 20% in planted clusters of
+    :data:`GENERATED_CLUSTER_SIZE` (an original and copies with one word changed each) and 20% in
+    chains of :data:`GENERATED_CHAIN_LENGTH` (each document the previous one with one word changed: a
+    path of near duplicates whose ends share nothing, what the components' rounds must cross). Words are
+    drawn by a seeded numpy generator (PCG64) from a vocabulary of ``w<number>`` tokens; doc_ids are the
+    sha256 of ``gen:<seed>:<index>``, sorted. Returns the rows and prints the planted counts."""
+    import numpy as np
+
+    rng = np.random.Generator(np.random.PCG64(seed))
+    texts: list[list[int]] = []
+    singles = count * 3 // 5
+    in_clusters = (count // 5) // GENERATED_CLUSTER_SIZE * GENERATED_CLUSTER_SIZE
+    in_chains = count - singles - in_clusters
+    for _ in range(singles):
+        texts.append(rng.integers(0, GENERATED_VOCABULARY, GENERATED_WORDS).tolist())
+    for _ in range(in_clusters // GENERATED_CLUSTER_SIZE):  # an original and its copies, one word changed each
+        original = rng.integers(0, GENERATED_VOCABULARY, GENERATED_WORDS).tolist()
+        texts.append(original)
+        for _ in range(GENERATED_CLUSTER_SIZE - 1):
+            copy = list(original)
+            copy[int(rng.integers(0, GENERATED_WORDS))] = int(rng.integers(0, GENERATED_VOCABULARY))
+            texts.append(copy)
+    while len(texts) < count:  # chains: each link one word away from the one before
+        link = rng.integers(0, GENERATED_VOCABULARY, GENERATED_WORDS).tolist()
+        for _ in range(min(GENERATED_CHAIN_LENGTH, count - len(texts))):
+            texts.append(link)
+            link = list(link)
+            link[int(rng.integers(0, GENERATED_WORDS))] = int(rng.integers(0, GENERATED_VOCABULARY))
+    rows = []
+    for index, words in enumerate(texts):
+        lines = [" ".join(f"w{w}" for w in words[i:i + GENERATED_LINE_WORDS])
+                 for i in range(0, len(words), GENERATED_LINE_WORDS)]
+        rows.append({"doc_id": hashlib.sha256(f"gen:{seed}:{index}".encode()).hexdigest(), "source": "gen",
+                     "source_rank": 1, "date": None, "text": "\n".join(lines)})
+    rows.sort(key=lambda d: d["doc_id"])
+    print(f"generated: {count} documents, {singles} alone, {in_clusters} in clusters of {GENERATED_CLUSTER_SIZE}, "
+          f"{in_chains} in chains of up to {GENERATED_CHAIN_LENGTH}", flush=True)
+    return rows
+
+
+def generated_partitions(count: int, directory: str, partitions: int | None) -> list[str]:
+    """:func:`generated_rows` as ``partitions`` documents partitions (None: as many as a build would make
+    of their text with the default layout)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(beam_pipeline.__file__)), "bench"))
+    import bench_near_dedup
+
+    from beam_pipeline.build import partition_count
+    from beam_pipeline.config import LayoutConfig
+
+    rows = generated_rows(count)
+    if partitions is None:
+        layout = LayoutConfig()
+        text = sum(len(row["text"].encode("utf-8")) for row in rows)
+        partitions = partition_count(text, layout.target_partition_bytes, layout.min_partitions)
+    return _write_partitions(rows, directory, partitions, bench_near_dedup.DOCS_SCHEMA)
+
+
+def ledger_counts(layer: Layer, name: str) -> int:
+    """The sum of counter ``name`` over the committed layer's ledger (0 when absent)."""
+    with open(os.path.join(layer.path, "_LEDGER.json"), encoding="utf-8") as f:
+        found = []
+
+        def walk(value):
+            if isinstance(value, dict):
+                for key, inner in value.items():
+                    if key == name and isinstance(inner, int):
+                        found.append(inner)
+                    else:
+                        walk(inner)
+            elif isinstance(value, list):
+                for inner in value:
+                    walk(inner)
+
+        walk(json.load(f))
+    return sum(found)
+
+
 def text_megabytes(paths: list[str]) -> float:
     return sum(len((row["text"] or "").encode("utf-8")) for path in paths
                for row in pq.read_table(path, columns=["text"]).to_pylist()) / 1e6
@@ -203,11 +301,14 @@ def main(argv=None) -> int:
     parser.add_argument("--recall", action="store_true", help="near_dup_recall's labeled set, defaults")
     parser.add_argument("--corpus", help="a bench/build_corpus.py corpus directory (bench/work/corpus)")
     parser.add_argument("--corpus-mb", type=float, default=100.0, help="MB of its text to use")
+    parser.add_argument("--generated", type=int, help="this many generated documents (planted clusters, chains)")
+    parser.add_argument("--partitions", type=int, help="documents partitions of --generated (default: the build's "
+                        "count for its text at the default layout, build.partition_count)")
     parser.add_argument("--repeat", type=int, default=1, help="runs per config (in this process)")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
-    if not args.documents and not args.labeled and not args.recall and not args.corpus:
-        parser.error("give --documents, --labeled, --recall or --corpus")
+    if not args.documents and not args.labeled and not args.recall and not args.corpus and not args.generated:
+        parser.error("give --documents, --labeled, --recall, --corpus or --generated")
     work = tempfile.mkdtemp(prefix="bench-near-dedup-stage-")
     code = "spill files" if SPILL_FILE_CODE else "runner shuffles"
     print(f"code: {os.path.dirname(beam_pipeline.__file__)} ({code}); load average {os.getloadavg()[0]:.1f}")
@@ -224,14 +325,30 @@ def main(argv=None) -> int:
     if args.corpus:
         runs.append(("corpus", load_config(args.config).near_dedup,
                      corpus_partitions(args.corpus, args.corpus_mb, os.path.join(work, "corpus"))))
+    if args.generated:
+        runs.append((f"generated {args.generated}", NearDedupConfig(enabled=True),
+                     generated_partitions(args.generated, os.path.join(work, "generated"), args.partitions)))
     results = {}
     for index, (name, config, paths) in enumerate(runs):
         megabytes = text_megabytes(paths)
         for attempt in range(args.repeat):
-            result = measure(os.path.join(work, f"run-{index}-{attempt}"), config, paths)
+            estimate = near_dedup.estimated_documents(int(megabytes * 1e6)) if name.startswith("generated") else None
+            result = measure(os.path.join(work, f"run-{index}-{attempt}"), config, paths, estimate)
             result["text_mb"] = round(megabytes, 2)
             result["mb_per_cpu_second"] = round(megabytes / result["cpu_seconds"], 2)
             result["load_average"] = round(os.getloadavg()[0], 1)
+            if name.startswith("generated"):
+                params = near_dedup.NearDedupParams.from_config(config)
+                groups = near_dedup.stage_groups(params, len(paths), estimate)
+                result.update(documents=args.generated, estimated_documents=estimate, groups=groups,
+                              mean_group_entries=round(near_dedup.group_entries(
+                                  args.generated, near_dedup.entries_per_document(params), groups)),
+                              cpu_ms_per_document=round(1000 * result["cpu_seconds"] / args.generated, 3),
+                              peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                              **{counter: ledger_counts(Layer(result["root"], near_dedup.STAGE, "bench"), counter)
+                                 for counter in ("components_rounds", "clustered_documents", "near_duplicates",
+                                                 "clusters")})
+                print(f"{name}: {json.dumps({k: v for k, v in result.items() if k != 'digests'})}", flush=True)
             results.setdefault(name, []).append(result)
             print(f"{name}: CPU {result['cpu_seconds']:.2f} s ({result['mb_per_cpu_second']:.2f} MB/s per core "
                   f"on {megabytes:.1f} MB), wall {result['wall_seconds']:.2f} s, load {result['load_average']}, "

@@ -95,7 +95,13 @@ from beam_pipeline.hashing import bucket_of, stable_hash64
 from beam_pipeline.layers import EarlierLayerError, earlier_layer, join, part_name, read_partition_rows
 from beam_pipeline.schemas import LARGE_CLUSTER, NEAR_DEDUP, NEAR_SIGNATURE, dead_letter_row
 from beam_pipeline.transforms.blocks import windowed
-from beam_pipeline.transforms.connected_components import LABELS, BundleBlocksFn, ConnectedComponents, NodeBlocks
+from beam_pipeline.transforms.connected_components import (
+    FLUSH_EDGES,
+    LABELS,
+    BundleBlocksFn,
+    ConnectedComponents,
+    NodeBlocks,
+)
 from beam_pipeline.transforms.gate import DocumentPartitions
 from beam_pipeline.transforms.keys import IntKeyed, StrKeyed
 from beam_pipeline.transforms.layer_io import PartitionIndexes, WrittenPartitions, write_layer_partition
@@ -155,6 +161,7 @@ class NearDedupParams:
     max_cluster_size: int
     sample_members: int
     key_groups: int | None
+    max_group_entries: int
     lines: bool
     line_min_repeats: int
     line_signature_min_repeats: int | None
@@ -194,6 +201,7 @@ class NearDedupParams:
             max_cluster_size=config.max_cluster_size,
             sample_members=config.sample_members,
             key_groups=config.key_groups,
+            max_group_entries=config.max_group_entries,
             lines=config.lines.enabled,
             line_min_repeats=config.lines.min_repeats,
             line_min_chars=config.lines.min_chars,
@@ -233,11 +241,11 @@ def summarize_layer(layer, partitions: int) -> dict:
 
 def stage_config(config: NearDedupConfig) -> dict:
     """The layer-key slice: the config (without ``against``, whose layer keys are inputs, ``alarms``,
-    which judge the layer without shaping it, and ``key_groups``, which only batches the runner's
-    elements) and versions."""
+    which judge the layer without shaping it, and ``key_groups`` and ``max_group_entries``, which only
+    batch the runner's elements) and versions."""
     params = NearDedupParams.from_config(config)
     return {
-        **config.model_dump(mode="json", exclude={"against", "alarms", "key_groups"}),
+        **config.model_dump(mode="json", exclude={"against", "alarms", "key_groups", "max_group_entries"}),
         "signature": params.signature_config(),
         "versions": {"lines": LINES_VERSION, "spans": SPANS_VERSION},
     }
@@ -248,11 +256,13 @@ def stage_config(config: NearDedupConfig) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class PreviousLayer:
-    """An earlier near-dedup layer to dedup against: its key and signature partitions."""
+    """An earlier near-dedup layer to dedup against: its key, signature partitions and their rows (its
+    signed documents, which join this corpus's in every grouping: :func:`stage_groups`)."""
 
     key: str
     path: str
     signature_paths: tuple[str, ...]
+    documents: int = 0
 
 
 def resolve_against(root: str, entry: str, config: NearDedupConfig) -> PreviousLayer:
@@ -276,7 +286,12 @@ def resolve_against(root: str, entry: str, config: NearDedupConfig) -> PreviousL
             f"{[ours[k] for k in differing]}); its band keys cannot match this config's"
         )
     parts = ledger["outputs"][SIGNATURES]["parts"]
-    return PreviousLayer(ledger["key"], path, tuple(join(path, SIGNATURES, p["name"]) for p in parts))
+    return PreviousLayer(
+        ledger["key"],
+        path,
+        tuple(join(path, SIGNATURES, p["name"]) for p in parts),
+        sum(int(p.get("rows", 0)) for p in parts),
+    )
 
 
 def build_stage(
@@ -286,6 +301,7 @@ def build_stage(
     previous: list[PreviousLayer],
     layer_path: str,
     after: Iterable = (),
+    estimated_documents: int | None = None,
 ) -> dict:
     """The stage in the build's job: {"annotations", "signatures" (written by the signing tasks),
     "large_clusters", "dead_letter", "counts"} (:class:`AnnotateNearDuplicates`).
@@ -293,9 +309,15 @@ def build_stage(
     ``layer_path`` is the layer being built: the signing tasks write its
     ``signatures`` partitions themselves. The documents are read once every
     layer of ``after`` (PCollections of one ``Committed``) is committed.
+    ``estimated_documents`` (the snapshot's, :func:`estimated_documents`) sets the group counts.
     """
     return pipeline | "NearDedup" >> AnnotateNearDuplicates(
-        NearDedupParams.from_config(config), DocumentPartitions.of(documents), tuple(previous), layer_path, tuple(after)
+        NearDedupParams.from_config(config),
+        DocumentPartitions.of(documents),
+        tuple(previous),
+        layer_path,
+        tuple(after),
+        estimated_documents,
     )
 
 
@@ -317,6 +339,7 @@ class AnnotateNearDuplicates(beam.PTransform):
         previous: tuple[PreviousLayer, ...],
         layer_path: str,
         after: tuple = (),
+        estimated_documents: int | None = None,
     ):
         super().__init__()
         self._params = params
@@ -324,10 +347,20 @@ class AnnotateNearDuplicates(beam.PTransform):
         self._previous = previous
         self._layer_path = layer_path
         self._after = after
+        self._estimated_documents = estimated_documents
 
     def expand(self, pbegin):
         params, documents, after = self._params, self._documents, self._after
-        groups = params.key_groups or default_key_groups(documents.count)
+        groups = stage_groups(
+            params,
+            documents.count,
+            sum(previous.documents for previous in self._previous)
+            + (
+                self._estimated_documents
+                if self._estimated_documents is not None
+                else documents.count * DOCUMENTS_PER_PARTITION
+            ),
+        )
         side = []
         if params.lines:
             # Counted over a read of its own: the keys must be complete before any document is signed,
@@ -842,13 +875,84 @@ def shared_keys(blocks: Iterable[tuple[bytes, tuple]]) -> Iterator[tuple[int, li
         yield int(ordered[start]), [entries[i] for i in order[start:end].tolist()]
 
 
-def default_key_groups(partitions: int) -> int:
-    """Key groups when ``near_dedup.key_groups`` is not set: 16 per document partition, at most 65,536.
+#: Bytes of input text per document that the group counts assume (a snapshot knows its bytes, not its
+#: documents). It is below the mean document of web corpora (C4: 156 B tokens in 365 M documents, ~2 KB
+#: each; Dodge et al. 2021, Table 1), so for them the estimate errs towards more documents, hence more and
+#: smaller groups; a corpus of shorter documents lowers ``near_dedup.max_group_entries`` in proportion
+#: (docs/scale.md).
+ESTIMATED_DOCUMENT_BYTES = 1000
+#: Documents a partition is taken to hold when the caller gives no estimate: the default
+#: ``layout.target_partition_bytes`` (64 MiB) of text at :data:`ESTIMATED_DOCUMENT_BYTES`.
+DOCUMENTS_PER_PARTITION = (64 << 20) // ESTIMATED_DOCUMENT_BYTES
+#: The group count's floor, for parallelism, not memory: 16 groups per document partition, at most
+#: :data:`MAX_PARALLEL_GROUPS` (a signing task sends at most one block per group and output).
+PARALLEL_GROUPS_PER_PARTITION = 16
+MAX_PARALLEL_GROUPS = 1 << 16
 
-    Each signing task sends at most this many blocks; a group holds about
-    ``documents x keys per document / key_groups`` entries (docs/near_dedup.md).
+
+def estimated_documents(text_bytes: int | None) -> int:
+    """The documents of a snapshot of ``text_bytes`` estimated text (``build.estimated_text_bytes``):
+    one per :data:`ESTIMATED_DOCUMENT_BYTES`, rounded up (0 when unknown)."""
+    return -(-max(text_bytes or 0, 0) // ESTIMATED_DOCUMENT_BYTES)
+
+
+def entries_per_document(params: NearDedupParams) -> int:
+    """The most entries one document adds to a grouping of the stage: twice its LSH keys (band keys and
+    SimHash block keys, one per choice of ``blocks - max_hamming`` blocks).
+
+    A key entry makes at most one MinHash star edge (to its bucket's smallest doc_id) and the components
+    carry every edge in both directions, so no round holds more edges than twice the keys; a document's
+    other entries (its member, label, payload per layer, spans' ranges, the pairs it starts) are fewer.
+    SimHash buckets pair every close pair, not a star: their edges are bounded by the buckets' sizes
+    (docs/scale.md)."""
+    block_keys = len(simhash.key_masks(params.max_hamming, params.blocks)) if params.use_simhash else 0
+    return 2 * max((params.bands if params.use_minhash else 0) + block_keys, 1)
+
+
+def derived_groups(documents: int, partitions: int, per_document: int, max_group_entries: int) -> int:
+    """Groups for ``documents`` adding ``per_document`` entries each, so that a group holds at most
+    ``max_group_entries`` on average (``ceil(documents x per_document / max_group_entries)``), and at
+    least the parallelism floor (:data:`PARALLEL_GROUPS_PER_PARTITION` per partition, at most
+    :data:`MAX_PARALLEL_GROUPS`). No cap: the count grows with the corpus, the entries per group do not.
+
+    Keys and doc_ids are spread by 64-bit hashes, so the fullest of ``g`` groups exceeds the mean ``m`` by
+    about ``sqrt(2 m ln g)`` (balls into bins, Raab and Steger 1998): ~1% at the default 2^18 and 10^7
+    groups. One key or node is never split: a band bucket or a hub node sets its group's size (docs/scale.md).
     """
-    return min(16 * max(partitions, 1), 1 << 16)
+    parallel = min(PARALLEL_GROUPS_PER_PARTITION * max(partitions, 1), MAX_PARALLEL_GROUPS)
+    needed = -(-max(documents, 0) * per_document // max_group_entries)
+    return max(parallel, needed)
+
+
+def stage_groups(params: NearDedupParams, partitions: int, documents: int) -> int:
+    """The stage's key, doc and node groups: ``near_dedup.key_groups`` if set, else :func:`derived_groups`
+    of the estimated ``documents`` (this snapshot's and the ``against`` layers') and
+    ``near_dedup.max_group_entries``."""
+    if params.key_groups:
+        return params.key_groups
+    return derived_groups(documents, partitions, entries_per_document(params), params.max_group_entries)
+
+
+def group_entries(documents: int, per_document: int, groups: int) -> float:
+    """Mean entries a group holds: ``documents x per_document / groups`` (the bound docs/scale.md tabulates)."""
+    return documents * per_document / groups
+
+
+def worker_bounds(params: NearDedupParams, partitions: int, documents: int) -> dict[str, float]:
+    """The most entries one worker holds of each of the stage's structures at once, for ``documents``
+    estimated documents in ``partitions`` partitions (docs/scale.md, "Every worker-side structure"):
+    the groupings' means (:func:`group_entries`; one key or node is never split, so a bucket or a
+    cluster larger than that sits whole in its group) and the bundles' fixed flush sizes."""
+    groups = stage_groups(params, partitions, documents)
+    per_document = entries_per_document(params)
+    return {
+        "lsh key group": group_entries(documents, per_document // 2, groups),
+        "component node group": group_entries(documents, per_document, groups),
+        "doc group (verification joins, clusters' join)": group_entries(documents, 1, groups),
+        "pending candidate pairs": PENDING_PAIRS,
+        "bundle blocks": FLUSH_EDGES,
+        "largest clusters": LEDGER_CLUSTERS * params.sample_members,
+    }
 
 
 class MinHashBucketFn(CountingDoFn):
