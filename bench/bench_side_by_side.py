@@ -1,7 +1,23 @@
 #!/usr/bin/env python3
 """This project against datatrove (0.10.1, test-only), side by side, on the same real text.
 
-Three comparable steps, each run as a fresh subprocess per side (so the CPU seconds are those of the
+``whole`` (the default ``--steps``): each side runs the whole job a user runs, in a fresh subprocess,
+charged the CPU seconds of its process tree (children included):
+
+* datatrove: its ``LocalPipelineExecutor`` (2 tasks, 2 workers, ``fork``) in the shape of the FineWeb
+  recipe: ``JsonlReader`` -> ``GopherRepetitionFilter`` -> ``GopherQualityFilter`` -> ``C4QualityFilter``
+  -> ``FineWebQualityFilter`` -> ``PIIFormatter`` -> ``JsonlWriter`` (uncompressed) ->
+  ``MinhashDedupSignature``; ``MinhashDedupBuckets`` (14 tasks); ``MinhashDedupCluster``; then
+  ``JsonlReader`` of the kept documents -> ``MinhashDedupFilter`` -> ``DocumentTokenizer``.
+* ours: ``python -m beam_pipeline run`` (the local runner on every core, as a user runs it) with
+  :data:`WHOLE_CONFIG`: heuristics with datatrove's definitions and the policy presets of its four
+  filter families, PII counted and redacted (emails and IPs, what ``PIIFormatter`` replaces), MinHash with
+  datatrove's 14 x 8 bands on word 5-grams (candidates verified on their signatures), every kept document
+  tokenized, packed and sharded; plus what datatrove's job does not do (exact dedup, layers, ledgers,
+  the dataset's manifest). Our per-stage CPU seconds come from the run's ``metrics.json``.
+
+The per-step comparison (``--steps filters,minhash,tokenize``) is kept and labelled as such:
+three comparable steps, each run as a fresh subprocess per side (so the CPU seconds are those of the
 whole process tree: ``resource.getrusage(RUSAGE_CHILDREN)`` around the child, which counts every
 process the child waited for, datatrove's worker pool included):
 
@@ -38,7 +54,7 @@ built from pinned packages), its first ``--mb`` MB of text in file order.
 
 Usage::
 
-    .venv/bin/python bench/bench_side_by_side.py [--mb 20] [--runs 3] [--steps filters,minhash,tokenize]
+    .venv/bin/python bench/bench_side_by_side.py [--mb 20] [--runs 3] [--steps whole,filters,minhash,tokenize]
                                                  [--definitions project|reference|both]
 
 Results: bench/results/side-by-side-<date>.md and .json (with this command).
@@ -65,7 +81,8 @@ CORPUS = REPO / "bench" / "work" / "corpus"
 WORK = REPO / "bench" / "work" / "side-by-side"
 RESULTS = REPO / "bench" / "results"
 TOKENIZER = REPO / "sample" / "tokenizer" / "tokenizer.json"
-STEPS = ("filters", "minhash", "tokenize")
+STEPS = ("filters", "minhash", "tokenize")  # the per-step comparison (each step alone)
+WHOLE = "whole"  # each side a whole job: filters + PII, MinHash dedup, tokenization of what is kept
 SIDES = ("datatrove", "ours")
 PARTITIONS = 2  # = cores: datatrove's tasks and workers, our partitions
 DEFINITIONS_VARIABLE = "SIDE_BY_SIDE_DEFINITIONS"  # --definitions, for our filters child
@@ -146,12 +163,7 @@ def datatrove_step(step: str, folder: Path, out: Path) -> None:
         # two files would let 2 tasks read in parallel: split the JSONL in 2 once
         return JsonlReader(str(folder / "input" / "split"), glob_pattern="*.jsonl")
 
-    split = folder / "input" / "split"
-    if not split.exists():
-        split.mkdir()
-        lines = (folder / "input" / "docs.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
-        for i in range(PARTITIONS):
-            (split / f"part-{i}.jsonl").write_text("".join(lines[i::PARTITIONS]), encoding="utf-8")
+    split_input(folder)
     if step == "filters":
         from datatrove.pipeline.filters import (C4QualityFilter, FineWebQualityFilter, GopherQualityFilter,
                                                 GopherRepetitionFilter)
@@ -173,6 +185,32 @@ def datatrove_step(step: str, folder: Path, out: Path) -> None:
                                  config=config)], tasks=1, name="cluster")
         run([reader(), MinhashDedupFilter(input_folder=str(out / "remove_ids")),
              JsonlWriter(str(out / "deduped"))], name="filter")
+    elif step == WHOLE:
+        from datatrove.pipeline.dedup import (MinhashDedupBuckets, MinhashDedupCluster, MinhashDedupFilter,
+                                              MinhashDedupSignature)
+        from datatrove.pipeline.dedup.minhash import MinhashConfig
+        from datatrove.pipeline.filters import (C4QualityFilter, FineWebQualityFilter, GopherQualityFilter,
+                                                GopherRepetitionFilter)
+        from datatrove.pipeline.formatters import PIIFormatter
+        from datatrove.pipeline.readers import JsonlReader as Reader
+        from datatrove.pipeline.tokens import DocumentTokenizer
+        from datatrove.pipeline.writers import JsonlWriter
+
+        config = MinhashConfig()  # 5-grams, 14 buckets x 8 hashes
+        kept = str(out / "filtered")
+        # the FineWeb recipe's shape: filter + PII, write what is kept and sign it (one pass), buckets, clusters,
+        # then read the kept documents again, drop the duplicates and tokenize the rest. Uncompressed JSONL in
+        # between (its default, gzip, would cost datatrove more CPU).
+        run([reader(), GopherRepetitionFilter(), GopherQualityFilter(), C4QualityFilter(), FineWebQualityFilter(),
+             PIIFormatter(), JsonlWriter(kept, compression=None),
+             MinhashDedupSignature(output_folder=str(out / "signatures"), config=config)], name="filter-sign")
+        run([MinhashDedupBuckets(input_folder=str(out / "signatures"), output_folder=str(out / "buckets"),
+                                 config=config)], tasks=config.num_buckets, name="buckets")
+        run([MinhashDedupCluster(input_folder=str(out / "buckets"), output_folder=str(out / "remove_ids"),
+                                 config=config)], tasks=1, name="cluster")
+        run([Reader(kept, glob_pattern="*.jsonl"), MinhashDedupFilter(input_folder=str(out / "remove_ids")),
+             DocumentTokenizer(output_folder=str(out / "tokens"), tokenizer_name_or_path=str(TOKENIZER),
+                               eos_token="<|endoftext|>")], name="dedup-tokenize")
     elif step == "tokenize":
         from datatrove.pipeline.tokens import DocumentTokenizer
 
@@ -180,8 +218,79 @@ def datatrove_step(step: str, folder: Path, out: Path) -> None:
                                          eos_token="<|endoftext|>")])
 
 
+#: Our whole job's config: the work of datatrove's (``datatrove_step(WHOLE)``) as a user writes it. The
+#: heuristics stage computes datatrove's definitions (``reference``) and the policy's presets apply its four
+#: filter families with its thresholds; PII counted (``pii``) and redacted in the gold text (``select``);
+#: MinHash with datatrove's 14 x 8 bands on word 5-grams, candidates verified on their signatures
+#: (datatrove verifies none), no line counting; every kept document tokenized, packed and sharded. Our job
+#: also does what datatrove's does not: exact dedup, layers and ledgers, the dataset's manifest.
+WHOLE_CONFIG = """\
+name: side-by-side
+output_root: {root}
+seed: 20261202
+sources:
+  - name: docs
+    uri: {inputs}/*.jsonl
+    format: jsonl
+    rank: 1
+    license: mixed
+    domain: docs
+near_dedup:
+  enabled: true
+  method: minhash
+  shingles: {{kind: word, size: 5}}
+  minhash: {{num_perm: 112, threshold: 0.7, bands: 14, rows: 8}}
+  verify: signature
+  lines: {{enabled: false}}
+policy:
+  drop_exact_duplicates: true
+  drop_near_duplicates: true
+  min_chars: 1
+  max_chars: 100000000
+  redact: {{enabled: true, kinds: [email, ip]}}
+  presets: [gopher_repetition, gopher_quality, c4, fineweb]
+  preset_definition: reference
+cascade: [heuristics, pii]
+heuristics: {{default_language: en, definitions: [reference]}}
+pii: {{kinds: [email, ip]}}
+layout:
+  min_partitions: {partitions}
+"""
+
+
+def whole_config(folder: Path, out: Path) -> Path:
+    sys.path.insert(0, str(REPO / "bench"))
+    from build_corpus import TOKENIZE_BLOCK  # the bench corpus's tokenize settings (8,192-token sequences)
+
+    path = out / "corpus.yaml"
+    path.write_text(WHOLE_CONFIG.format(root=out / "root", inputs=folder / "input" / "split", partitions=PARTITIONS)
+                    + TOKENIZE_BLOCK.format(tokenizer=TOKENIZER))
+    return path
+
+
+def split_input(folder: Path) -> Path:
+    """The JSONL in ``PARTITIONS`` files (every PARTITIONS-th line): datatrove's tasks read one each, and our
+    job reads the same files."""
+    split = folder / "input" / "split"
+    if not split.exists():
+        split.mkdir()
+        lines = (folder / "input" / "docs.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+        for i in range(PARTITIONS):
+            (split / f"part-{i}.jsonl").write_text("".join(lines[i::PARTITIONS]), encoding="utf-8")
+    return split
+
+
 def ours_step(step: str, folder: Path, out: Path) -> None:
-    if step == "filters":
+    if step == WHOLE:
+        split_input(folder)
+        # what a user runs: the CLI in its own process (its DirectRunner's worker processes are its children)
+        done = subprocess.run([sys.executable, "-m", "beam_pipeline", "run", "--config", str(whole_config(folder, out)),
+                               "--progress_interval", "0"], cwd=REPO, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"beam_pipeline run failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        metrics = json.loads(sorted((out / "root" / "runs").glob("*/metrics.json"))[-1].read_text())
+        (out / "metrics.json").write_text(json.dumps(metrics))
+    elif step == "filters":
         from beam_pipeline.config import HeuristicsConfig, PiiConfig
         from beam_pipeline.filters import heuristics, pii
 
@@ -237,7 +346,24 @@ def child(side: str, step: str, folder: Path, out: Path) -> None:
     out.mkdir(parents=True)
     (datatrove_step if side == "datatrove" else ours_step)(step, folder, out)
     peak = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
-    print(json.dumps({"peak_rss_mb": round(peak / 1024)}))
+    print(json.dumps({"peak_rss_mb": round(peak / 1024), "detail": details(side, step, out)}))
+
+
+def details(side: str, step: str, out: Path) -> dict:
+    """What the whole job did: our per-stage CPU seconds and counts (metrics.json), datatrove's per-stage
+    stats (its logging folders)."""
+    if step != WHOLE:
+        return {}
+    if side == "ours":
+        metrics = json.loads((out / "metrics.json").read_text())
+        return {"cpu_seconds": metrics.get("cpu_seconds"), "timing_seconds": metrics.get("timing_seconds"),
+                "stages": {stage["name"]: {k: v for k, v in stage.get("counts", {}).items() if k != "by_source"}
+                           for stage in metrics.get("stages") or [] if isinstance(stage, dict) and "name" in stage}}
+    found = {}
+    for stats in sorted((out / "logs").glob("*/stats.json")):
+        found[stats.parent.name] = [{"name": s.get("name"), "stats": s.get("stats")}
+                                    for s in json.loads(stats.read_text())]
+    return found
 
 
 # --- the parent: interleaved runs, medians, the report ------------------------------------------------------
@@ -256,15 +382,18 @@ def measure(side: str, step: str, folder: Path, datatrove_python: str, label: st
         raise SystemExit(f"{side} {step} failed:\n{done.stderr[-4000:]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     shutil.rmtree(out, ignore_errors=True)
-    peak = json.loads(done.stdout.strip().splitlines()[-1])["peak_rss_mb"]
-    return {"cpu_seconds": round(cpu, 2), "wall_seconds": round(wall, 2), "peak_rss_mb": peak}
+    reported = json.loads(done.stdout.strip().splitlines()[-1])
+    return {"cpu_seconds": round(cpu, 2), "wall_seconds": round(wall, 2), "peak_rss_mb": reported["peak_rss_mb"],
+            "detail": reported.get("detail") or {}}
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mb", type=float, default=20, help="MB of text from the bench corpus (default 20)")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--steps", default=",".join(STEPS))
+    parser.add_argument("--steps", default=WHOLE,
+                        help=f"{WHOLE} (each side's whole job, the default) and/or the steps alone: "
+                             f"{','.join(STEPS)} (comma-separated)")
     parser.add_argument("--datatrove-python", default=str(REPO / "bench" / "work" / "datatrove-venv" / "bin" / "python"),
                         help="the bench-only environment with datatrove (make bench-side-by-side installs it)")
     parser.add_argument("--label", default="", help="suffix of the result files (side-by-side-<date>-<label>)")
@@ -281,10 +410,14 @@ def main(argv=None) -> int:
         child(side, step, Path(folder), Path(out))
         return 0
     steps = [s for s in args.steps.split(",") if s]
+    unknown = set(steps) - {WHOLE, *STEPS}
+    if unknown:
+        parser.error(f"unknown steps {sorted(unknown)}")
     os.environ[DEFINITIONS_VARIABLE] = args.definitions  # inherited by the children
     folder = WORK / f"{args.mb:g}mb"
     # in a subprocess: a child forked from a parent that held the corpus would inherit its peak RSS
     subprocess.run([sys.executable, __file__, "--prepare", str(args.mb)], cwd=REPO, check=True)
+    split_input(folder)
     stats = json.loads((folder / "PREPARED.json").read_text())
     stats["corpus_build"] = json.loads((CORPUS / "BUILD.json").read_text()).get("corpus_digest")
     mb = stats["bytes"] / 1e6
@@ -328,13 +461,14 @@ def datatrove_version(python: str) -> str:
 def summarize(runs: dict, mb: float) -> dict:
     summary = {}
     for step, sides in runs.items():
-        summary[step] = {side: {key: statistics.median(r[key] for r in results) for key in results[0]}
+        summary[step] = {side: {key: statistics.median(r[key] for r in results) for key in results[0]
+                                if key != "detail"}
                          for side, results in sides.items()}
         for side in SIDES:
             summary[step][side]["mb_per_core_second"] = round(mb / summary[step][side]["cpu_seconds"], 2)
         summary[step]["cpu_ratio"] = round(summary[step]["datatrove"]["cpu_seconds"]
                                            / summary[step]["ours"]["cpu_seconds"], 2)
-    if len(runs) == len(STEPS):
+    if all(step in runs for step in STEPS):
         total = {side: sum(summary[s][side]["cpu_seconds"] for s in STEPS) for side in SIDES}
         summary["end_to_end"] = {**{side: {"cpu_seconds": round(total[side], 2),
                                            "mb_per_core_second": round(mb / total[side], 2)} for side in SIDES},
@@ -352,21 +486,31 @@ def markdown(report: dict) -> str:
              + ", ".join(f"{k} {v}" for k, v in report["versions"].items()) + ".",
              "",
              "Medians of the interleaved runs. CPU: seconds of the whole process tree of each side's fresh "
-             "subprocess; MB/s/core = MB / CPU seconds; ratio = datatrove CPU / our CPU. Our filters compute the "
-             f"`{report.get('definitions', 'project')}` heuristics definitions.", "",
-             "| step | datatrove CPU s | ours CPU s | datatrove MB/s/core | ours MB/s/core | ratio | "
-             "datatrove wall s | ours wall s | datatrove peak RSS MB | ours peak RSS MB |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for step in [k for k in s if k != "end_to_end"]:
-        d, o = s[step]["datatrove"], s[step]["ours"]
-        lines.append(f"| {step} | {d['cpu_seconds']:.1f} | {o['cpu_seconds']:.1f} | {d['mb_per_core_second']:.2f} | "
-                     f"{o['mb_per_core_second']:.2f} | {s[step]['cpu_ratio']:.2f}x | {d['wall_seconds']:.1f} | "
-                     f"{o['wall_seconds']:.1f} | {d['peak_rss_mb']:.0f} | {o['peak_rss_mb']:.0f} |")
+             "subprocess (children included); MB/s/core = MB of text in / CPU seconds; ratio = datatrove CPU / "
+             "our CPU.", ""]
+    header = ["| step | datatrove CPU s | ours CPU s | datatrove MB/s/core | ours MB/s/core | ratio | "
+              "datatrove wall s | ours wall s | datatrove peak RSS MB | ours peak RSS MB |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    if WHOLE in s:
+        lines += ["**Whole job** (what users run): datatrove's executor with its four filter families, "
+                  "`PIIFormatter`, the four MinHash stages (14 x 8) and `DocumentTokenizer` on what is kept; ours: "
+                  "`python -m beam_pipeline run` with `WHOLE_CONFIG` (the reference definitions' presets, PII, "
+                  "MinHash 14 x 8 verified on signatures, tokenize + pack + shard what is kept; also exact dedup, "
+                  "layers, ledgers, the dataset).", "", *header]
+        lines.append(row(WHOLE, s[WHOLE]))
+        lines += ["", *whole_breakdown(report), ""]
+    per_step = [k for k in s if k not in ("end_to_end", WHOLE)]
+    if per_step:
+        lines += ["**Per step** (each step alone, not a whole job: each side of each step in its own process; our "
+                  f"filters compute the `{report.get('definitions', 'project')}` heuristics definitions):", "",
+                  *header]
+    for step in per_step:
+        lines.append(row(step, s[step]))
     if "end_to_end" in s:
         d, o = s["end_to_end"]["datatrove"], s["end_to_end"]["ours"]
-        lines.append(f"| **end to end** (sum) | {d['cpu_seconds']:.1f} | {o['cpu_seconds']:.1f} | "
+        lines.append(f"| sum of the steps (not a whole job) | {d['cpu_seconds']:.1f} | {o['cpu_seconds']:.1f} | "
                      f"{d['mb_per_core_second']:.2f} | {o['mb_per_core_second']:.2f} | "
-                     f"**{s['end_to_end']['cpu_ratio']:.2f}x** | | | | |")
+                     f"{s['end_to_end']['cpu_ratio']:.2f}x | | | | |")
     lines += ["", "Every run:", "", "| run | step | side | CPU s | wall s | peak RSS MB |", "|---|---|---|---:|---:|---:|"]
     for step, sides in report["runs"].items():
         for side, results in sides.items():
@@ -374,6 +518,28 @@ def markdown(report: dict) -> str:
                 lines.append(f"| {i + 1} | {step} | {side} | {r['cpu_seconds']} | {r['wall_seconds']} | "
                              f"{r['peak_rss_mb']} |")
     return "\n".join(lines) + "\n"
+
+
+def row(step: str, summary: dict) -> str:
+    d, o = summary["datatrove"], summary["ours"]
+    return (f"| {step} | {d['cpu_seconds']:.1f} | {o['cpu_seconds']:.1f} | {d['mb_per_core_second']:.2f} | "
+            f"{o['mb_per_core_second']:.2f} | {summary['cpu_ratio']:.2f}x | {d['wall_seconds']:.1f} | "
+            f"{o['wall_seconds']:.1f} | {d['peak_rss_mb']:.0f} | {o['peak_rss_mb']:.0f} |")
+
+
+def whole_breakdown(report: dict) -> list[str]:
+    """Where our whole job's CPU goes: the median over runs of each stage's CPU seconds (metrics.json)."""
+    per_run = [r["detail"].get("cpu_seconds") or {} for r in report["runs"][WHOLE]["ours"]]
+    stages = sorted({k for run in per_run for k in run if k != "total"},
+                    key=lambda k: -statistics.median(run.get(k, 0.0) for run in per_run))
+    total = statistics.median(sum(run.values()) - run.get("total", 0.0) for run in per_run) or 1.0
+    lines = ["Our whole job's CPU seconds by stage (`runs/<run_id>/metrics.json` `cpu_seconds`, medians; the "
+             "driver and its worker processes):", "", "| stage | CPU s | share |", "|---|---:|---:|"]
+    for stage in stages:
+        value = statistics.median(run.get(stage, 0.0) for run in per_run)
+        if value >= 0.05:
+            lines.append(f"| {stage} | {value:.1f} | {value / total:.0%} |")
+    return lines
 
 
 if __name__ == "__main__":

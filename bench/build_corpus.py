@@ -172,7 +172,8 @@ sources:
 ingest:
   max_record_bytes: 8388608
 """
-_TOKENIZE = """\
+#: The tokenize block of the corpus configs (bench_side_by_side.py's whole job uses it too).
+TOKENIZE_BLOCK = """\
 tokenize:
   tokenizer: {tokenizer}
   eos_token: "<|endoftext|>"
@@ -195,7 +196,7 @@ policy:
   max_chars: 2000000
   min_words: 5
 
-""" + _TOKENIZE + """
+""" + TOKENIZE_BLOCK + """
 layout:
   target_partition_bytes: 67108864
   min_partitions: 4
@@ -249,7 +250,7 @@ decontamination:
     - {{name: passages, path: {sample}/evalsets/passages.jsonl}}
   index: true
 
-""" + _TOKENIZE + """
+""" + TOKENIZE_BLOCK + """
 layout:
   min_partitions: 4
 """

@@ -50,6 +50,21 @@ from beam_pipeline.transforms.keys import StrKeyed
 from beam_pipeline.transforms.layer_io import PartitionIndexes
 
 
+def in_sorted(values: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """``np.isin(values, keys)`` for ``keys`` sorted ascending (the side input's key tuples, as arrays), by
+    binary search: O(len(values) log len(keys)) per call.
+
+    ``np.isin`` sorts (numpy 2.x: hashes, then sorts) both arrays on every call, so with the corpus's
+    template keys (thousands of lines in more than ``signature_min_repeats`` documents) it cost more than
+    the rest of signing a document together (2026-12-07, profiled: 14 of 62 CPU seconds of the stage on 50 MB of
+    the bench corpus, ``bench/results/near-dedup-defaults-cost-20261207.md``).
+    """
+    if not keys.size or not values.size:
+        return np.zeros(values.shape, dtype=bool)
+    at = np.minimum(np.searchsorted(keys, values), keys.size - 1)
+    return keys[at] == values
+
+
 class RepeatedLines(beam.PTransform):
     """pbegin -> PCollection with at most one (boilerplate keys, signature keys), two sorted tuples:
     the lines in more than ``min_repeats`` documents, and those in more than ``signature_min_repeats``

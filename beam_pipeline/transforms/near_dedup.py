@@ -105,7 +105,7 @@ from beam_pipeline.transforms.connected_components import (
 from beam_pipeline.transforms.gate import DocumentPartitions
 from beam_pipeline.transforms.keys import IntKeyed, StrKeyed
 from beam_pipeline.transforms.layer_io import PartitionIndexes, WrittenPartitions, write_layer_partition
-from beam_pipeline.transforms.line_dedup import RepeatedLines, RepeatedSpans
+from beam_pipeline.transforms.line_dedup import RepeatedLines, RepeatedSpans, in_sorted
 
 STAGE = "near_dedup"
 VERSION = "3"  # 2: verify two_tier (default), shingle_count in signatures; 3: every member verified against
@@ -1284,16 +1284,17 @@ def signature_text(text: str, boilerplate: np.ndarray | None, signature_lines: n
     """(the text to shingle, the sorted boilerplate keys it holds): ``text`` without its boilerplate lines,
     and without its ``signature_lines`` if they are at most :data:`SIGNATURE_LINES_MAX_SHARE` of the
     normalized characters left or the rest has at least :data:`SIGNATURE_MIN_REST_WORDS` words. A
-    document that is (almost) only such lines keeps them: they are what it is."""
+    document that is (almost) only such lines keeps them: they are what it is. Both key arrays are sorted
+    (the side input's tuples): membership is a binary search (:func:`in_sorted`)."""
     has_boilerplate = boilerplate is not None and boilerplate.size
     has_signature_lines = signature_lines is not None and signature_lines.size
     if not has_boilerplate and not has_signature_lines:
         return text, ()
     keys, lengths = line_keys(text)
-    drop = np.isin(keys, boilerplate) if has_boilerplate else np.zeros(keys.size, dtype=bool)
+    drop = in_sorted(keys, boilerplate) if has_boilerplate else np.zeros(keys.size, dtype=bool)
     present = tuple(sorted(set(keys[drop].tolist())))
     if has_signature_lines:
-        template = np.isin(keys, signature_lines) & ~drop
+        template = in_sorted(keys, signature_lines) & ~drop
         if template.any():
             if lengths[template].sum() <= SIGNATURE_LINES_MAX_SHARE * lengths[~drop].sum():
                 drop |= template
