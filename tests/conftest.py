@@ -147,11 +147,26 @@ def output_root(tmp_path):
 
 @pytest.fixture(scope="session")
 def built(tmp_path_factory):
-    """The sample built once in-process: the reference every other run is compared with."""
+    """The sample built once in-process: the reference every other run is compared with, read only.
+
+    One build for the whole session, not one per xdist worker: the first worker to ask builds it under a
+    file lock in the session's shared temporary folder, the other finds it there (a build that failed
+    leaves no ``BUILT`` mark, so the next worker to ask builds again). Tests that need to write into an
+    output root copy this one first."""
+    from filelock import FileLock
+
     from beam_pipeline import cli
 
-    root = str(tmp_path_factory.mktemp("reference") / "out")
-    assert cli.main(["run", "--config", SAMPLE_CONFIG, "--output_root", root, *IN_PROCESS]) == 0
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder = shared / "reference"
+    root = str(folder / "out")
+    with FileLock(str(shared / "reference.lock")):
+        if not (folder / "BUILT").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            assert cli.main(["run", "--config", SAMPLE_CONFIG, "--output_root", root, *IN_PROCESS]) == 0
+            (folder / "BUILT").touch()
     (dataset_dir,) = glob.glob(os.path.join(root, "datasets", "*"))
     (metrics_path,) = glob.glob(os.path.join(root, "runs", "*", "metrics.json"))
     return {"root": root, "dataset": dataset_dir,

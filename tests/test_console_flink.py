@@ -5,8 +5,10 @@ Flink 1.19, LOOPBACK workers; it used to try to download a Flink 2.2 job server 
 server's output, "Really destroying service ...", "Matching Continuously is stateful ...", "Waiting for
 grpc channel ..." go to the run's ``beam.log`` (``land``: ``<root>/logs/land-*/beam.log``).
 
-tests/test_console.py has the same checks for the local runner. The commands run in subprocesses, as a
-user runs them; every test is marked ``flink_embedded`` and skips when Java or the jar is missing."""
+tests/test_console.py has the same checks for the local runner; the console of a build on embedded Flink
+is checked on the sample's build in tests/test_flink_embedded.py (one embedded build serves both). The
+commands run in subprocesses, as a user runs them; every test is marked ``flink_embedded`` and skips when
+Java or the jar is missing."""
 from __future__ import annotations
 
 import glob
@@ -17,7 +19,8 @@ import pytest
 
 from arrivals_helpers import landing_config, write_text
 from beam_pipeline.options.corpus_options import flink_job_server_jar
-from conftest import dataset_id_from_output, run_cli, tiny_corpus
+from conftest import run_cli
+from tests.helpers.console import assert_quiet_console
 
 pytestmark = [
     pytest.mark.flink_embedded,
@@ -28,20 +31,7 @@ pytestmark = [
 
 #: What the user types: the runner and the master, nothing else (the rest are run's defaults).
 EMBEDDED_FLINK = ["--runner=FlinkRunner", "--flink_master=[local]", "--parallelism=2"]
-#: Lines of Beam, its job server (Java, Maven) and gRPC that reached the console.
-CHATTER = ("Really destroying service", "Matching Continuously is stateful", "Waiting for grpc channel",
-           "\x1b[", "apache_beam", "org.apache", "INFO", "WARNING:", "Traceback", "grpc", "Worker: ", "[main]",
-           "downloading dependencies")
-TEXTS = [f"Document number {i} of the Flink console corpus. " + "The quick brown fox jumps over the lazy dog. " * 12
-         for i in range(40)]
 SLOW = {"poll_interval_seconds": 0.5, "stable_polls": 3, "window_seconds": 4}
-
-
-def _quiet(result) -> None:
-    console = result.stdout + result.stderr
-    for chatter in CHATTER:
-        assert chatter not in console, f"{chatter!r} on the console:\n{console[-3000:]}"
-    assert result.stderr == "", result.stderr[-3000:]
 
 
 def test_land_on_embedded_flink_takes_runs_defaults_and_its_console_is_quiet(tmp_path):
@@ -53,19 +43,9 @@ def test_land_on_embedded_flink_takes_runs_defaults_and_its_console_is_quiet(tmp
     # streaming (continuous matching: Beam warns that it is stateful), stopped after a few windows
     result = run_cli(["land", "--config", config, "--stop_after", "30", *EMBEDDED_FLINK], timeout=600)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    _quiet(result)
+    assert_quiet_console(result)
     assert "landed      " in result.stdout and "[land] window " in result.stdout, result.stdout
     (log,) = glob.glob(os.path.join(root, "logs", "land-*", "beam.log"))
     assert f"log         {log}" in result.stdout.splitlines()
     text = open(log, encoding="utf-8").read()
     assert "flink-1.19-job-server" in text and "Matching Continuously is stateful" in text
-
-
-def test_a_build_on_embedded_flink_has_a_quiet_console(tmp_path):
-    config = tiny_corpus(tmp_path, "flink-console", TEXTS)
-    result = run_cli(["run", "--config", config, "--progress_interval", "0", *EMBEDDED_FLINK], timeout=900)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    _quiet(result)
-    assert dataset_id_from_output(result.stdout)
-    (log,) = glob.glob(str(tmp_path / "out" / "runs" / "*" / "beam.log"))
-    assert "flink-1.19-job-server" in open(log, encoding="utf-8").read()

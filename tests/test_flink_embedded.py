@@ -4,8 +4,8 @@
 Flink mini cluster inside the Beam job server (a JVM the FlinkRunner starts):
 Flink's managed memory and its sorting and spilling to local disk, on one
 machine. The defaults that make that command work as written (Flink 1.19, the
-job server ``make flink`` assembled from Maven Central, SDK workers in this
-process) are :class:`beam_pipeline.options.LocalRunnerDefaults`'. ``make test``
+job server ``make flink`` assembled from Maven Central, SDK workers in the
+build's process) are :class:`beam_pipeline.options.LocalRunnerDefaults`'. ``make test``
 assembles the job server first; here it must exist (no skip: CI runs this).
 
 The job must also get past Flink's batch optimizer, which walks every route
@@ -16,26 +16,29 @@ timeout is 5x this build's time on 2 cores (~3 min, quiet machine).
 """
 from __future__ import annotations
 
+import glob
 import os
 
 import pytest
 
-from beam_pipeline import cli
 from beam_pipeline.options import flink_job_server_jar
-from conftest import SAMPLE_CONFIG, dataset_id_from_output, layer_digests
+from conftest import SAMPLE_CONFIG, dataset_id_from_output, layer_digests, run_cli
+from tests.helpers.console import assert_quiet_console
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.mark.timeout(900)
-def test_the_sample_on_embedded_flink_is_the_reference_dataset(built, tmp_path, capsys):
+def test_the_sample_on_embedded_flink_is_the_reference_dataset_with_a_quiet_console(built, tmp_path):
+    """Also the console check of a build on embedded Flink (tests/test_console_flink.py has the landing
+    job's): one build of the sample serves both, as a user runs it, in a subprocess."""
     assert os.path.exists(flink_job_server_jar()), "run `make flink` (make test does) to assemble the job server"
     root = str(tmp_path / "out")
-    code = cli.main(["run", "--config", SAMPLE_CONFIG, "--output_root", root,
-                     "--runner=FlinkRunner", "--flink_master=[local]", "--progress_interval=0"])
-    captured = capsys.readouterr()
-    out = captured.out
-    assert code == 0, out[-3000:]
-    assert "Traceback" not in captured.err, captured.err[-3000:]  # worker hang-ups go to the run log
-    assert dataset_id_from_output(out) == built["manifest"]["dataset_id"]
+    result = run_cli(["run", "--config", SAMPLE_CONFIG, "--output_root", root,
+                      "--runner=FlinkRunner", "--flink_master=[local]", "--progress_interval=0"], timeout=900)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert_quiet_console(result)  # worker hang-ups and the job server's output go to the run log
+    assert dataset_id_from_output(result.stdout) == built["manifest"]["dataset_id"]
     assert layer_digests(root) == layer_digests(built["root"])  # every layer, byte for byte
+    (log,) = glob.glob(os.path.join(root, "runs", "*", "beam.log"))
+    assert "flink-1.19-job-server" in open(log, encoding="utf-8").read()
