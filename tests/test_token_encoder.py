@@ -274,3 +274,70 @@ def test_tiktoken_metaspace_that_disagrees_on_the_probe_is_not_used(monkeypatch)
 
     monkeypatch.setattr(token_encoder.MetaspaceTiktokenEncoder, "_ranks", wrong)
     assert load_encoder(_sentencepiece_converted()).engine == "word-cache:metaspace"
+
+
+# --- the probe's verdict, kept once per machine ---------------------------------------------------------------
+
+
+def _counting_probes(monkeypatch) -> list:
+    """The probes :func:`load_encoder` runs from now on (each a call of the real ``_same_ids``), on the edge
+    cases only: these tests are about keeping the verdict, not about the probe's texts (tested above)."""
+    from beam_pipeline.transforms import token_encoder
+
+    monkeypatch.setattr(token_encoder, "_probe_texts", lambda tokenizer, added: list(token_encoder.EDGE_PROBES))
+    calls: list = []
+    real = token_encoder._same_ids
+
+    def counted(fast, reference, texts):
+        calls.append(fast.engine)
+        return real(fast, reference, texts)
+
+    monkeypatch.setattr(token_encoder, "_same_ids", counted)
+    return calls
+
+
+def test_a_kept_verdict_picks_the_probed_engine_without_probing_again(tmp_path, monkeypatch):
+    from beam_pipeline.transforms.token_encoder import probe_verdict_key
+
+    source = open(SAMPLE_TOKENIZER, encoding="utf-8").read()
+    probes = _counting_probes(monkeypatch)
+    first = load_encoder(source, verdicts=str(tmp_path))
+    assert first.engine == "tiktoken" and probes == ["tiktoken"]
+    kept = json.loads((tmp_path / f"{probe_verdict_key(source)}.json").read_text())
+    assert kept["candidate"] == 0 and kept["engine"] == "tiktoken"
+    second = load_encoder(source, verdicts=str(tmp_path))
+    assert second.engine == "tiktoken" and probes == ["tiktoken"], "the kept verdict was probed again"
+    texts = sample_texts()[:200] + EDGE_CASES
+    assert all(np.array_equal(a, b) for a, b in zip(first.encode_batch(texts), second.encode_batch(texts)))
+    assert [p.name for p in tmp_path.iterdir()] == [f"{probe_verdict_key(source)}.json"]  # no temporary left
+
+
+def test_a_verdict_is_kept_per_tokenizer_and_a_bad_one_means_a_new_probe(tmp_path, monkeypatch):
+    from beam_pipeline.transforms.token_encoder import probe_verdict_key
+
+    source = open(SAMPLE_TOKENIZER, encoding="utf-8").read()
+    other = _variant(source, lambda s: s["decoder"].__setitem__("trim_offsets", False))  # same ids, other file
+    assert probe_verdict_key(other) != probe_verdict_key(source)
+    probes = _counting_probes(monkeypatch)
+    load_encoder(source, verdicts=str(tmp_path))
+    load_encoder(other, verdicts=str(tmp_path))
+    assert len(probes) == 2, "a verdict of another tokenizer was used"
+    verdict = tmp_path / f"{probe_verdict_key(source)}.json"
+    for bad in ("{not json", json.dumps({"candidate": 7, "engine": "tiktoken"}),
+                json.dumps({"candidate": 0, "engine": "word-cache"})):
+        verdict.write_text(bad)
+        assert load_encoder(source, verdicts=str(tmp_path)).engine == "tiktoken"
+        assert json.loads(verdict.read_text())["candidate"] == 0  # probed and kept again
+    assert len(probes) == 5
+    verdict.write_text(json.dumps({"candidate": None, "engine": "tokenizers"}))  # the probe had failed
+    assert load_encoder(source, verdicts=str(tmp_path)).engine == "tokenizers" and len(probes) == 5
+
+
+def test_a_folder_that_cannot_be_written_only_means_probing_again(tmp_path, monkeypatch):
+    source = open(SAMPLE_TOKENIZER, encoding="utf-8").read()
+    blocked = tmp_path / "a file, not a folder"
+    blocked.write_text("")
+    probes = _counting_probes(monkeypatch)
+    assert load_encoder(source, verdicts=str(blocked / "probes")).engine == "tiktoken"
+    assert load_encoder(source, verdicts=str(blocked / "probes")).engine == "tiktoken"
+    assert len(probes) == 2

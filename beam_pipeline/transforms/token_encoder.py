@@ -53,10 +53,15 @@ from __future__ import annotations
 import abc
 import copy
 import functools
+import hashlib
 import itertools
 import json
+import logging
 import operator
+import os
 import re
+import sys
+import tempfile
 import unicodedata
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -70,6 +75,7 @@ UNICODE_FORMS = ("NFC", "NFKC")
 #: Chunks longer than this are encoded but not kept by the word cache; the cache is emptied past CACHE_ENTRIES.
 CACHE_CHUNK_CHARS, CACHE_ENTRIES = 64, 1 << 20
 METASPACE = "\u2581"
+_LOGGER = logging.getLogger(__name__)
 
 
 def _byte_of_char() -> dict[str, int]:
@@ -655,8 +661,64 @@ def _same_ids(fast: Encoder, reference: TokenizersEncoder, texts: list[str]) -> 
     return all(np.array_equal(a, b) for a, b in zip(ours, theirs))
 
 
-def load_encoder(tokenizer_json: str, name: str = "tokenizer") -> Encoder:
-    """The fastest engine that encodes ``tokenizer_json`` (the file's text) to the ids ``tokenizers`` gives."""
+def probe_verdicts_folder() -> str:
+    """Where the tokenize stage keeps its probes' verdicts on this machine: ``$BEAM_PIPELINE_CACHE`` (or
+    ``~/.cache/beam_pipeline``) ``/encoder_probes``."""
+    cache = os.environ.get("BEAM_PIPELINE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "beam_pipeline")
+    return os.path.join(cache, "encoder_probes")
+
+
+def probe_verdict_key(tokenizer_json: str) -> str:
+    """What a probe's verdict depends on: the tokenizer, this module's code, the encoders' libraries and
+    Python's Unicode tables. Any of them changing is a new key, so a new probe."""
+    import tiktoken
+    import tokenizers
+
+    with open(__file__, "rb") as source:
+        code = hashlib.sha256(source.read()).hexdigest()
+    facts = [
+        hashlib.sha256(tokenizer_json.encode("utf-8")).hexdigest(),
+        code,
+        tokenizers.__version__,
+        tiktoken.__version__,
+        np.__version__,
+        unicodedata.unidata_version,
+        sys.version.split()[0],
+    ]
+    return hashlib.sha256(json.dumps(facts).encode("utf-8")).hexdigest()
+
+
+def _read_verdict(folder: str, key: str) -> dict | None:
+    try:
+        with open(os.path.join(folder, f"{key}.json"), encoding="utf-8") as f:
+            verdict = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return verdict if isinstance(verdict, dict) and "candidate" in verdict else None
+
+
+def _write_verdict(folder: str, key: str, verdict: dict) -> None:
+    """Written under a temporary name, then renamed: workers of one machine never read half a verdict. A
+    folder that cannot be written (a read-only home) only means the next load probes again."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(verdict, f)
+        os.replace(tmp, os.path.join(folder, f"{key}.json"))
+    except OSError as error:
+        _LOGGER.info("the tokenizer probe's verdict was not kept in %s: %s", folder, error)
+
+
+def load_encoder(tokenizer_json: str, name: str = "tokenizer", verdicts: str | None = None) -> Encoder:
+    """The fastest engine that encodes ``tokenizer_json`` (the file's text) to the ids ``tokenizers`` gives.
+
+    ``verdicts``: a folder (:func:`probe_verdicts_folder`) keeping which engine passed the probe, by
+    :func:`probe_verdict_key`. The probe encodes every code point of planes 0-2 and the vocabulary with
+    both engines, ~2 s of CPU, paid by every worker process that loads the tokenizer; with the folder, once
+    per machine. A kept verdict picks the same engine the probe would: the key holds everything the
+    probe's outcome depends on.
+    """
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_str(tokenizer_json)
@@ -678,11 +740,25 @@ def load_encoder(tokenizer_json: str, name: str = "tokenizer") -> Encoder:
         candidates.append(lambda: WordCacheEncoder(reference, mode, added))
     if not candidates:
         return reference
+    key = probe_verdict_key(tokenizer_json) if verdicts else ""
+    kept = _read_verdict(verdicts, key) if verdicts else None
+    if kept is not None:
+        if kept["candidate"] is None:
+            return reference
+        if isinstance(kept["candidate"], int) and 0 <= kept["candidate"] < len(candidates):
+            fast = candidates[kept["candidate"]]()
+            if fast.engine == kept.get("engine"):
+                return fast
+    chosen: Encoder = reference
+    found = None  # the index of the candidate that passed
     probe = _probe_texts(reference._tokenizer, added) + extra
-    for make in candidates:
+    for index, make in enumerate(candidates):
         fast = make()
         if _same_ids(fast, reference, probe):
             if isinstance(fast, WordCacheEncoder):
                 fast.clear_cache()  # of the probe's chunks
-            return fast
-    return reference
+            chosen, found = fast, index
+            break
+    if verdicts:
+        _write_verdict(verdicts, key, {"candidate": found, "engine": chosen.engine, "tokenizer": name})
+    return chosen

@@ -62,7 +62,7 @@ from beam_pipeline.transforms.keys import StrKeyed
 from beam_pipeline.transforms.layer_io import WRITTEN, PartitionIndexes
 from beam_pipeline.transforms.shard_stream import SpillSorter, write_packed_shard
 from beam_pipeline.transforms.task_ledger import SHARD_TASK, TaskLedger, finished_shards, shard_files, unfinished
-from beam_pipeline.transforms.token_encoder import Encoder, load_encoder
+from beam_pipeline.transforms.token_encoder import Encoder, load_encoder, probe_verdicts_folder
 
 STAGE = "tokenize"
 VERSION = "1"
@@ -205,7 +205,7 @@ class TokenizePartitionFn(beam.DoFn):
         data = read_bytes(self._path)
         if sha256_bytes(data) != self._sha256:
             raise RuntimeError(f"tokenizer {self._path} changed during the run (sha256 mismatch)")
-        return load_encoder(data.decode("utf-8"), name=self._sha256)
+        return load_encoder(data.decode("utf-8"), name=self._sha256, verdicts=probe_verdicts_folder())
 
     def process(self, index: int) -> Iterator:
         per_domain: collections.Counter = collections.Counter()
