@@ -23,7 +23,10 @@
 # * the job server from Maven Central: org.apache.beam:beam-runners-flink-1.19
 #   and its runtime dependencies, resolved by Maven into lib/, behind a
 #   manifest-only jar whose Class-Path lists them (Maven Central does not serve
-#   the shaded beam-runners-flink-*-job-server jars; docs/flink.md).
+#   the shaded beam-runners-flink-*-job-server jars; docs/flink.md);
+# * the cluster's lib/ (FLINK_LIB_DIR, in its own folder): Flink's jars and the job server's, with
+#   classloader.resolve-order parent-first, so TaskManagers keep a job's SDK workers between tasks
+#   (docs/flink.md, "SDK workers kept between tasks").
 #
 # Settings (environment): FLINK_CACHE (default ~/.cache/beam_pipeline/flink),
 # FLINK_REST_PORT (8081), FLINK_RPC_PORT (6123), FLINK_TASKMANAGERS (2), FLINK_SLOTS
@@ -54,6 +57,7 @@ CLUSTER_DIR="$CACHE/cluster-$REST_PORT"
 LOG_DIR=${FLINK_LOG_DIR:-$CLUSTER_DIR/log}
 PID_DIR="$CLUSTER_DIR/pid"
 export FLINK_CONF_DIR="$CLUSTER_DIR/conf"
+export FLINK_LIB_DIR="$CLUSTER_DIR/lib"
 JS_DIR="$CACHE/beam-flink-$JOB_SERVER_FLINK-job-server-$JOB_SERVER_BEAM"
 JS_JAR="$JS_DIR/beam-runners-flink-$JOB_SERVER_FLINK-job-server-$JOB_SERVER_BEAM.jar"
 
@@ -147,6 +151,7 @@ configure() {
   java_opts=$(grep -E "^\s+all: --add-exports" "$FLINK_HOME/conf/config.yaml.dist")
   mkdir -p "$FLINK_CONF_DIR" "$LOG_DIR" "$PID_DIR"
   cp "$FLINK_HOME"/conf/log4j*.properties "$FLINK_HOME"/conf/logback*.xml "$FLINK_CONF_DIR"/ 2>/dev/null || true
+  beam_in_lib
   cat > "$conf" <<EOF
 # Written by scripts/flink_cluster.sh: a one-machine session cluster on localhost only
 # ($TASKMANAGERS TaskManagers of $SLOTS slot(s) each, separate JVMs).
@@ -198,7 +203,26 @@ rest:
 blob:
   server:
     port: 0
+# Beam's runner from the cluster's lib/ (beam_in_lib), for every job: the TaskManagers then keep a job's
+# SDK workers from one task to the next (--environment_cache_millis) instead of starting new ones for each.
+classloader:
+  resolve-order: parent-first
 EOF
+}
+
+# The cluster's lib/: Flink's own jars and the job server's (Beam's Flink runner and what it needs, but
+# the Flink jars it was built against), as links in $CLUSTER_DIR/lib (FLINK_LIB_DIR). Beam keeps a job's
+# SDK workers between tasks only when its runner classes come from Flink's parent class loader
+# (FlinkExecutableStageContextFactory); loaded from the job's jar, every task starts its own workers and
+# the sample's job started ~30 per TaskManager (docs/flink.md, "SDK workers kept between tasks").
+beam_in_lib() {
+  rm -rf "$CLUSTER_DIR/lib" && mkdir -p "$CLUSTER_DIR/lib"
+  ln -s "$FLINK_HOME"/lib/*.jar "$CLUSTER_DIR/lib/"
+  local jar
+  for jar in "$JS_DIR"/lib/*.jar; do
+    case "$(basename "$jar")" in flink-*|slf4j-*) continue ;; esac
+    ln -s "$jar" "$CLUSTER_DIR/lib/"
+  done
 }
 
 rest() { "$PYTHON" - "$REST_PORT" "$1" <<'EOF'

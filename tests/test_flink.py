@@ -6,7 +6,9 @@ TaskManagers of one slot each, three JVMs on localhost (REST on
 for the configuration, logs and pid files), from the apache-flink /
 apache-flink-libraries wheels; the Beam Flink 1.19 job server comes from
 ``make flink``. With ``--parallelism=2`` every shuffle's records cross Flink's
-network between the two JVMs. The build is submitted as docs/flink.md writes
+network between the two JVMs. Beam's runner is in the cluster's ``lib/``, so each
+TaskManager keeps its SDK workers from one task to the next (docs/flink.md, "SDK workers
+kept between tasks"): the test checks it. The build is submitted as docs/flink.md writes
 it, with the SDK worker environment an on-prem cluster uses::
 
     python -m beam_pipeline run --config sample/corpus.yaml --runner=FlinkRunner \\
@@ -43,6 +45,7 @@ import pytest
 from beam_pipeline import cli
 from beam_pipeline.options import sdk_worker
 from conftest import REPO, SAMPLE_CONFIG, dataset_id_from_output, layer_digests, marked_processes
+from tests.helpers.resume import copy_layers_before
 
 pytestmark = pytest.mark.slow
 
@@ -135,9 +138,16 @@ def committed_layers_are_whole(root: str) -> None:
     assert not temporaries, temporaries
 
 
+def sdk_worker_starts() -> dict[str, int]:
+    """SDK workers started so far, per TaskManager log (each logs "Python sdk harness starting" once)."""
+    return {os.path.basename(path): open(path, errors="replace").read().count("Python sdk harness starting")
+            for path in glob.glob(os.path.join(script("logs").strip(), "flink-*-taskexecutor-*.log"))}
+
+
 @pytest.mark.timeout(3600)
 def test_sample_on_two_taskmanagers_is_the_local_runners_dataset_byte_for_byte(cluster, built, tmp_path, capsys):
     before = rest("/overview")
+    workers_before = sdk_worker_starts()
     root = str(tmp_path / "out")
     started = time.monotonic()
     code = cli.main(["run", "--config", SAMPLE_CONFIG, "--output_root", root, *flink_args(cluster["jar"])])
@@ -158,6 +168,11 @@ def test_sample_on_two_taskmanagers_is_the_local_runners_dataset_byte_for_byte(c
     job = max(rest("/jobs/overview")["jobs"], key=lambda j: j["start-time"])
     assert job["state"] == "FINISHED", job
     assert len(job_taskmanagers(job["jid"])) == 2, "the job did not run on both TaskManagers"
+    # each TaskManager kept its SDK workers from task to task (Beam in the cluster's lib/ and
+    # --environment_cache_millis: docs/flink.md); without, each started 29-30 for the sample's tasks
+    started = {log: n - workers_before.get(log, 0) for log, n in sdk_worker_starts().items()}
+    print(f"SDK workers started per TaskManager: {started}", file=sys.__stderr__)
+    assert len(started) == 2 and all(1 <= n <= 2 for n in started.values()), started
 
 
 def running_vertex(name_part: str) -> tuple[str, str] | None:
@@ -187,8 +202,13 @@ def test_a_taskmanager_killed_during_near_dedup_costs_a_restart_not_the_dataset(
     """kill -9 of a TaskManager JVM while near dedup runs; a new TaskManager starts (what a supervisor,
     systemd or Kubernetes, does); Flink's restart strategy runs the job again, and the build publishes
     the local runner's dataset. Were the restarts used up, the build would fail with one line and the
-    same command would finish (reusing every committed layer): that path is taken too if it happens."""
+    same command would finish (reusing every committed layer): that path is taken too if it happens.
+
+    The output root starts with the reference's layers of the stages before near dedup (what an earlier
+    run would have committed), so the cluster runs near dedup and what follows: the stages the kill is
+    about, at about half the cost of the whole build (the test above builds it all on the cluster)."""
     root = str(tmp_path / "out")
+    copy_layers_before("near_dedup", built["root"], root, list(built["stages"]))
     command = [sys.executable, "-m", "beam_pipeline", "run", "--config", SAMPLE_CONFIG, "--output_root", root,
                *flink_args(cluster["jar"])]
     log_path = tmp_path / "run.log"

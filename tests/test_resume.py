@@ -8,7 +8,6 @@ finish from there to the reference bytes.
 """
 import glob
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import time
 import pytest
 
 from conftest import IN_PROCESS, REPO, SAMPLE_CONFIG, dataset_id_from_output, layer_digests, run_cli
+from tests.helpers.resume import copy_layers_before
 
 pytestmark = pytest.mark.slow
 
@@ -27,16 +27,6 @@ KILL_POINTS = {
     "select": "layers/select/*",
     "tokenize": "layers/tokenize/*/shards/*.bin",
 }
-
-
-def copy_layers_before(stage: str, reference_root: str, root: str, run_order: list[str]) -> None:
-    """Copy the reference's snapshot and the complete layers (with their dead letters) of the stages
-    that run before ``stage``."""
-    shutil.copytree(os.path.join(reference_root, "snapshots"), os.path.join(root, "snapshots"))
-    for earlier in run_order[:run_order.index(stage)]:
-        for folder in ("layers", "dead_letter"):
-            if os.path.isdir(os.path.join(reference_root, folder, earlier)):
-                shutil.copytree(os.path.join(reference_root, folder, earlier), os.path.join(root, folder, earlier))
 
 
 def start_and_kill(root: str, log_path: str, due, timeout: float = 300) -> bool:

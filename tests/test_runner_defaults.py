@@ -48,6 +48,15 @@ def test_what_the_user_gives_flink_wins(jar):
     assert args[:len(given)] == given
 
 
+def test_flink_keeps_a_jobs_sdk_workers_between_tasks_unless_told_otherwise(jar):
+    """docs/flink.md, "SDK workers kept between tasks": Beam's default (0) starts new workers for every task."""
+    for master in ("[local]", "jobmanager:8081"):
+        args = LocalRunnerDefaults.apply(["--runner=FlinkRunner", f"--flink_master={master}"])
+        assert f"--environment_cache_millis={corpus_options.ENVIRONMENT_CACHE_MILLIS}" in args
+    own = LocalRunnerDefaults.apply(["--runner=FlinkRunner", "--environment_cache_millis=0"])
+    assert [a for a in own if a.startswith("--environment_cache_millis")] == ["--environment_cache_millis=0"]
+
+
 def test_a_job_server_of_ones_own_gets_the_stack_and_a_running_one_nothing(tmp_path):
     own = LocalRunnerDefaults.apply(["--runner=FlinkRunner", f"--flink_job_server_jar={tmp_path}/js.jar"])
     assert "--job_server_jvm_properties=-Xss16m" in own

@@ -103,6 +103,10 @@ LOCAL_RUNNER_CEILING_BYTES = 2_000_000_000
 #: The job server's thread stack: Flink's batch optimizer walks the build's 196-deep chain of transforms
 #: recursively and overflowed the default 1 MiB stack intermittently (bench/README.md, embedded Flink).
 JOB_SERVER_THREAD_STACK = "-Xss16m"
+#: How long a Flink TaskManager keeps a job's idle SDK workers for its next task (Beam's default, 0, starts
+#: new ones for every task: 29-30 per TaskManager for the sample; docs/flink.md, "SDK workers kept
+#: between tasks"). An idle worker is stopped this long after its last task, the job's last one too.
+ENVIRONMENT_CACHE_MILLIS = 60_000
 
 
 class RunnerError(ValueError):
@@ -134,7 +138,8 @@ class LocalRunnerDefaults:
       is the number of cores; the job server this process starts gets a 16 MiB
       thread stack (:data:`JOB_SERVER_THREAD_STACK`). On a cluster (``--flink_master=host:port``)
       each TaskManager starts its SDK workers with this environment's boot
-      (``--environment_type=PROCESS``, :mod:`beam_pipeline.options.sdk_worker`).
+      (``--environment_type=PROCESS``, :mod:`beam_pipeline.options.sdk_worker`). Either way a
+      TaskManager keeps a job's SDK workers between its tasks (:data:`ENVIRONMENT_CACHE_MILLIS`).
     """
 
     @staticmethod
@@ -194,6 +199,8 @@ def flink_defaults(beam_args: list[str]) -> list[str]:
         and _flag(beam_args, "job_server_jvm_property") is None
     ):  # the job server this process starts
         extra.append(f"--job_server_jvm_properties={JOB_SERVER_THREAD_STACK}")
+    if _flag(beam_args, "environment_cache_millis") is None:
+        extra.append(f"--environment_cache_millis={ENVIRONMENT_CACHE_MILLIS}")
     master = _flag(beam_args, "flink_master")
     if master in (None, "[local]", "[auto]"):
         if master is None:
