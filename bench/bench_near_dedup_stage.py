@@ -8,6 +8,8 @@ Usage::
     .venv/bin/python bench/bench_near_dedup_stage.py --recall         # near_dup_recall's labeled set, defaults
     .venv/bin/python bench/bench_near_dedup_stage.py --corpus bench/work/corpus --corpus-mb 100   # bench/build_corpus.py
     .venv/bin/python bench/bench_near_dedup_stage.py --generated 1000000   # made here: clusters and chains
+    .venv/bin/python bench/bench_near_dedup_stage.py --corpus bench/work/corpus --corpus-mb 50 \
+        --against-signature-only --rounds 3 --json out.json   # the defaults' cost over signature-only
 
 Each run builds the stage and writes its outputs in one job on the in-process
 DirectRunner (``in_memory``), and reports the process's CPU seconds
@@ -38,6 +40,15 @@ it is the local runner's ceiling, not a worker's bound), the groups and their
 mean entries (``near_dedup.group_entries``), and the ledger's
 ``components_rounds``, ``clusters``, ``clustered_documents`` and
 ``near_duplicates``. Every run prints the MB/s per core of its CPU seconds.
+
+``--against-signature-only`` (with ``--documents`` or ``--corpus``) measures what the defaults of
+issue 42 item 4 cost: the ``near_dedup`` section of ``--config`` as it is, and the same with
+``verify: signature`` and ``lines.signature_min_repeats: null`` (:func:`signature_only`), each run in a
+fresh process (``--variant``; the numba cache is warmed by one untimed run of each first), ``--rounds``
+rounds with the order reversed every other round, so both see the same machine load. It prints and
+writes (``--json``) the CPU seconds of every run, the medians, the overhead
+``median(config) / median(signature-only) - 1`` and the digests of each variant (equal across the
+runs of a variant, or it says so).
 
 The spill-file implementation this stage replaced can be measured with the
 same script: export its code (``git archive 1d4bd26 | tar -x -C /tmp/old``)
@@ -138,10 +149,24 @@ def digests(layer: Layer) -> dict[str, list[str]]:
             for output in OUTPUTS}
 
 
-def measure(root: str, config: NearDedupConfig, paths: list[str], estimate: int | None = None) -> dict:
-    started, cpu = time.monotonic(), time.process_time()
-    layer = run_stage(root, config, paths, estimate)
+def measure(root: str, config: NearDedupConfig, paths: list[str], estimate: int | None = None,
+            profile: str | None = None) -> dict:
+    """One run's CPU and wall seconds and digests; with ``profile``, the run under ``cProfile`` with
+    ``time.process_time`` as its timer (the profiler's per-call cost inflates Python-heavy code), the
+    stats dumped there (``python -m pstats``)."""
+    started, cpu, usage = time.monotonic(), time.process_time(), resource.getrusage(resource.RUSAGE_SELF)
+    if profile:
+        import cProfile
+
+        profiler = cProfile.Profile(time.process_time)
+        layer = profiler.runcall(run_stage, root, config, paths, estimate)
+        profiler.dump_stats(profile)
+    else:
+        layer = run_stage(root, config, paths, estimate)
+    after = resource.getrusage(resource.RUSAGE_SELF)
     return {"root": root, "cpu_seconds": round(time.process_time() - cpu, 2), "wall_seconds": round(time.monotonic() - started, 2),
+            # of the CPU seconds, the kernel's (page faults of the runner's buffers count there) and the faults
+            "system_seconds": round(after.ru_stime - usage.ru_stime, 2), "minor_faults": after.ru_minflt - usage.ru_minflt,
             "digests": digests(layer)}
 
 
@@ -288,6 +313,55 @@ def ledger_counts(layer: Layer, name: str) -> int:
     return sum(found)
 
 
+def signature_only(config: NearDedupConfig) -> NearDedupConfig:
+    """``config`` verified on MinHash signatures alone, without template lines: what the defaults'
+    two tiers on exact shingle sets and template lines are measured against (issue 42, item 4)."""
+    lines = config.lines.model_copy(update={"signature_min_repeats": None})
+    return config.model_copy(update={"verify": "signature", "lines": lines})
+
+
+VARIANTS = {"config": lambda config: config, "signature-only": signature_only}
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def compare_variants(documents: str, config_path: str, rounds: int, work: str) -> dict:
+    """Each variant of :data:`VARIANTS` on the ``documents`` glob, one fresh process per run (this script
+    with ``--variant``), ``rounds`` rounds in alternating order after one untimed warm-up run of each
+    (numba's cache, the OS's file cache); -> {"runs", "medians", "overhead", "digests_equal"}."""
+    import subprocess
+
+    def one(variant: str, label: str) -> dict:
+        out = os.path.join(work, f"{label}.json")
+        subprocess.run([sys.executable, os.path.abspath(__file__), "--documents", documents, "--config", config_path,
+                        "--variant", variant, "--json", out], check=True, stdout=subprocess.DEVNULL)
+        with open(out, encoding="utf-8") as f:
+            result = json.load(f)["results"]["documents"][0]
+        result["load_average"] = round(os.getloadavg()[0], 1)
+        return result
+
+    names = list(VARIANTS)
+    for name in names:
+        one(name, f"warm-{name}")
+    runs: dict[str, list[dict]] = {name: [] for name in names}
+    for index in range(rounds):
+        for name in names if index % 2 == 0 else names[::-1]:
+            result = one(name, f"round-{index}-{name}")
+            runs[name].append(result)
+            print(f"round {index} {name}: CPU {result['cpu_seconds']:.2f} s, wall {result['wall_seconds']:.2f} s, "
+                  f"load {result['load_average']}", flush=True)
+    medians = {name: median([r["cpu_seconds"] for r in runs[name]]) for name in names}
+    overhead = medians["config"] / medians["signature-only"] - 1
+    equal = {name: all(r["digests"] == runs[name][0]["digests"] for r in runs[name]) for name in names}
+    print(f"medians: {json.dumps(medians)}; overhead of the config over signature-only: {overhead:+.1%}; "
+          f"digests equal across runs: {json.dumps(equal)}", flush=True)
+    return {"runs": runs, "medians": medians, "overhead": round(overhead, 4), "digests_equal": equal}
+
+
 def text_megabytes(paths: list[str]) -> float:
     return sum(len((row["text"] or "").encode("utf-8")) for path in paths
                for row in pq.read_table(path, columns=["text"]).to_pylist()) / 1e6
@@ -306,16 +380,36 @@ def main(argv=None) -> int:
                         "count for its text at the default layout, build.partition_count)")
     parser.add_argument("--repeat", type=int, default=1, help="runs per config (in this process)")
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--against-signature-only", action="store_true", help="the config against signature-only "
+                        "verification without template lines, interleaved fresh processes (--rounds)")
+    parser.add_argument("--profile", help="cProfile each run (process_time timer) into this file")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of --against-signature-only")
+    parser.add_argument("--variant", choices=sorted(VARIANTS), default="config",
+                        help="the near_dedup section of --config as it is, or signature-only (signature_only)")
     args = parser.parse_args(argv)
     if not args.documents and not args.labeled and not args.recall and not args.corpus and not args.generated:
         parser.error("give --documents, --labeled, --recall, --corpus or --generated")
     work = tempfile.mkdtemp(prefix="bench-near-dedup-stage-")
     code = "spill files" if SPILL_FILE_CODE else "runner shuffles"
     print(f"code: {os.path.dirname(beam_pipeline.__file__)} ({code}); load average {os.getloadavg()[0]:.1f}")
+    if args.against_signature_only:
+        if not args.documents and not args.corpus:
+            parser.error("--against-signature-only takes --documents or --corpus")
+        documents = args.documents
+        if args.corpus:
+            corpus_partitions(args.corpus, args.corpus_mb, os.path.join(work, "corpus"))
+            documents = os.path.join(work, "corpus", "part-*.parquet")
+        compared = compare_variants(documents, args.config, args.rounds, work)
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as f:
+                json.dump({"code": code, "documents": args.documents or f"{args.corpus} first {args.corpus_mb} MB",
+                           "config": args.config, **compared}, f, indent=1)
+        return 0
+    variant = VARIANTS[args.variant]
     runs = []
     if args.documents:
         paths = sorted(glob.glob(args.documents))
-        runs.append(("documents", load_config(args.config).near_dedup, paths))
+        runs.append(("documents", variant(load_config(args.config).near_dedup), paths))
     if args.labeled:
         paths = labeled_partitions(os.path.join(work, "labeled"))
         runs += [(name, NearDedupConfig(enabled=True, **overrides), paths) for name, overrides in LABELED_RUNS]
@@ -323,7 +417,7 @@ def main(argv=None) -> int:
         runs.append(("recall set, defaults", NearDedupConfig(enabled=True),
                      recall_partitions(os.path.join(work, "recall"))))
     if args.corpus:
-        runs.append(("corpus", load_config(args.config).near_dedup,
+        runs.append(("corpus", variant(load_config(args.config).near_dedup),
                      corpus_partitions(args.corpus, args.corpus_mb, os.path.join(work, "corpus"))))
     if args.generated:
         runs.append((f"generated {args.generated}", NearDedupConfig(enabled=True),
@@ -333,7 +427,7 @@ def main(argv=None) -> int:
         megabytes = text_megabytes(paths)
         for attempt in range(args.repeat):
             estimate = near_dedup.estimated_documents(int(megabytes * 1e6)) if name.startswith("generated") else None
-            result = measure(os.path.join(work, f"run-{index}-{attempt}"), config, paths, estimate)
+            result = measure(os.path.join(work, f"run-{index}-{attempt}"), config, paths, estimate, args.profile)
             result["text_mb"] = round(megabytes, 2)
             result["mb_per_cpu_second"] = round(megabytes / result["cpu_seconds"], 2)
             result["load_average"] = round(os.getloadavg()[0], 1)

@@ -229,3 +229,57 @@ def test_a_previous_version_competes_with_its_member_and_its_own_signature(tmp_p
         ("bands", 0, [4], (("d1", member),)), ("bands", 3, [7], (("d1", member),)),
         ("blocks", 3, [3], (("d1", member, 0b1011),))]
     assert representative_order(member)[0] == 0  # a previous version goes first
+
+
+def _apart(rows_by_layer):
+    """(payload blocks, shingle set blocks) of signature rows as signing and the previous versions' reads
+    emit them with ``shingles_apart``: the sets travel apart from the payloads."""
+    payloads, shingle_sets = [], []
+    for layer, rows in enumerate(rows_by_layer):
+        for row in rows:
+            near_dedup.add_payload(payloads, shingle_sets, row["doc_id"], layer, payload_of(row), True)
+    return near_dedup.doc_blocks(payloads, GROUPS), near_dedup.doc_blocks(shingle_sets, GROUPS)
+
+
+def test_shingle_sets_travel_apart_and_only_the_pairs_ends_are_put_back():
+    """The sets leave the payloads (SHINGLES_APART in their place); verification puts the sets of the
+    pairs' ends back, each from the layer its payload came from, and hands those sets on (selected)."""
+    def row(doc_id, shingles):
+        return {**_signature_row(doc_id, [1]), "shingles": shingles}
+
+    new = [row("n1", b"set n1"), row("n2", b"set n2"), row("alone", b"set alone"), row("both", b"new both")]
+    old = [row("o1", b"set o1"), row("both", b"old both")]
+    payloads, shingle_sets = _apart([new, old])
+    assert all(p[2] is near_dedup.SHINGLES_APART for block in payloads for _, _, p in block[1])
+    pairs = [("n1", "n2", None), ("o1", "n1", None), ("both", "n2", None)]
+    with beam.Pipeline(options=OPTIONS) as p:
+        verified = ({"pairs": p | "Pairs" >> beam.Create(pairs),
+                     "signature": p | "Signatures" >> beam.Create(payloads),
+                     "shingles": p | "Sets" >> beam.Create(shingle_sets)}
+                    | VerifyPairs(lambda a, b: (a[2], b[2]), "test", GROUPS))
+        assert_that(verified["checked"], equal_to([
+            ("n1", "n2", None, (b"set n1", b"set n2")), ("o1", "n1", None, (b"set o1", b"set n1")),
+            ("both", "n2", None, (b"new both", b"set n2"))]), label="checked")
+        selected = verified["selected"] | beam.FlatMap(lambda block: [(d, layer) for d, layer, _ in block[1]])
+        assert_that(selected, equal_to([("n1", 0), ("n2", 0), ("o1", 1), ("both", 0), ("both", 1)]),
+                    label="selected")
+
+
+def test_verification_fails_on_a_missing_shingle_set():
+    payloads, _ = _apart([[{**_signature_row("n1", [1]), "shingles": b"a"},
+                           {**_signature_row("n2", [1]), "shingles": b"b"}]])
+    with pytest.raises(Exception, match="no shingle set for document n"):
+        with beam.Pipeline(options=OPTIONS) as p:
+            _ = ({"pairs": p | "Pairs" >> beam.Create([("n1", "n2", None)]),
+                  "signature": p | "Signatures" >> beam.Create(payloads),
+                  "shingles": p | "Sets" >> beam.Create([])}
+                 | VerifyPairs(lambda a, b: True, "test", GROUPS))
+
+
+def test_shingle_sets_travel_apart_only_where_a_minhash_check_reads_them():
+    assert near_dedup.shingles_apart(NearDedupParams.from_config(NearDedupConfig(enabled=True)))
+    for config in ({"verify": "signature"}, {"two_tier": {"measure": "estimate"}}, {"method": "simhash"}):
+        assert not near_dedup.shingles_apart(NearDedupParams.from_config(NearDedupConfig(enabled=True, **config)))
+    payloads, shingle_sets = [], []
+    near_dedup.add_payload(payloads, shingle_sets, "legacy", 1, (b"m", None, None, None), True)  # a layer without sets
+    assert payloads == [("legacy", 1, (b"m", None, None, None))] and shingle_sets == []

@@ -29,8 +29,8 @@ the reasoning and the numbers)::
       |       (+ previous versions' signature partitions: payloads and keys alike)
       |                                    v
       |    MinHashEdges: GroupByKey(key group) -> per shared band key: star edges (min doc_id, other)
-      |                  -> VerifyPairs: CoGroupByKey(group of a, signature blocks),
-      |                                  CoGroupByKey(group of b, signature blocks)
+      |                  -> VerifyPairs: CoGroupByKey(group of a, signature blocks, shingle set blocks),
+      |                                  CoGroupByKey(group of b, signature blocks, the sets of b asked for)
       |                     (PairCheck: two tiers on exact shingle sets by default, dedup/verify.py)
       |    SimHashEdges: GroupByKey(key group) -> per shared block key: pairs within max_hamming bits
       |                                    v
@@ -50,10 +50,12 @@ the reasoning and the numbers)::
            -> annotation rows (the build writes them, partitioned and sorted by doc_id)
 
 What is grouped is small: doc_ids, band keys, member tuples (rank, quality,
-date, doc_id, source, length), signatures (``num_perm`` x 4 bytes, and with
-``two_tier.measure: exact``, the default, or ``verify: jaccard`` the sorted
-distinct shingle hashes: ~4x the text), labels and character ranges; text is
-read by the tasks of its partition only. Every grouping key is
+date, doc_id, source, length), signatures (``num_perm`` x 4 bytes), labels and
+character ranges; with ``two_tier.measure: exact``, the default, or ``verify:
+jaccard`` also the sorted distinct shingle hashes (~4x the text), apart from
+the signatures: every document's through the candidates' first verification
+join only, then the pairs' ends' (:class:`VerifyPairs`). Text is read by the
+tasks of its partition only. Every grouping key is
 a str (doc_id, cluster label) or a non-negative int (key groups of the band
 and block keys, line and window keys), typed with ``StrKeyed``/``IntKeyed``.
 LSH keys travel in blocks, one per signing task and key group
@@ -125,11 +127,14 @@ INPUT_COLUMNS = ["doc_id", "source", "source_rank", "date", "text"]
 
 #: The columns of a signature row that verification reads (:class:`PairCheck`'s payload).
 PAYLOAD_COLUMNS = ["minhash", "simhash", "shingles", "shingle_count"]
+#: The place of the shingle set in a payload whose set travels apart (:func:`add_payload`).
+SHINGLES_APART = True
 
 _MEMBERS, _PAYLOADS, _BANDS, _BLOCKS = "members", "payloads", "bands", "blocks"
 _MEMBER, _PREVIOUS, _LABEL, _SPAN = "member", "previous", "label", "span"
 _CLUSTERED, _CHECK, _ROWS, _SIZES = "clustered", "check", "rows", "sizes"
 _KEYS, _SIGNATURE, _EDGES, _PAIRS, _CHECKED = "keys", "signature", "edges", "pairs", "checked"
+_SHINGLES, _SELECTED = "shingles", "selected"
 
 
 # --- parameters -----------------------------------------------------------------
@@ -378,6 +383,7 @@ class AnnotateNearDuplicates(beam.PTransform):
                 IntKeyed,
                 **{
                     _PAYLOADS: IntKeyed,
+                    _SHINGLES: IntKeyed,
                     _BANDS: IntKeyed,
                     _BLOCKS: IntKeyed,
                     SIGNATURES: Any,
@@ -385,9 +391,10 @@ class AnnotateNearDuplicates(beam.PTransform):
                     COUNTS: Any,
                 },
             )
-            .with_outputs(SIGNATURES, _PAYLOADS, _BANDS, _BLOCKS, DEAD_LETTER, COUNTS, main=_MEMBERS)
+            .with_outputs(SIGNATURES, _PAYLOADS, _SHINGLES, _BANDS, _BLOCKS, DEAD_LETTER, COUNTS, main=_MEMBERS)
         )
         payloads, bands, blocks = [signed[_PAYLOADS]], [signed[_BANDS]], [signed[_BLOCKS]]
+        shingle_sets = [signed[_SHINGLES]]
         if self._previous:
             old = (
                 pbegin
@@ -403,19 +410,22 @@ class AnnotateNearDuplicates(beam.PTransform):
                 | "SpreadPreviousPartitions" >> beam.Reshuffle()
                 | "ReadPreviousSignatures"
                 >> beam.ParDo(PreviousSignaturesFn(params, groups))
-                .with_output_types(IntKeyed, **{_BANDS: IntKeyed, _BLOCKS: IntKeyed})
-                .with_outputs(_BANDS, _BLOCKS, main=_PAYLOADS)
+                .with_output_types(IntKeyed, **{_SHINGLES: IntKeyed, _BANDS: IntKeyed, _BLOCKS: IntKeyed})
+                .with_outputs(_SHINGLES, _BANDS, _BLOCKS, main=_PAYLOADS)
             )
             payloads.append(old[_PAYLOADS])
+            shingle_sets.append(old[_SHINGLES])
             bands.append(old[_BANDS])
             blocks.append(old[_BLOCKS])
         # (doc group, block of (doc_id, layer, payload)); layer 0: this corpus
         signatures = _flatten(payloads, "AllSignatures")
+        # (doc group, block of (doc_id, layer, shingle set)): the sets that travel apart (shingles_apart)
+        shingles = {_SHINGLES: _flatten(shingle_sets, "AllShingleSets")} if shingles_apart(params) else {}
 
         found = []  # per finder: {"edges", "previous" (previous-version members), "counts"}
         if params.use_minhash:
             found.append(
-                {_KEYS: _flatten(bands, "AllBandKeys"), _SIGNATURE: signatures}
+                {_KEYS: _flatten(bands, "AllBandKeys"), _SIGNATURE: signatures, **shingles}
                 | "MinHashEdges" >> MinHashEdges(params, groups)
             )
         if params.use_simhash:
@@ -438,7 +448,10 @@ class AnnotateNearDuplicates(beam.PTransform):
                 >> RepeatedSpans(documents, params.span_sources, params.span_min_words, params.seed, after)
                 | "SpanBlocks" >> DocBlocks(groups)
             )
-        clusters = {**parts, _SIGNATURE: signatures} | "Clusters" >> AssignClusters(params, groups)
+        if shingles and not params.use_simhash:
+            # every member of a cluster is an end of a verified candidate pair: their sets are selected already
+            shingles = {_SHINGLES: found[0][_SELECTED]}
+        clusters = {**parts, _SIGNATURE: signatures, **shingles} | "Clusters" >> AssignClusters(params, groups)
         counts.extend(clusters[COUNTS])
         return {
             ANNOTATIONS: clusters[ANNOTATIONS],
@@ -455,8 +468,10 @@ def _flatten(collections: list, label: str):
 
 
 class MinHashEdges(beam.PTransform):
-    """{"keys": (key group, band key block), "signature": (doc_id, (layer, payload))}
-    -> {"edges": verified (a, b), "previous": (doc_id, member), "counts"}.
+    """{"keys": (key group, band key block), "signature": (doc group, block of (doc_id, layer, payload)),
+    "shingles" (optional): (doc group, block of (doc_id, layer, shingle set))}
+    -> {"edges": verified (a, b), "previous": (doc_id, member), "counts", "selected": the shingle sets
+    of the candidates' ends (with "shingles" only)}.
 
     One ``GroupByKey`` on the band keys' group (:class:`LshKeyBlocks`) brings
     each band bucket together and makes a star of it (:class:`MinHashBucketFn`); each distinct candidate pair is then verified
@@ -478,14 +493,18 @@ class MinHashEdges(beam.PTransform):
             .with_outputs(_PREVIOUS, COUNTS, main=_PAIRS)
         )
         edges, counts = buckets[_PAIRS], [buckets[COUNTS]]
+        selected = {}
         if self._params.verify != "none":
+            shingles = {_SHINGLES: inputs[_SHINGLES]} if _SHINGLES in inputs else {}
             verified = {
                 _PAIRS: edges | "AsCandidatePairs" >> beam.Map(lambda e: (e[0], e[1], None)),
                 _SIGNATURE: inputs[_SIGNATURE],
+                **shingles,
             } | "VerifyCandidates" >> VerifyPairs(PairCheck(self._params, "minhash"), "candidate", self._groups)
             edges = verified[_CHECKED] | "KeepVerified" >> beam.FlatMap(lambda r: [(r[0], r[1])] if r[3] else [])
             counts.append(verified[COUNTS])
-        return {_EDGES: edges, _PREVIOUS: buckets[_PREVIOUS], COUNTS: tuple(counts)}
+            selected = {_SELECTED: verified[_SELECTED]} if shingles else {}
+        return {_EDGES: edges, _PREVIOUS: buckets[_PREVIOUS], COUNTS: tuple(counts), **selected}
 
 
 class SimHashEdges(beam.PTransform):
@@ -510,8 +529,9 @@ class SimHashEdges(beam.PTransform):
 
 
 class VerifyPairs(beam.PTransform):
-    """{"pairs": (a, b, carry), "signature": (doc group, block of (doc_id, layer, payload))}
-    -> {"checked": (a, b, carry, ok), "counts"}.
+    """{"pairs": (a, b, carry), "signature": (doc group, block of (doc_id, layer, payload)), "shingles"
+    (optional): (doc group, block of (doc_id, layer, shingle set))} -> {"checked": (a, b, carry, ok),
+    "counts", "selected" (with "shingles"): (doc group, block of the shingle sets of the pairs' ends)}.
 
     ``b`` is a document of this corpus; ``a`` of this corpus or of an earlier
     version. The pairs travel in blocks per doc group of ``a``
@@ -526,6 +546,20 @@ class VerifyPairs(beam.PTransform):
 
     Signatures travel as blocks, not one element per document, because every
     document's signature goes through each join whether or not it is in a pair.
+
+    The exact shingle sets (8 B per distinct shingle, about the text's size)
+    do not go through both joins: with :func:`shingles_apart`, a payload holds
+    :data:`SHINGLES_APART` in the set's place and the sets come as
+    "shingles". Only the first join reads them: each pair also asks, in the
+    doc group of ``b``, for ``b``'s set (:class:`_PairRequestsFn`), and the
+    first join hands on the sets of its group's ends, ``b``'s with the pairs
+    that go to ``b``'s group (:class:`_AttachFirstFn`; :func:`first_payloads`
+    puts each set back in its payload) and all of them as "selected", which
+    the representatives' check reads instead of every document's set (every
+    member of a cluster is an end of a verified candidate pair). Moved
+    through four joins for every document, the sets were most of what the
+    defaults' verification cost over ``verify: signature``
+    (``bench/results/near-dedup-defaults-cost-20261207-b.md``).
     """
 
     def __init__(self, check, label: str, groups: int):
@@ -535,21 +569,28 @@ class VerifyPairs(beam.PTransform):
         self._groups = groups
 
     def expand(self, inputs):
-        signatures = inputs[_SIGNATURE]
+        with_sets = _SHINGLES in inputs
+        shingles = {_SHINGLES: inputs[_SHINGLES]} if with_sets else {}
         attached = (
             {
-                _PAIRS: inputs[_PAIRS] | "PairsByFirst" >> DocBlocks(self._groups),
-                _SIGNATURE: signatures,
+                _PAIRS: inputs[_PAIRS]
+                | "PairsByFirst" >> beam.ParDo(_PairRequestsFn(self._groups, with_sets)).with_output_types(IntKeyed),
+                _SIGNATURE: inputs[_SIGNATURE],
+                **shingles,
             }
             | "JoinFirstSignature" >> beam.CoGroupByKey()
-            | "AttachFirst" >> beam.ParDo(_AttachFirstFn(self._groups)).with_output_types(IntKeyed)
+            | "AttachFirst"
+            >> beam.ParDo(_AttachFirstFn(self._groups))
+            .with_output_types(IntKeyed, **{_SELECTED: IntKeyed})
+            .with_outputs(_SELECTED, main=_PAIRS)
         )
         checked = (
-            {_PAIRS: attached, _SIGNATURE: signatures}
+            {_PAIRS: attached[_PAIRS], _SIGNATURE: inputs[_SIGNATURE]}
             | "JoinSecondSignature" >> beam.CoGroupByKey()
             | "Check" >> beam.ParDo(_CheckFn(self._check, self._label)).with_outputs(COUNTS, main=_CHECKED)
         )
-        return {_CHECKED: checked[_CHECKED], COUNTS: checked[COUNTS]}
+        selected = {_SELECTED: attached[_SELECTED]} if with_sets else {}
+        return {_CHECKED: checked[_CHECKED], COUNTS: checked[COUNTS], **selected}
 
 
 def doc_blocks(entries: Iterable[tuple], groups: int) -> list[tuple[int, tuple]]:
@@ -580,11 +621,16 @@ class _DocBlocksFn(BundleBlocksFn):
         yield from self._flush_if_full()
 
 
-def first_payloads(blocks: Iterable[tuple], wanted: set[str]) -> dict[str, tuple]:
-    """{doc_id: payload of the first layer (lowest index) that holds it} for the ``wanted`` doc_ids.
+def first_payloads(
+    blocks: Iterable[tuple], wanted: set[str], shingle_blocks: Iterable[Iterable[tuple]] = ()
+) -> dict[str, tuple]:
+    """{doc_id: payload of the first layer (lowest index) that holds it} for the ``wanted`` doc_ids, with
+    its shingle set put back from ``shingle_blocks`` (blocks of (doc_id, layer, set)) where the payload
+    holds :data:`SHINGLES_APART`.
 
-    Raises ValueError naming a wanted document without a signature: every pair's ends were
-    signed (or are in a committed previous layer), so a runner lost records.
+    Raises ValueError naming a wanted document without a signature, or without the shingle set its
+    payload says travels apart: every pair's ends were signed (or are in a committed previous layer),
+    so a runner lost records.
     """
     found: dict[str, tuple[int, tuple]] = {}
     for block in blocks:
@@ -594,27 +640,90 @@ def first_payloads(blocks: Iterable[tuple], wanted: set[str]) -> dict[str, tuple
     missing = wanted.difference(found)
     if missing:
         raise ValueError(f"{STAGE}: no signature for document {min(missing)} of a pair to verify ({LOST_IN_JOIN})")
+    apart = {(doc_id, layer) for doc_id, (layer, payload) in found.items() if payload[2] is SHINGLES_APART}
+    if apart:
+        sets = {
+            (doc_id, layer): shingles
+            for block in shingle_blocks
+            for doc_id, layer, shingles in block
+            if (doc_id, layer) in apart
+        }
+        if len(sets) < len(apart):
+            doc_id = min(doc_id for doc_id, layer in apart.difference(sets))
+            raise ValueError(f"{STAGE}: no shingle set for document {doc_id} of a pair to verify ({LOST_IN_JOIN})")
+        for key, shingles in sets.items():
+            layer, payload = found[key[0]]
+            found[key[0]] = (layer, payload[:2] + (shingles,) + payload[3:])
     return {doc_id: payload for doc_id, (_, payload) in found.items()}
 
 
+class _PairRequestsFn(BundleBlocksFn):
+    """(a, b, carry) -> blocks per doc group: the pair in ``a``'s group and, ``with_sets``, the request
+    ``(b,)`` for ``b``'s shingle set in ``b``'s group (a block holds both kinds: :func:`split_requests`)."""
+
+    def __init__(self, groups: int, with_sets: bool):
+        super().__init__(groups)
+        self._with_sets = with_sets
+
+    def process(self, pair: tuple) -> Iterator:
+        self._out.add(pair[0], pair)
+        if self._with_sets:
+            self._out.add(pair[1], (pair[1],))
+        yield from self._flush_if_full()
+
+
+def split_requests(blocks: Iterable[tuple]) -> tuple[set[tuple], set[str]]:
+    """(distinct pairs (a, b, carry), doc_ids whose shingle set is asked for) of a group's request blocks."""
+    pairs, asked = set(), set()
+    for block in blocks:
+        for item in block:
+            if len(item) == 1:
+                asked.add(item[0])
+            else:
+                pairs.add(item)
+    return pairs, asked
+
+
+def split_attached(blocks: Iterable[tuple]) -> tuple[list[tuple], list[tuple]]:
+    """([(b, a, carry, payload of a)], [(doc_id, layer, shingle set)]) of a group's attached blocks."""
+    pairs, sets = [], []
+    for block in blocks:
+        for item in block:
+            (pairs if len(item) == 4 else sets).append(item)
+    return pairs, sets
+
+
+def sets_of(blocks: Iterable[Iterable[tuple]], doc_ids: set[str]) -> list[tuple]:
+    """The (doc_id, layer, shingle set) entries of ``blocks`` whose doc_id is one of ``doc_ids``, every layer's."""
+    return [entry for block in blocks for entry in block if entry[0] in doc_ids]
+
+
 class _AttachFirstFn(BundleBlocksFn):
-    """(group, {pairs: [blocks of (a, b, carry)], signature: [blocks]}) -> blocks of
-    (b, a, carry, payload of a) per doc group of b, one per distinct (a, b, carry)."""
+    """(group, {pairs: [blocks of (a, b, carry) and (b,)], signature: [blocks], shingles (optional): [blocks]})
+    -> blocks of (b, a, carry, payload of a) per doc group of b, one per distinct (a, b, carry), and of the
+    shingle sets (doc_id, layer, set) asked for by (b,) in this group; tagged ``selected``: (group, the sets
+    of this group's ends, ``a`` and ``b``)."""
 
     def process(self, joined: tuple[int, dict]) -> Iterator:
-        _, parts = joined
-        pairs = {pair for block in parts[_PAIRS] for pair in block}
-        if not pairs:
-            return
-        payloads = first_payloads(parts[_SIGNATURE], {a for a, _, _ in pairs})
-        for a, b, carry in pairs:
-            self._out.add(b, (b, a, carry, payloads[a]))
+        group, parts = joined
+        pairs, asked = split_requests(parts[_PAIRS])
+        shingles = list(parts.get(_SHINGLES, ()))
+        if pairs:
+            payloads = first_payloads(parts[_SIGNATURE], {a for a, _, _ in pairs}, shingles)
+            for a, b, carry in pairs:
+                self._out.add(b, (b, a, carry, payloads[a]))
+        if shingles:
+            for entry in sets_of(shingles, asked):
+                self._out.add(entry[0], entry)
+            selected = sets_of(shingles, asked | {a for a, _, _ in pairs})
+            if selected:
+                yield beam.pvalue.TaggedOutput(_SELECTED, (group, tuple(selected)))
         yield from self._flush_if_full()
 
 
 class _CheckFn(CountingDoFn):
-    """(group, {pairs: [blocks of (b, a, carry, payload of a)], signature: [blocks]}) -> (a, b, carry, ok)
-    per pair."""
+    """(group, {pairs: [blocks of (b, a, carry, payload of a) and of (doc_id, layer, shingle set)],
+    signature: [blocks]}) -> (a, b, carry, ok) per pair."""
 
     def __init__(self, check, label: str):
         super().__init__(STAGE)
@@ -623,10 +732,10 @@ class _CheckFn(CountingDoFn):
 
     def process(self, joined: tuple[int, dict]) -> Iterator[tuple]:
         _, parts = joined
-        pairs = [pair for block in parts[_PAIRS] for pair in block]
+        pairs, sets = split_attached(parts[_PAIRS])
         if not pairs:
             return
-        payloads = first_payloads(parts[_SIGNATURE], {b for b, _, _, _ in pairs})
+        payloads = first_payloads(parts[_SIGNATURE], {b for b, _, _, _ in pairs}, [sets])
         for b, a, carry, payload_a in pairs:
             ok = self._check(payload_a, payloads[b])
             self.tally.inc(f"{self._label}_{'verified' if ok else 'rejected'}")
@@ -655,7 +764,7 @@ class AssignClusters(beam.PTransform):
         self._groups = groups
 
     def expand(self, parts):
-        joined = {name: collection for name, collection in parts.items() if name != _SIGNATURE}
+        joined = {name: collection for name, collection in parts.items() if name not in (_SIGNATURE, _SHINGLES)}
         assembled = (
             joined
             | "JoinByDocGroup" >> beam.CoGroupByKey()
@@ -676,8 +785,9 @@ class AssignClusters(beam.PTransform):
             | "LargestClusters" >> beam.CombinePerKey(beam.combiners.TopCombineFn(LEDGER_CLUSTERS, key=_cluster_rank))
             | "LargestClusterRows" >> beam.FlatMap(_largest_rows)
         )
+        shingles = {_SHINGLES: parts[_SHINGLES]} if _SHINGLES in parts else {}
         checked = (
-            {_PAIRS: clusters[_CHECK], _SIGNATURE: parts[_SIGNATURE]}  # (representative, member, carry)
+            {_PAIRS: clusters[_CHECK], _SIGNATURE: parts[_SIGNATURE], **shingles}  # (representative, member, carry)
             | "VerifyAgainstRepresentative"
             >> VerifyPairs(PairCheck(self._params, "any"), "representative", self._groups)
         )
@@ -731,7 +841,8 @@ class SignPartitionFn(beam.DoFn):
             self._boilerplate, self._signature_lines = (np.array(keys, dtype=np.int64) for keys in lines)
         params, count, tally = self._params, self._documents.count, self.tally
         tally.discard()  # what an attempt that failed on this instance counted is not this element's
-        rows, members, payloads, keys = [], [], [], LshKeyBlocks(params, self._key_groups)
+        rows, members, payloads, shingle_sets = [], [], [], []
+        keys, apart = LshKeyBlocks(params, self._key_groups), shingles_apart(params)
         for document in self._documents.rows(
             index, INPUT_COLUMNS, tally, where=f"{STAGE} gate", annotation=params.quality
         ):
@@ -765,11 +876,13 @@ class SignPartitionFn(beam.DoFn):
             if row is None:
                 continue
             rows.append(row)
-            payloads.append((doc_id, 0, payload_of(row)))
+            add_payload(payloads, shingle_sets, doc_id, 0, payload_of(row), apart)
             keys.add(row, None)
         yield from doc_blocks(members, self._key_groups)
         for block in doc_blocks(payloads, self._key_groups):
             yield beam.pvalue.TaggedOutput(_PAYLOADS, block)
+        for block in doc_blocks(shingle_sets, self._key_groups):
+            yield beam.pvalue.TaggedOutput(_SHINGLES, block)
         yield from keys.tagged()
         yield beam.pvalue.TaggedOutput(
             SIGNATURES, write_layer_partition(self._signatures, index, count, rows, NEAR_SIGNATURE)
@@ -779,8 +892,8 @@ class SignPartitionFn(beam.DoFn):
 
 class PreviousSignaturesFn(beam.DoFn):
     """(layer index, a signature partition of an earlier version) -> blocks of (doc_id, layer, payload) per
-    doc group; tagged: blocks of its band and block keys, with each document's member (it competes as a
-    previous version)."""
+    doc group; tagged: blocks of (doc_id, layer, shingle set) per doc group (``shingles_apart``), and blocks
+    of its band and block keys, with each document's member (it competes as a previous version)."""
 
     def __init__(self, params: NearDedupParams, key_groups: int):
         self._params = params
@@ -788,11 +901,14 @@ class PreviousSignaturesFn(beam.DoFn):
 
     def process(self, entry: tuple[int, str]) -> Iterator:
         layer, path = entry
-        payloads, keys = [], LshKeyBlocks(self._params, self._key_groups)
+        payloads, shingle_sets, keys = [], [], LshKeyBlocks(self._params, self._key_groups)
+        apart = shingles_apart(self._params)
         for row in read_partition_rows(path):
-            payloads.append((row["doc_id"], layer, payload_of(row)))
+            add_payload(payloads, shingle_sets, row["doc_id"], layer, payload_of(row), apart)
             keys.add(row, member_of(row, previous=True))
         yield from doc_blocks(payloads, self._key_groups)
+        for block in doc_blocks(shingle_sets, self._key_groups):
+            yield beam.pvalue.TaggedOutput(_SHINGLES, block)
         yield from keys.tagged()
 
 
@@ -800,6 +916,21 @@ def payload_of(row: dict) -> tuple:
     """What :class:`PairCheck` compares, from a signature row (``shingle_count`` is None in
     layers written before it existed: such pairs are judged by Jaccard alone)."""
     return tuple(row.get(column) for column in PAYLOAD_COLUMNS)
+
+
+def shingles_apart(params: NearDedupParams) -> bool:
+    """Whether the shingle sets travel apart from the payloads (:class:`VerifyPairs`): when there are
+    sets (``exact_sets``) and MinHash, whose check reads them (SimHash alone never does)."""
+    return params.exact_sets and params.use_minhash
+
+
+def add_payload(payloads: list, shingle_sets: list, doc_id: str, layer: int, payload: tuple, apart: bool) -> None:
+    """Append ``(doc_id, layer, payload)`` to ``payloads``; with ``apart`` and a shingle set, the payload
+    holds :data:`SHINGLES_APART` in its place and ``(doc_id, layer, set)`` goes to ``shingle_sets``."""
+    if apart and payload[2] is not None:
+        shingle_sets.append((doc_id, layer, payload[2]))
+        payload = payload[:2] + (SHINGLES_APART,) + payload[3:]
+    payloads.append((doc_id, layer, payload))
 
 
 class LshKeyBlocks:
