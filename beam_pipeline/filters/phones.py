@@ -276,6 +276,8 @@ def _valid(number: str, region: str | None) -> bool:
     import phonenumbers
 
     digits = re.sub(r"\D", "", number.replace("(0)", "") if region is None else number)
+    if not digits:  # "+(0)": an international prefix and a trunk 0 and nothing else (seen in Debian's docs)
+        return False
     if region is None:
         for width in (1, 2, 3):
             regions = phonenumbers.COUNTRY_CODE_TO_REGION_CODE.get(int(digits[:width]))
