@@ -10,7 +10,10 @@ Part of ``make bench`` (``make bench-scale``: the local runner); alone:
    sample's (near dedup with boilerplate lines, the seven-scorer cascade, policy
    rules, redaction, 13-gram index, tokenize/pack/shard); ``--corpus
    scale-large``: the same pages with eight mirror hosts (2.1 GB), for the local
-   runner's ceiling;
+   runner's ceiling; ``--corpus scale-xl``: seventeen mirror hosts (> 4 GB), for
+   1 GB against 4 GB on embedded Flink (``make bench-scale-flink``; there is no
+   more distinct real text offline, so the larger sizes are more mirror copies of
+   the same ~381 MB of pages);
 2. one subset per size: the first files of each source in proportion (records are
    ordered by ``sha256(id)`` inside a source, so a prefix of its files is a uniform
    sample of it), hard-linked into ``bench/work/scale/subsets/<MB>/`` with the
@@ -37,7 +40,9 @@ Part of ``make bench`` (``make bench-scale``: the local runner); alone:
    seconds (``metrics.json``), documents in, docs/s and corpus MB/s per core. A
    failed build (lost records beyond the retries, memory) is recorded with its
    message, its retries and its peak memory;
-5. ``bench/results/scale-<runner>-<YYYYMMDD>.json`` and ``.md``; ``--compare``
+5. ``bench/results/scale-<runner>-<YYYYMMDD>[-<corpus>].json`` and ``.md`` (with
+   two sizes or more, the ratios of the largest to the smallest run: what the
+   scale targets are stated in); ``--compare``
    writes ``scale-compare-<YYYYMMDD>.md``: the runners side by side, the
    pre-rewrite results, fixed and marginal cost, the local runner's ceiling
    (:func:`local_ceiling`).
@@ -152,16 +157,22 @@ def runner_args(runner: str, workers: int = WORKERS, mode: str = "multi_processi
     raise ValueError(f"unknown runner {runner!r} (local or flink)")
 
 
-def runner_description(runner: str, workers: int = WORKERS, mode: str = "multi_processing") -> str:
+def runner_description(runner: str, workers: int = WORKERS, mode: str = "multi_processing",
+                       beam_args: str = "") -> str:
     if runner == "local":
         return (f"DirectRunner (its FnApiRunner), {mode}, {workers} SDK worker processes on {CORES} cores; "
                 "the driver process runs the shuffles")
+    given = re.search(r"--parallelism[= ](\d+)", beam_args)  # the CLI's default is the cores
+    parallelism = f"parallelism {given.group(1)} (--beam_args)" if given else f"parallelism {CORES}"
     return (f"embedded Flink 1.19 (`--runner=FlinkRunner --flink_master=[local]`: Beam's Flink job server "
             f"{FLINK_JOB_SERVER} in a JVM started by the driver, LOOPBACK: the Python SDK workers run inside "
-            f"the driver process, parallelism {CORES})")
+            f"the driver process, {parallelism})")
 
 
 FLINK_JOB_SERVER = "2.62.0"  # beam_pipeline.options.corpus_options.FLINK_JOB_SERVER_BEAM (read in main)
+
+#: ``--corpus``: the build_corpus recipe it names (same pages; 3, 8 or 17 mirror hosts).
+CORPORA = {"scale": "SCALE", "scale-large": "SCALE_LARGE", "scale-xl": "SCALE_XL"}
 
 
 # --------------------------------------------------------------------------
@@ -254,6 +265,11 @@ def _cpu_seconds(pid: int) -> float | None:
 
 
 MIN_AVAILABLE_MB = 1536  # with a memory limit: kill the build before the machine's MemAvailable falls below this
+#: A build whose process tree used less than STALL_CPU_SHARE of one core for ``--stall_seconds`` is stuck:
+#: a build that works keeps at least one core busy (Flink's plan optimizer too), while a deadlocked one
+#: only ticks (gRPC keepalives, Flink heartbeats: ~0.04 of a core in the 4 GB hang of 2026-12-07).
+STALL_CPU_SHARE = 0.1
+STALL_SECONDS = 900
 
 
 def _mem_available_kb() -> int:
@@ -293,13 +309,21 @@ class MemorySampler:
     whole tree. ``limit_mb``: a tree whose RSS passes it, or that leaves the
     machine less than ``MIN_AVAILABLE_MB`` available, is killed (SIGKILL to its
     process group), so that a build that outgrows the machine fails here, not in
-    someone else's process; the sample that passed it is kept.
+    someone else's process; the sample that passed it is kept. ``stall_seconds``:
+    a tree that used less than ``STALL_CPU_SHARE`` of a core over that long is
+    stuck (a deadlock waits forever, and ``make bench-scale-flink`` would with
+    it): the stacks of its JVMs go to ``bench/work/logs/`` (``jstack``), then it
+    is killed the same way and the run records why.
     """
 
-    def __init__(self, root_pid: int, phases: Phases, limit_mb: float | None = None):
+    def __init__(self, root_pid: int, phases: Phases, limit_mb: float | None = None,
+                 stall_seconds: float | None = None, stall_dump: Path | None = None):
         self.root = root_pid
         self.phases = phases
         self.limit_kb = limit_mb * 1024 if limit_mb else None
+        self.stall_seconds = stall_seconds
+        self.stall_dump = stall_dump  # prefix of the jstack files written when the tree stalls
+        self._cpu_marks: list[tuple[float, float]] = []  # (seconds, the tree's CPU seconds so far)
         self.killed_at: dict | None = None
         self.processes: dict[int, dict] = {}
         self.per_phase: dict[str, dict] = {}
@@ -352,15 +376,50 @@ class MemorySampler:
         entry["min_available_kb"] = min(entry.get("min_available_kb", available_kb), available_kb)
         over = self.limit_kb and tree_total > self.limit_kb
         short = self.limit_kb and available_kb < MIN_AVAILABLE_MB * 1024  # the machine is about to run out
-        if (over or short) and self.killed_at is None:
+        stalled = self._stalled()
+        if (over or short or stalled) and self.killed_at is None:
             self.killed_at = {"phase": phase, "seconds": round(time.monotonic() - self._t0, 1),
                               "tree_rss_mb": tree_total / 1024, "machine_available_mb": available_kb / 1024,
                               "why": "the tree passed the limit" if over else
-                                     f"the machine had less than {MIN_AVAILABLE_MB} MiB available"}
+                                     f"the machine had less than {MIN_AVAILABLE_MB} MiB available" if short else
+                                     stalled}
+            if stalled:
+                self.killed_at["stacks"] = self._dump_stacks()
             try:
                 os.killpg(self.root, 9)  # the build runs in its own session (its own process group)
             except OSError:
                 pass
+
+    def _stalled(self) -> str | None:
+        """Why the tree counts as stuck (see the class), or None."""
+        if not self.stall_seconds:
+            return None
+        now = time.monotonic() - self._t0
+        cpu = sum(p["cpu_s"] for p in self.processes.values())
+        self._cpu_marks.append((now, cpu))
+        while len(self._cpu_marks) > 1 and self._cpu_marks[1][0] <= now - self.stall_seconds:
+            self._cpu_marks.pop(0)  # keep one mark at or before the window's start
+        since, cpu0 = self._cpu_marks[0]
+        if now - since < self.stall_seconds or cpu - cpu0 >= STALL_CPU_SHARE * (now - since):
+            return None
+        return (f"stalled: the tree used {cpu - cpu0:.1f} CPU s in the last {now - since:.0f} s "
+                f"(less than {STALL_CPU_SHARE:.0%} of a core)")
+
+    def _dump_stacks(self) -> list[str]:
+        """``jstack`` of every JVM of the tree (where the Flink side of a deadlock waits), as files."""
+        written = []
+        jstack = shutil.which("jstack")
+        for pid, proc in self.processes.items():
+            if proc["role"] != "jvm" or jstack is None or self.stall_dump is None:
+                continue
+            path = self.stall_dump.with_name(f"{self.stall_dump.name}-jstack-{pid}.txt")
+            try:
+                with path.open("w") as out:
+                    subprocess.run([jstack, str(pid)], stdout=out, stderr=subprocess.STDOUT, timeout=120)
+                written.append(str(path.relative_to(REPO)))
+            except (OSError, subprocess.SubprocessError):
+                pass
+        return written
 
     def peak_mb(self, role: str) -> float:
         return max((p["hwm_kb"] for p in self.processes.values() if p["role"] == role), default=0) / 1024
@@ -390,6 +449,7 @@ def is_error_line(line: str) -> bool:
 def run_one(size_mb: int, config: Path, text_bytes: int, records: int, workers: int = WORKERS,
             mode: str = "multi_processing", label: str = "scale", runner: str = "local",
             memory_limit_mb: float | None = None, allow_failure: bool = False,
+            stall_seconds: float | None = STALL_SECONDS,
             beam_args: tuple[str, ...] = ()) -> dict:
     """Build ``config`` in a child process (a fresh output root ``bench/work/out/<label>-<size_mb>``),
     sampling memory and CPU; the run's numbers, per stage too.
@@ -408,10 +468,10 @@ def run_one(size_mb: int, config: Path, text_bytes: int, records: int, workers: 
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     phases = Phases()
-    sampler = MemorySampler(proc.pid, phases, memory_limit_mb).start()
-    tail, errors = [], []
     LOGS.mkdir(parents=True, exist_ok=True)
     log_path = LOGS / f"{label}-{runner}-{size_mb}.log"  # the build's whole output (bench/work: not committed)
+    sampler = MemorySampler(proc.pid, phases, memory_limit_mb, stall_seconds, log_path.with_suffix("")).start()
+    tail, errors = [], []
     build_log = log_path.open("w")
     for line in proc.stdout:
         build_log.write(f"{time.monotonic() - t0:8.1f} {line}")
@@ -444,7 +504,7 @@ def run_one(size_mb: int, config: Path, text_bytes: int, records: int, workers: 
                    "attempt_failures": phases.attempt_failures, "killed_at_memory_limit": sampler.killed_at,
                    "last_phase": phases.current, "seconds": wall}
         log(f"{size_mb} MB on {runner}: FAILED (exit {returncode}) in phase {phases.current} after {wall:.0f} s; "
-            f"driver peak {sampler.peak_mb('driver'):.0f} MB" + (f"; killed at the memory limit: {sampler.killed_at}"
+            f"driver peak {sampler.peak_mb('driver'):.0f} MB" + (f"; killed by the bench: {sampler.killed_at}"
                                                                   if sampler.killed_at else ""))
         if not allow_failure:
             raise SystemExit(f"the {size_mb} MB build failed (exit {returncode}):\n" + "".join(tail))
@@ -555,8 +615,105 @@ def per_phase_by_size(title: str, runs: list[dict], key: str, fmt=_mb) -> list[s
     return lines
 
 
+def killed_text(killed: dict) -> str:
+    """Why and when a build was killed (memory limit, machine short of memory, stalled), for the .md."""
+    details = [killed.get("why", "the memory limit")]
+    if killed.get("tree_rss_mb") is not None:
+        details.append(f"tree {killed['tree_rss_mb']:,.0f} MiB")
+    if killed.get("stacks"):
+        details.append("stacks: " + ", ".join(f"`{path}`" for path in killed["stacks"]))
+    return f"; killed after {killed['seconds']:,.0f} s in phase `{killed['phase']}` ({'; '.join(details)})"
+
+
 def _load(run: dict) -> str:
     return f"{run['load_start'][0]:.2f} / {run['load_end'][0]:.2f}"
+
+
+#: Issue 40's scale targets, stated for 1 GB against 4 GB of text on embedded Flink: the TaskManager's
+#: peak memory (embedded Flink: the job server JVM, which runs the mini cluster) within 1.2x, and CPU
+#: within 4.4x, i.e. 1.1 times linear. The CPU target is applied as 1.1 x the runs' own text ratio (the
+#: subsets are not exactly 1,000 and 4,000 MB), which is the stricter reading when that ratio is below 4.
+MEMORY_TARGET_RATIO = 1.2
+CPU_TARGET_PER_TEXT_RATIO = 1.1
+
+
+def _ratio(large, small) -> str:
+    return "-" if not large or not small else f"{large / small:.2f}x"
+
+
+def ratio_section(result: dict) -> list[str]:
+    """The largest successful run against the smallest: totals, peaks by role and per phase, the targets.
+
+    The scale targets are ratios between two sizes, so they are printed here from the
+    recorded runs, not worked out by hand. Memory is judged on the job server JVM's
+    peak (the TaskManager on embedded Flink); the driver's peak is printed beside it
+    because under LOOPBACK the SDK workers (on a cluster: processes next to each
+    TaskManager) run inside the driver.
+    """
+    ok = [r for r in result["runs"] if not r.get("failure")]
+    if len({r["text_bytes"] for r in ok}) < 2:
+        if len(result["runs"]) >= 2:
+            return ["", "## Ratios, largest vs smallest", "",
+                    "Fewer than two sizes succeeded: no ratios (the failures are below)."]
+        return []
+    small, large = min(ok, key=lambda r: r["text_bytes"]), max(ok, key=lambda r: r["text_bytes"])
+    text = large["text_bytes"] / small["text_bytes"]
+    cpu = large["cpu_seconds"] / small["cpu_seconds"]
+    cpu_target = CPU_TARGET_PER_TEXT_RATIO * text
+    flink = result["runner"] == "flink"
+    size = f"{large['text_bytes'] / MB:,.0f} MB vs {small['text_bytes'] / MB:,.0f} MB"
+    lines = ["", f"## Ratios, largest vs smallest ({size})", "",
+             "| measure | " + f"{small['text_bytes'] / MB:,.0f} MB | {large['text_bytes'] / MB:,.0f} MB | ratio |",
+             "|---|---:|---:|---:|"]
+    rows = [("text MB", small["text_bytes"] / MB, large["text_bytes"] / MB),
+            ("records", small["records"], large["records"]),
+            ("wall s", small["wall_seconds"], large["wall_seconds"]),
+            ("CPU s (tree)", small["cpu_seconds"], large["cpu_seconds"])]
+    rows += [(f"CPU s, {role}", small["cpu_seconds_by_role"].get(role, 0), large["cpu_seconds_by_role"].get(role, 0))
+             for role in ROLES if max(small["cpu_seconds_by_role"].get(role, 0), large["cpu_seconds_by_role"].get(role, 0))
+             >= 0.5]
+    if flink:
+        rows.append(("JVM peak MiB (job server = TaskManager)", small["jvm_peak_mb"], large["jvm_peak_mb"]))
+    rows.append(("driver peak MiB" + (" (with the SDK workers: LOOPBACK)" if flink else ""),
+                 small["driver_peak_mb"], large["driver_peak_mb"]))
+    if small["worker_processes"] or large["worker_processes"]:
+        rows.append(("largest SDK worker peak MiB", small["worker_peak_mb"], large["worker_peak_mb"]))
+    rows.append(("tree peak MiB (all processes at one moment)", small["tree_peak_mb"], large["tree_peak_mb"]))
+    for label, a, b in rows:
+        fmt = (lambda v: f"{v:,.0f}") if label != "text MB" else (lambda v: f"{v:,.1f}")
+        lines.append(f"| {label} | {fmt(a)} | {fmt(b)} | {_ratio(b, a)} |")
+    verdict = lambda ok_: "**met**" if ok_ else "**not met**"  # noqa: E731
+    lines += ["", f"Text {text:.2f}x. Targets (issue 40, 1 GB vs 4 GB on embedded Flink): CPU within "
+              f"{CPU_TARGET_PER_TEXT_RATIO:.1f} x the text ratio = {cpu_target:.2f}x here (4.4x at exactly 4x): "
+              f"{cpu:.2f}x, {verdict(cpu <= cpu_target)}."]
+    if flink:
+        jvm = large["jvm_peak_mb"] / small["jvm_peak_mb"] if small["jvm_peak_mb"] else None
+        driver = large["driver_peak_mb"] / small["driver_peak_mb"] if small["driver_peak_mb"] else None
+        lines[-1] += (f" Peak TaskManager memory (the job server JVM, which runs embedded Flink's mini cluster) "
+                      f"within {MEMORY_TARGET_RATIO:.1f}x: "
+                      + ("not measured" if jvm is None else f"{jvm:.2f}x, {verdict(jvm <= MEMORY_TARGET_RATIO)}")
+                      + ". The driver, which under LOOPBACK also runs the SDK workers (on a cluster they run next "
+                      "to the TaskManagers), "
+                      + ("-" if driver is None else f"{driver:.2f}x: "
+                         + ("within" if driver <= MEMORY_TARGET_RATIO else "over") + f" {MEMORY_TARGET_RATIO:.1f}x")
+                      + ".")
+    else:
+        lines[-1] += " The memory target is the TaskManager's: it applies to Flink runs, not to this runner."
+    # per phase: which stage's memory grows
+    roles = (["jvm"] if flink else []) + ["driver"] + (["worker"] if not flink else []) + ["tree"]
+    names = {"jvm": "JVM", "driver": "driver", "worker": "largest worker", "tree": "tree"}
+    lines += ["", "Peak RSS per phase (MiB), smallest and largest run, and the ratio: which stage's memory grows.", "",
+              "| phase | " + " | ".join(f"{names[role]} {small['text_bytes'] / MB:,.0f} | "
+                                        f"{names[role]} {large['text_bytes'] / MB:,.0f} | ratio" for role in roles)
+              + " |", "|---|" + "---:|---:|---:|" * len(roles)]
+    for phase in phase_names([small, large]):
+        cells = []
+        for role in roles:
+            a = (small["phases"].get(phase) or {}).get(f"{role}_rss_mb")
+            b = (large["phases"].get(phase) or {}).get(f"{role}_rss_mb")
+            cells.append(f"{_mb(a)} | {_mb(b)} | {_ratio(b, a)}")
+        lines.append(f"| {phase} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def markdown(result: dict) -> str:
@@ -586,6 +743,7 @@ def markdown(result: dict) -> str:
             f"{r['cpu_seconds_per_mb']:.2f} | {_mb(r['driver_peak_mb'])} | {_mb(r['worker_peak_mb'])} | "
             f"{_mb(r['jvm_peak_mb'])} | {_mb(r['tree_peak_mb'])} | {r['slowest_stage']} | {r['others_share']:.0%} | "
             f"{_load(r)} | `{(r['dataset_id'] or '-')[:16]}` |")
+    lines += ratio_section(result)
     lines += ["", "CPU seconds by process role (driver / SDK worker processes / job server JVM / other): " + "; ".join(
         f"{r['text_bytes'] / MB:.0f} MB: "
         + " / ".join(f"{r['cpu_seconds_by_role'].get(role, 0):.0f}" for role in ROLES)
@@ -600,8 +758,8 @@ def markdown(result: dict) -> str:
             lines += ["", f"**The {r['text_bytes'] / MB:.0f} MB build failed** (exit {f['exit']}) in phase "
                       f"`{f['last_phase']}` after {f['seconds']:.0f} s; driver peak {_mb(r['driver_peak_mb'])} MiB, "
                       f"tree peak {_mb(r['tree_peak_mb'])} MiB"
-                      + (f"; killed by the bench at its memory limit: {f['killed_at_memory_limit']}"
-                         if f.get("killed_at_memory_limit") else "") + ". Errors:", "",
+                      + (killed_text(f["killed_at_memory_limit"]) if f.get("killed_at_memory_limit") else "")
+                      + ". Errors:", "",
                       "```", *(f["errors"] or [line.strip() for line in f.get("tail", "").splitlines()
                                                if is_error_line(line)] or ["(none printed)"]), "```"]
     lines += ["", "Phases: a stage's phase runs from the commit of the stages before it in build order to its own "
@@ -871,9 +1029,13 @@ def main() -> int:
                         help="local: SDK worker processes (--direct_num_workers)")
     parser.add_argument("--mode", default="multi_processing", choices=["multi_processing", "in_memory"],
                         help="local: --direct_running_mode; in_memory runs one worker inside the driver process")
-    parser.add_argument("--corpus", default="scale", choices=["scale", "scale-large"],
+    parser.add_argument("--corpus", default="scale", choices=list(CORPORA),
                         help="scale: the 1 GB corpus (3 mirror hosts); scale-large: 8 mirror hosts, 2.1 GB "
-                             "(build_corpus.py --scale-large), for the local runner's ceiling")
+                             "(build_corpus.py --scale-large), for the local runner's ceiling; scale-xl: 17 mirror "
+                             "hosts, > 4 GB (build_corpus.py --scale-xl), for 1 GB against 4 GB")
+    parser.add_argument("--stall_seconds", type=float, default=STALL_SECONDS,
+                        help=f"kill a build whose process tree used less than {STALL_CPU_SHARE * 100:.0f}%% of a core for this "
+                             "long (a deadlock; the JVMs' jstack goes to bench/work/logs; 0: never)")
     parser.add_argument("--memory_limit_mb", type=float, default=20 * 1024,
                         help="kill a build whose process tree passes this RSS (MiB; recorded as a failure)")
     parser.add_argument("--beam_args", default="",
@@ -905,7 +1067,7 @@ def main() -> int:
     FLINK_JOB_SERVER = FLINK_JOB_SERVER_BEAM
     import build_corpus
 
-    spec = build_corpus.SCALE if args.corpus == "scale" else build_corpus.SCALE_LARGE
+    spec = getattr(build_corpus, CORPORA[args.corpus])
     work = spec.config.parent
     info = build_corpus.ensure_corpus(spec=spec)
     stats = file_text_bytes(info, work)
@@ -918,7 +1080,7 @@ def main() -> int:
         config = make_subset(size, files, work)
         log(f"{size} MB subset: {len(files)} files, {text / MB:.1f} MB of text, {records:,} records")
         run = run_one(size, config, text, records, args.workers, args.mode, runner=args.runner,
-                      memory_limit_mb=args.memory_limit_mb, allow_failure=True,
+                      memory_limit_mb=args.memory_limit_mb, allow_failure=True, stall_seconds=args.stall_seconds,
                       beam_args=tuple(shlex.split(args.beam_args)))
         other = other_runner_ids(args.runner, exclude=results_path).get(text)
         if other and run["dataset_id"]:
@@ -946,7 +1108,7 @@ def write_results(info: dict, runs: list[dict], args) -> None:
     date = result_date(args)
     result = {
         "date": date, "runner": args.runner,
-        "runner_description": runner_description(args.runner, args.workers, args.mode),
+        "runner_description": runner_description(args.runner, args.workers, args.mode, args.beam_args),
         "command": f"bench/bench_scale.py --runner {args.runner} --sizes " + " ".join(map(str, args.sizes))
                    + ("" if args.corpus == "scale" else f" --corpus {args.corpus}")
                    + (f" --beam_args '{args.beam_args}' --tag {args.tag}" if args.beam_args else ""),
@@ -969,7 +1131,8 @@ def write_results(info: dict, runs: list[dict], args) -> None:
             result["runs"] = sorted(kept + runs, key=lambda r: r["text_bytes"])
             result["command"] = "bench/bench_scale.py --runner {} --sizes {}".format(
                 args.runner, " ".join(str(r["size_mb"]) for r in result["runs"])) + (
-                "" if args.corpus == "scale" else f" --corpus {args.corpus}")
+                "" if args.corpus == "scale" else f" --corpus {args.corpus}") + (
+                f" --beam_args '{args.beam_args}' --tag {args.tag}" if args.beam_args else "")
     path.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     (RESULTS / f"scale-{args.runner}-{date}.md").write_text(markdown(result))
     log(f"results in bench/results/scale-{args.runner}-{date}.md")
