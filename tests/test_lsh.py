@@ -217,7 +217,7 @@ def test_a_previous_version_competes_with_its_member_and_its_own_signature(tmp_p
     row = _signature_row("d1", [4, 7], simhash=0b1011, simhash_keys=[3], rank=2, date="2021-05-05")
     path = str(tmp_path / "part-00000-of-00001.parquet")
     write_partition(str(tmp_path), 0, 1, [row], schemas.NEAR_SIGNATURE)
-    out = list(PreviousSignaturesFn(params, key_groups=4).process((2, path)))
+    out = list(PreviousSignaturesFn(params, key_groups=4, budget=1 << 30).items((2, path), 0))
     main = [o for o in out if not hasattr(o, "tag")]
     tagged = sorted((o.tag, o.value) for o in out if hasattr(o, "tag"))
     member = member_of(row, previous=True)

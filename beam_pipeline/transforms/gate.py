@@ -24,6 +24,7 @@ import apache_beam as beam
 
 from beam_pipeline.accounting import COUNTS, Tally
 from beam_pipeline.layers import read_partition_rows
+from beam_pipeline.transforms.bundle_budget import BudgetedExpandFn, budget_bytes
 from beam_pipeline.transforms.layer_io import PartitionIndexes, PartitionInputs, ReadLayerRows
 
 #: Document columns a gate reads (:func:`beam_pipeline.policy.decide` and rules over ``document``).
@@ -130,18 +131,28 @@ class ReadGatedRows(beam.PTransform):
             pbegin
             | "Partitions" >> PartitionIndexes(documents.count, self._after)
             | "ReadGated"
-            >> beam.ParDo(_GatedRowsFn(documents, self._columns, self._stage)).with_outputs(COUNTS, main="rows")
+            >> beam.ParDo(
+                _GatedRowsFn(documents, self._columns, self._stage, budget_bytes(pbegin.pipeline))
+            ).with_outputs(COUNTS, main="rows")
         )
         return {"rows": read["rows"], COUNTS: read[COUNTS]}
 
 
-class _GatedRowsFn(beam.DoFn):
-    def __init__(self, documents: DocumentPartitions, columns: list[str], stage: str):
+class _GatedRowsFn(BudgetedExpandFn):
+    """A partition index -> the documents the gate keeps, and the counts of those it stops; a bundle
+    stops taking partitions once it has emitted its budget."""
+
+    def __init__(self, documents: DocumentPartitions, columns: list[str], stage: str, budget: int):
+        super().__init__(budget)
         self._documents = documents
         self._columns = columns
         self._stage = stage
 
-    def process(self, index: int) -> Iterator:
-        tally = Tally(self._stage)
-        yield from self._documents.rows(index, self._columns, tally, where=f"{self._stage} gate")
-        yield from tally.tagged()
+    def setup(self):
+        self._tally = Tally(self._stage)
+
+    def items(self, index: int, start: int) -> Iterator:
+        return self._documents.rows(index, self._columns, self._tally, where=f"{self._stage} gate")
+
+    def settle(self) -> Iterator:
+        return self._tally.tagged()

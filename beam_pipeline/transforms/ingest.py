@@ -68,6 +68,7 @@ from beam_pipeline.normalize import NORMALIZATION_VERSION
 from beam_pipeline.readers import BadRecord, iter_records
 from beam_pipeline.schemas import dead_letter_row
 from beam_pipeline.snapshot import verify_file
+from beam_pipeline.transforms.bundle_budget import ResumableExpandFn, budget_bytes
 from beam_pipeline.transforms.keys import IntKeyed
 from beam_pipeline.transforms.layer_io import WrittenPartitions, row_order, write_layer_partition
 from beam_pipeline.transforms.task_ledger import TaskLedger, finished_partitions, replayed_counts, unfinished
@@ -122,9 +123,9 @@ class IngestSnapshot(beam.PTransform):
             | "SnapshotFiles" >> beam.Create(self._files, reshuffle=False)
             | "SpreadFiles" >> beam.Reshuffle()
             | "ReadAndNormalize"
-            >> beam.ParDo(ReadRecordsFn(self._sources, self._max_record_bytes)).with_outputs(
-                DEAD_LETTER, COUNTS, main=DOCUMENTS
-            )
+            >> beam.ParDo(
+                ReadRecordsFn(self._sources, self._max_record_bytes, budget_bytes(pbegin.pipeline))
+            ).with_outputs(DEAD_LETTER, COUNTS, main=DOCUMENTS)
         )
         records = {_RECORDS: read[DOCUMENTS] | "KeyByPartition" >> KeyByPartition(n)}
         dead_letter, counts = read[DEAD_LETTER], [read[COUNTS]]
@@ -264,20 +265,28 @@ def _emitted(written: dict, counts: dict) -> Iterator:
         yield beam.pvalue.TaggedOutput(COUNTS, counts)
 
 
-class ReadRecordsFn(beam.DoFn):
-    """One snapshot file entry -> documents (main output), dead letters and its counts (tagged)."""
+class ReadRecordsFn(ResumableExpandFn):
+    """One snapshot file entry -> documents (main output), dead letters and its counts (tagged).
 
-    def __init__(self, sources: dict[str, SourceConfig], max_record_bytes: int):
+    A file's records are read in bundles of about ``budget_bytes`` of documents
+    (:mod:`beam_pipeline.transforms.bundle_budget`); a file resumed in a later bundle is read again
+    from its start and its records before the resume point skipped (decoded, not counted), so a file
+    of F bytes costs about F * F / (2 * budget) bytes of reading more: nothing while F is below the budget.
+    """
+
+    def __init__(self, sources: dict[str, SourceConfig], max_record_bytes: int, budget_bytes: int):
+        super().__init__(budget_bytes)
         self._sources = sources
         self._max_record_bytes = max_record_bytes
 
     def setup(self):
         self._counters = Tally(STAGE)
 
-    def process(self, entry: dict) -> Iterator:
+    def items(self, entry: dict, start: int) -> Iterator:
         source = self._sources[entry["source"]]
         path = entry["path"]
-        verify_file(path, entry["checksum"])
+        if start == 0:  # once per file: a resumed part reads the file this job has already checked
+            verify_file(path, entry["checksum"])
         records = iter_records(
             lambda: FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED),
             path,
@@ -289,7 +298,7 @@ class ReadRecordsFn(beam.DoFn):
             id_field=source.fields.id,
             max_record_bytes=self._max_record_bytes,
         )
-        for record in records:
+        for record in itertools.islice(records, start, None):
             self._counters.entered(source.name)
             if isinstance(record, BadRecord):
                 self._counters.dead_letter(source.name)
@@ -309,6 +318,7 @@ class ReadRecordsFn(beam.DoFn):
             document = make_document(record, source, path)
             if document is None:
                 self._counters.filtered("empty_text", source.name)
-                continue
-            yield document
-        yield from self._counters.tagged()
+            yield document  # None: an ordinal with no output
+
+    def settle(self) -> Iterator:
+        return self._counters.tagged()

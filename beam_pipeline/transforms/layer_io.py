@@ -54,6 +54,7 @@ from beam_pipeline.layers import (
     write_partition,
 )
 from beam_pipeline.transforms.blocks import BlocksFn
+from beam_pipeline.transforms.bundle_budget import BudgetedExpandFn, budget_bytes
 from beam_pipeline.transforms.keys import IntKeyed
 from beam_pipeline.transforms.task_ledger import TaskLedger, finished_partitions
 
@@ -220,12 +221,22 @@ class ReadLayerRows(beam.PTransform):
         self._after = tuple(after)
 
     def expand(self, pbegin):
-        paths, columns = self._paths, self._columns
         return (
             pbegin
-            | "Partitions" >> PartitionIndexes(len(paths), self._after)
-            | "ReadRows" >> beam.FlatMap(lambda index: read_partition_rows(paths[index], columns))
+            | "Partitions" >> PartitionIndexes(len(self._paths), self._after)
+            | "ReadRows" >> beam.ParDo(_ReadRowsFn(self._paths, self._columns, budget_bytes(pbegin.pipeline)))
         )
+
+
+class _ReadRowsFn(BudgetedExpandFn):
+    """A partition index -> its rows; a bundle stops taking partitions once it has emitted its budget."""
+
+    def __init__(self, paths: tuple[str, ...], columns: list[str] | None, budget: int):
+        super().__init__(budget)
+        self._paths, self._columns = paths, columns
+
+    def items(self, index: int, start: int) -> Iterable[dict]:
+        return read_partition_rows(self._paths[index], self._columns)
 
 
 # --- committing ---------------------------------------------------------------------------

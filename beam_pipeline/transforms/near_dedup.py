@@ -97,6 +97,7 @@ from beam_pipeline.hashing import bucket_of, stable_hash64
 from beam_pipeline.layers import EarlierLayerError, earlier_layer, join, part_name, read_partition_rows
 from beam_pipeline.schemas import LARGE_CLUSTER, NEAR_DEDUP, NEAR_SIGNATURE, dead_letter_row
 from beam_pipeline.transforms.blocks import windowed
+from beam_pipeline.transforms.bundle_budget import WHOLE_ELEMENTS, BudgetedExpandFn, budget_bytes
 from beam_pipeline.transforms.connected_components import (
     FLUSH_EDGES,
     LABELS,
@@ -378,7 +379,12 @@ class AnnotateNearDuplicates(beam.PTransform):
             pbegin
             | "Partitions" >> PartitionIndexes(documents.count, after)
             | "Sign"
-            >> beam.ParDo(SignPartitionFn(params, documents, join(self._layer_path, SIGNATURES), groups), *side)
+            >> beam.ParDo(
+                SignPartitionFn(
+                    params, documents, join(self._layer_path, SIGNATURES), groups, budget_bytes(pbegin.pipeline)
+                ),
+                *side,
+            )
             .with_output_types(
                 IntKeyed,
                 **{
@@ -409,7 +415,7 @@ class AnnotateNearDuplicates(beam.PTransform):
                 )
                 | "SpreadPreviousPartitions" >> beam.Reshuffle()
                 | "ReadPreviousSignatures"
-                >> beam.ParDo(PreviousSignaturesFn(params, groups))
+                >> beam.ParDo(PreviousSignaturesFn(params, groups, budget_bytes(pbegin.pipeline)))
                 .with_output_types(IntKeyed, **{_SHINGLES: IntKeyed, _BANDS: IntKeyed, _BLOCKS: IntKeyed})
                 .with_outputs(_SHINGLES, _BANDS, _BLOCKS, main=_PAYLOADS)
             )
@@ -817,15 +823,22 @@ def _largest_rows(keyed: tuple[int, list[tuple]]) -> Iterator[dict]:
 # --- DoFns --------------------------------------------------------------------------
 
 
-class SignPartitionFn(beam.DoFn):
+class SignPartitionFn(BudgetedExpandFn):
     """partition index -> blocks of (doc_id, member) per doc group; tagged: the sidecar of its ``signatures``
     partition (written here), blocks of (doc_id, 0, payload) per doc group and blocks of the band
     and block keys of the signed documents (:class:`LshKeyBlocks`), dead letters, and the
-    partition's tally."""
+    partition's tally. A bundle stops taking partitions once it has emitted ``budget`` bytes
+    (:mod:`beam_pipeline.transforms.bundle_budget`)."""
 
     def __init__(
-        self, params: NearDedupParams, documents: DocumentPartitions, signatures_directory: str, key_groups: int
+        self,
+        params: NearDedupParams,
+        documents: DocumentPartitions,
+        signatures_directory: str,
+        key_groups: int,
+        budget: int,
     ):
+        super().__init__(budget)
         self._params = params
         self._documents = documents
         self._signatures = signatures_directory
@@ -835,10 +848,14 @@ class SignPartitionFn(beam.DoFn):
         self.tally = Tally(STAGE)
         self._lines_source, self._boilerplate, self._signature_lines = None, None, None
 
-    def process(self, index: int, lines: tuple = ((), ())) -> Iterator:
+    # (the side input comes before the tracker: an override of the base class's process(element, tracker))
+    def process(self, index: int, lines: tuple = ((), ()), tracker=WHOLE_ELEMENTS) -> Iterator:  # type: ignore[override]
         if lines is not self._lines_source:
             self._lines_source = lines
             self._boilerplate, self._signature_lines = (np.array(keys, dtype=np.int64) for keys in lines)
+        yield from super().process(index, tracker)
+
+    def items(self, index: int, start: int) -> Iterator:
         params, count, tally = self._params, self._documents.count, self.tally
         tally.discard()  # what an attempt that failed on this instance counted is not this element's
         rows, members, payloads, shingle_sets = [], [], [], []
@@ -887,19 +904,23 @@ class SignPartitionFn(beam.DoFn):
         yield beam.pvalue.TaggedOutput(
             SIGNATURES, write_layer_partition(self._signatures, index, count, rows, NEAR_SIGNATURE)
         )
-        yield from tally.tagged()
+
+    def settle(self) -> Iterator:
+        return self.tally.tagged()
 
 
-class PreviousSignaturesFn(beam.DoFn):
+class PreviousSignaturesFn(BudgetedExpandFn):
     """(layer index, a signature partition of an earlier version) -> blocks of (doc_id, layer, payload) per
     doc group; tagged: blocks of (doc_id, layer, shingle set) per doc group (``shingles_apart``), and blocks
-    of its band and block keys, with each document's member (it competes as a previous version)."""
+    of its band and block keys, with each document's member (it competes as a previous version). A
+    bundle stops taking partitions once it has emitted ``budget`` bytes."""
 
-    def __init__(self, params: NearDedupParams, key_groups: int):
+    def __init__(self, params: NearDedupParams, key_groups: int, budget: int):
+        super().__init__(budget)
         self._params = params
         self._key_groups = key_groups
 
-    def process(self, entry: tuple[int, str]) -> Iterator:
+    def items(self, entry: tuple[int, str], start: int) -> Iterator:
         layer, path = entry
         payloads, shingle_sets, keys = [], [], LshKeyBlocks(self._params, self._key_groups)
         apart = shingles_apart(self._params)

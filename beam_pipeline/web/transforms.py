@@ -39,6 +39,7 @@ from beam_pipeline.hashing import bucket_of
 from beam_pipeline.record_types import BadRecord
 from beam_pipeline.schemas import dead_letter_row
 from beam_pipeline.snapshot import verify_file
+from beam_pipeline.transforms.bundle_budget import BudgetedExpandFn, budget_bytes
 from beam_pipeline.transforms.keys import IntKeyed, StrKeyed
 from beam_pipeline.web.records import Filtered, Revisit, iter_web_records, newest_capture
 from beam_pipeline.web.warc import plan_splits, sniff
@@ -76,7 +77,7 @@ class ReadWebArchives(beam.PTransform):
             | "SpreadSplits" >> beam.Reshuffle()
         )
         read = splits | "ReadSplits" >> beam.ParDo(
-            _ReadSplitFn(self._sources, self._max_record_bytes, self._stage)
+            _ReadSplitFn(self._sources, self._max_record_bytes, self._stage, budget_bytes(pbegin.pipeline))
         ).with_outputs(REVISITS, DEAD_LETTER, COUNTS, main=CAPTURES)
         newest = {CAPTURES: read[CAPTURES], REVISITS: read[REVISITS]} | "NewestCapturePerUrl" >> (
             NewestCapturePerUrl(self._partitions)
@@ -183,16 +184,18 @@ class _VerifyAndSplitFn(beam.DoFn):
             yield {"source": entry["source"], "path": path, "start": start, "end": end}
 
 
-class _ReadSplitFn(beam.DoFn):
-    """One byte range -> captures (main), revisits, dead letters and its counts (tagged)."""
+class _ReadSplitFn(BudgetedExpandFn):
+    """One byte range -> captures (main), revisits, dead letters and its counts (tagged); a bundle
+    stops taking ranges once it has emitted its budget (:mod:`beam_pipeline.transforms.bundle_budget`)."""
 
-    def __init__(self, sources: dict[str, SourceConfig], max_record_bytes: int, stage: str):
+    def __init__(self, sources: dict[str, SourceConfig], max_record_bytes: int, stage: str, budget: int):
+        super().__init__(budget)
         self._sources, self._max_record_bytes, self._stage = sources, max_record_bytes, stage
 
     def setup(self):
         self._tally = Tally(self._stage)
 
-    def process(self, split: dict) -> Iterator:
+    def items(self, split: dict, start: int) -> Iterator:
         source = self._sources[split["source"]]
         config, path = source.extract, split["path"]
         keep_revisits = config.url_dedup and config.revisits == "newest_capture"
@@ -240,7 +243,9 @@ class _ReadSplitFn(beam.DoFn):
                     continue
                 key = url_key(source.name, item.url_key) if config.url_dedup and item.url_key else None
                 yield {"document": document, "key": key, "ts": item.timestamp, "digest": item.digest}
-        yield from self._tally.tagged()
+
+    def settle(self) -> Iterator:
+        return self._tally.tagged()
 
 
 def url_key(source: str, normalized_url: str) -> str:
