@@ -30,8 +30,8 @@
 #
 # Settings (environment): FLINK_CACHE (default ~/.cache/beam_pipeline/flink),
 # FLINK_REST_PORT (8081), FLINK_RPC_PORT (6123), FLINK_TASKMANAGERS (2), FLINK_SLOTS
-# (1 per TaskManager), FLINK_TM_MEMORY (3072m), FLINK_TM_NETWORK (768m),
-# FLINK_RESTART_ATTEMPTS (10), FLINK_LOG_DIR ($FLINK_CACHE/cluster-<rest port>/log), PYTHON (the
+# (1 per TaskManager), FLINK_TM_MEMORY (3584m), FLINK_TM_NETWORK (768m), FLINK_TM_MANAGED
+# (768m), FLINK_TM_TASK_OFF_HEAP (512m), FLINK_RESTART_ATTEMPTS (10), FLINK_LOG_DIR ($FLINK_CACHE/cluster-<rest port>/log), PYTHON (the
 # venv's python, for pip and the REST checks).
 set -euo pipefail
 
@@ -43,8 +43,10 @@ REST_PORT=${FLINK_REST_PORT:-8081}
 RPC_PORT=${FLINK_RPC_PORT:-6123}
 TASKMANAGERS=${FLINK_TASKMANAGERS:-2}   # separate JVMs: records cross Flink's network shuffle
 SLOTS=${FLINK_SLOTS:-1}                 # per TaskManager
-TM_MEMORY=${FLINK_TM_MEMORY:-3072m}     # per TaskManager JVM (the SDK workers are processes beside it)
+TM_MEMORY=${FLINK_TM_MEMORY:-3584m}     # per TaskManager JVM (the SDK workers are processes beside it)
 TM_NETWORK=${FLINK_TM_NETWORK:-768m}
+TM_MANAGED=${FLINK_TM_MANAGED:-768m}    # Flink's sorters (batch shuffles spill to disk beyond it)
+TM_TASK_OFF_HEAP=${FLINK_TM_TASK_OFF_HEAP:-512m}  # Beam's gRPC data plane: a bundle's outputs in direct buffers
 RESTART_ATTEMPTS=${FLINK_RESTART_ATTEMPTS:-10}
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
 PYTHON=${PYTHON:-$HERE/.venv/bin/python}
@@ -183,6 +185,11 @@ taskmanager:
     network:            # a build's job has many shuffles; the default ~10% of the process
       min: $TM_NETWORK  # left "Insufficient number of network buffers"
       max: $TM_NETWORK
+    managed:
+      size: $TM_MANAGED
+    task:               # the SDK's data messages (~10 MB each, up to a bundle's budget: --bundle_output_mb)
+      off-heap:         # arrive in Netty's direct buffers; Flink's default (0 + 128 MB of the framework's)
+        size: $TM_TASK_OFF_HEAP  # failed the 1 GB bench build with "OutOfMemoryError: Direct buffer memory"
 # A lost TaskManager fails the tasks it ran, and Flink restarts the job, 10 s apart, once slots are
 # back. One kill -9 of a TaskManager cost 3 failovers in tests/test_flink.py (the loss, a deployment
 # to the dead TaskManager before its heartbeat timed out, a partition it held): every one counts as

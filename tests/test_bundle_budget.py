@@ -24,7 +24,7 @@ from beam_pipeline.transforms.bundle_budget import (
     UNBOUNDED,
     BudgetedExpandFn,
     ResumableExpandFn,
-    budget_bytes,
+    bundle_budget,
     output_bytes,
 )
 from beam_pipeline.transforms.ingest import ReadRecordsFn
@@ -110,12 +110,31 @@ def test_on_embedded_flink_a_spent_budget_ends_the_bundle_and_the_rest_comes_in_
 
 def test_the_local_runner_with_several_workers_gets_no_budget_it_would_lose_work_under():
     def budget(args):
-        return budget_bytes(beam.Pipeline(options=PipelineOptions(args)))
+        return bundle_budget(beam.Pipeline(options=PipelineOptions(args))).bytes
 
     assert budget(["--runner=DirectRunner", "--direct_num_workers=2"]) == UNBOUNDED
     assert budget(["--runner=DirectRunner", "--direct_num_workers=1", "--bundle_output_mb=2"]) == 2 << 20
+    assert budget(["--runner=FlinkRunner"]) == 64 << 20  # the default
     with pytest.raises(ValueError, match="bundle_output_mb"):
         budget(["--runner=DirectRunner", "--direct_num_workers=1", "--bundle_output_mb=0"])
+
+
+class _Failing(BudgetedExpandFn):
+    def items(self, element, start):
+        raise LookupError(f"no such thing as {element}")
+
+
+class _Expand(beam.PTransform):
+    def expand(self, pcoll):
+        return pcoll | "Read" >> beam.ParDo(_Failing(bundle_budget(pcoll.pipeline)))
+
+
+def test_an_error_names_its_step_as_beam_does_for_a_plain_dofn():
+    """The driver finds the failed stage by the step in the error (build.failed_stage); Beam leaves it
+    out of a splittable DoFn's errors, so the DoFn adds it."""
+    with pytest.raises(LookupError, match=r"no such thing as a \[while running 'Stage[^']*'\]"):
+        with beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner", "--direct_running_mode=in_memory"])) as p:
+            _ = p | beam.Create(["a"]) | "Stage" >> _Expand()
 
 
 def test_output_bytes_counts_text_and_vectors_without_walking_numbers():

@@ -18,7 +18,7 @@ whole output until the bundle ends, so its memory grows with the corpus per task
 The fix is Beam's own mechanism for this, a splittable DoFn's self-checkpoint
 (``RestrictionTracker.defer_remainder``, `the SDF programming guide
 <https://beam.apache.org/documentation/programming-guide/#splittable-dofns>`_): once the bundle
-has emitted ``budget_bytes``, each element hands its unclaimed remainder back as a residual. The
+has emitted its budget (``--bundle_output_mb``), each element hands its unclaimed remainder back as a residual. The
 bundle ends, the runner drains its outputs and processes the residuals in a new bundle (Flink's
 batch runner in the same task: its SDF loop; the local runner and Dataflow reschedule them). What
 each element yields, and so every layer, is the same for any budget; only the bundles differ.
@@ -32,7 +32,7 @@ output is bounded by configuration: a layer partition, a web-archive range).
 from __future__ import annotations
 
 import sys
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, NamedTuple
 
 import apache_beam as beam
 from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
@@ -57,29 +57,46 @@ class BundleOptions(PipelineOptions):
     def _add_argparse_args(cls, parser):
         parser.add_argument(
             "--bundle_output_mb",
-            default=DEFAULT_BUNDLE_OUTPUT_MB,
+            default=None,  # DEFAULT_BUNDLE_OUTPUT_MB; None so that workers, which never read it, are not sent it
             type=float,
             help="MiB of rows one bundle of a reading step (snapshot files, layer partitions, web-archive "
             "ranges) emits before it defers the rest to a new bundle (a splittable DoFn's self-checkpoint). "
             "Bounds what a Flink TaskManager holds per task; never changes what a build writes "
-            "(docs/flink.md, 'Bounded output per bundle').",
+            f"(default {DEFAULT_BUNDLE_OUTPUT_MB}; docs/flink.md, 'Bounded output per bundle').",
         )
 
 
-def budget_bytes(pipeline) -> int:
-    """The pipeline's ``--bundle_output_mb`` in bytes, or no budget where the runner would lose deferred work.
+class BundleBudget(NamedTuple):
+    """What a :class:`BudgetedExpandFn` is given at construction: its bytes per bundle, and the label of
+    the transform it is part of (its stage's label first: ``Ingest/...``) for its errors."""
+
+    bytes: int
+    step: str = ""
+
+
+def bundle_budget(pipeline) -> BundleBudget:
+    """The pipeline's ``--bundle_output_mb`` in bytes, or no budget where the runner would lose deferred
+    work, and the label of the transform being expanded.
 
     Beam's local runner (the FnApiRunner behind the DirectRunner, apache_beam 2.77) drops an SDF's
     deferred residuals when it runs more than one SDK worker (``--direct_num_workers`` other than 1,
-    the local builds' default here): measured, 200 of 807 outputs of a three-element probe came out.
+    the local builds' default): measured, 200 of 807 outputs of a three-element probe came out.
     It holds every stage's data in its own memory anyway, so a budget would bound nothing there.
+
+    The label: a :class:`BudgetedExpandFn`'s errors carry it the way Beam's own DoFns' errors carry
+    their step (``[while running '<step>']``, which names the failed stage to the driver,
+    ``build.failed_stage``); Beam (2.77) does not add it to a splittable DoFn's errors
+    (``DoFnRunner.process_with_sized_restriction``).
     """
     megabytes = pipeline.options.view_as(BundleOptions).bundle_output_mb
+    if megabytes is None:
+        megabytes = DEFAULT_BUNDLE_OUTPUT_MB
     if not megabytes > 0:
         raise ValueError(f"--bundle_output_mb must be > 0, not {megabytes}")
+    step = pipeline._current_transform().full_label  # noqa: SLF001 - no public way to ask during expand
     if _local_runner_with_workers(pipeline):
-        return UNBOUNDED
-    return max(1, int(megabytes * (1 << 20)))
+        return BundleBudget(UNBOUNDED, step)
+    return BundleBudget(max(1, int(megabytes * (1 << 20))), step)
 
 
 #: No budget: a bundle takes all its elements whole.
@@ -136,17 +153,18 @@ RESUMABLE_ELEMENTS = beam.DoFn.RestrictionParam(_Ordinals(True))
 
 
 class BudgetedExpandFn(beam.DoFn):
-    """A DoFn whose bundle emits about ``budget_bytes`` and defers the rest (see the module's docstring).
+    """A DoFn whose bundle emits about its budget of bytes and defers the rest (see the module's docstring).
 
-    A subclass gives :meth:`items` and, when it owes outputs for the work done so far (counts),
+    ``budget``: a :class:`BundleBudget` (:func:`bundle_budget`), or bytes. A subclass gives :meth:`items` and, when it owes outputs for the work done so far (counts),
     :meth:`settle`. Each bundle emits at least one item, so every bundle makes progress.
     """
 
     #: whether :meth:`items` can start at any ordinal (else an element is deferred only before it starts)
     resumable = False
 
-    def __init__(self, budget_bytes: int):
-        self._budget = budget_bytes
+    def __init__(self, budget: BundleBudget | int):
+        budget = budget if isinstance(budget, BundleBudget) else BundleBudget(budget)
+        self._budget, self._step = budget
         self._deferred = Metrics.counter("bundle_budget", "deferred")
 
     def start_bundle(self):
@@ -162,6 +180,12 @@ class BudgetedExpandFn(beam.DoFn):
         return iter(())
 
     def process(self, element, tracker=WHOLE_ELEMENTS) -> Iterator:
+        try:
+            yield from self._process(element, tracker)
+        except Exception as err:
+            raise with_step(err, self._step) from None
+
+    def _process(self, element, tracker) -> Iterator:
         start = tracker.current_restriction().start
         if not self.resumable:
             if self._spent >= self._budget:  # never the first element of a bundle: each bundle makes progress
@@ -212,3 +236,18 @@ class ResumableExpandFn(BudgetedExpandFn):
 
     def process(self, element, tracker=RESUMABLE_ELEMENTS) -> Iterator:
         yield from super().process(element, tracker)
+
+
+def with_step(err: Exception, step: str) -> Exception:
+    """``err`` with `` [while running '<step>']`` added to its message, as Beam's DoFnRunner adds it to
+    the errors of a plain DoFn (``DoFnRunner._reraise_augmented``): the same type where it can be made
+    again from its message, else a RuntimeError naming it."""
+    if not step or getattr(err, "_tagged_with_step", False) or not err.args:
+        return err
+    annotation = f" [while running '{step}']"
+    try:
+        tagged = type(err)(f"{err.args[0]}{annotation}", *err.args[1:])
+    except Exception:  # noqa: BLE001 - a type that cannot be made from its message
+        tagged = RuntimeError(f"{type(err).__name__}: {err}{annotation}")
+    tagged._tagged_with_step = True  # type: ignore[attr-defined]
+    return tagged.with_traceback(err.__traceback__)

@@ -24,7 +24,7 @@ import apache_beam as beam
 
 from beam_pipeline.accounting import COUNTS, Tally
 from beam_pipeline.layers import read_partition_rows
-from beam_pipeline.transforms.bundle_budget import BudgetedExpandFn, budget_bytes
+from beam_pipeline.transforms.bundle_budget import BudgetedExpandFn, BundleBudget, bundle_budget
 from beam_pipeline.transforms.layer_io import PartitionIndexes, PartitionInputs, ReadLayerRows
 
 #: Document columns a gate reads (:func:`beam_pipeline.policy.decide` and rules over ``document``).
@@ -132,7 +132,7 @@ class ReadGatedRows(beam.PTransform):
             | "Partitions" >> PartitionIndexes(documents.count, self._after)
             | "ReadGated"
             >> beam.ParDo(
-                _GatedRowsFn(documents, self._columns, self._stage, budget_bytes(pbegin.pipeline))
+                _GatedRowsFn(documents, self._columns, self._stage, bundle_budget(pbegin.pipeline))
             ).with_outputs(COUNTS, main="rows")
         )
         return {"rows": read["rows"], COUNTS: read[COUNTS]}
@@ -142,7 +142,7 @@ class _GatedRowsFn(BudgetedExpandFn):
     """A partition index -> the documents the gate keeps, and the counts of those it stops; a bundle
     stops taking partitions once it has emitted its budget."""
 
-    def __init__(self, documents: DocumentPartitions, columns: list[str], stage: str, budget: int):
+    def __init__(self, documents: DocumentPartitions, columns: list[str], stage: str, budget: BundleBudget):
         super().__init__(budget)
         self._documents = documents
         self._columns = columns

@@ -68,7 +68,7 @@ from beam_pipeline.normalize import NORMALIZATION_VERSION
 from beam_pipeline.readers import BadRecord, iter_records
 from beam_pipeline.schemas import dead_letter_row
 from beam_pipeline.snapshot import verify_file
-from beam_pipeline.transforms.bundle_budget import ResumableExpandFn, budget_bytes
+from beam_pipeline.transforms.bundle_budget import BundleBudget, ResumableExpandFn, bundle_budget
 from beam_pipeline.transforms.keys import IntKeyed
 from beam_pipeline.transforms.layer_io import WrittenPartitions, row_order, write_layer_partition
 from beam_pipeline.transforms.task_ledger import TaskLedger, finished_partitions, replayed_counts, unfinished
@@ -124,7 +124,7 @@ class IngestSnapshot(beam.PTransform):
             | "SpreadFiles" >> beam.Reshuffle()
             | "ReadAndNormalize"
             >> beam.ParDo(
-                ReadRecordsFn(self._sources, self._max_record_bytes, budget_bytes(pbegin.pipeline))
+                ReadRecordsFn(self._sources, self._max_record_bytes, bundle_budget(pbegin.pipeline))
             ).with_outputs(DEAD_LETTER, COUNTS, main=DOCUMENTS)
         )
         records = {_RECORDS: read[DOCUMENTS] | "KeyByPartition" >> KeyByPartition(n)}
@@ -268,14 +268,14 @@ def _emitted(written: dict, counts: dict) -> Iterator:
 class ReadRecordsFn(ResumableExpandFn):
     """One snapshot file entry -> documents (main output), dead letters and its counts (tagged).
 
-    A file's records are read in bundles of about ``budget_bytes`` of documents
+    A file's records are read in bundles of about ``budget`` bytes of documents
     (:mod:`beam_pipeline.transforms.bundle_budget`); a file resumed in a later bundle is read again
     from its start and its records before the resume point skipped (decoded, not counted), so a file
     of F bytes costs about F * F / (2 * budget) bytes of reading more: nothing while F is below the budget.
     """
 
-    def __init__(self, sources: dict[str, SourceConfig], max_record_bytes: int, budget_bytes: int):
-        super().__init__(budget_bytes)
+    def __init__(self, sources: dict[str, SourceConfig], max_record_bytes: int, budget: BundleBudget):
+        super().__init__(budget)
         self._sources = sources
         self._max_record_bytes = max_record_bytes
 

@@ -54,7 +54,7 @@ from beam_pipeline.layers import (
     write_partition,
 )
 from beam_pipeline.transforms.blocks import BlocksFn
-from beam_pipeline.transforms.bundle_budget import BudgetedExpandFn, budget_bytes
+from beam_pipeline.transforms.bundle_budget import BudgetedExpandFn, BundleBudget, bundle_budget
 from beam_pipeline.transforms.keys import IntKeyed
 from beam_pipeline.transforms.task_ledger import TaskLedger, finished_partitions
 
@@ -224,14 +224,14 @@ class ReadLayerRows(beam.PTransform):
         return (
             pbegin
             | "Partitions" >> PartitionIndexes(len(self._paths), self._after)
-            | "ReadRows" >> beam.ParDo(_ReadRowsFn(self._paths, self._columns, budget_bytes(pbegin.pipeline)))
+            | "ReadRows" >> beam.ParDo(_ReadRowsFn(self._paths, self._columns, bundle_budget(pbegin.pipeline)))
         )
 
 
 class _ReadRowsFn(BudgetedExpandFn):
     """A partition index -> its rows; a bundle stops taking partitions once it has emitted its budget."""
 
-    def __init__(self, paths: tuple[str, ...], columns: list[str] | None, budget: int):
+    def __init__(self, paths: tuple[str, ...], columns: list[str] | None, budget: BundleBudget):
         super().__init__(budget)
         self._paths, self._columns = paths, columns
 

@@ -97,7 +97,7 @@ from beam_pipeline.hashing import bucket_of, stable_hash64
 from beam_pipeline.layers import EarlierLayerError, earlier_layer, join, part_name, read_partition_rows
 from beam_pipeline.schemas import LARGE_CLUSTER, NEAR_DEDUP, NEAR_SIGNATURE, dead_letter_row
 from beam_pipeline.transforms.blocks import windowed
-from beam_pipeline.transforms.bundle_budget import WHOLE_ELEMENTS, BudgetedExpandFn, budget_bytes
+from beam_pipeline.transforms.bundle_budget import WHOLE_ELEMENTS, BudgetedExpandFn, BundleBudget, bundle_budget
 from beam_pipeline.transforms.connected_components import (
     FLUSH_EDGES,
     LABELS,
@@ -381,7 +381,7 @@ class AnnotateNearDuplicates(beam.PTransform):
             | "Sign"
             >> beam.ParDo(
                 SignPartitionFn(
-                    params, documents, join(self._layer_path, SIGNATURES), groups, budget_bytes(pbegin.pipeline)
+                    params, documents, join(self._layer_path, SIGNATURES), groups, bundle_budget(pbegin.pipeline)
                 ),
                 *side,
             )
@@ -415,7 +415,7 @@ class AnnotateNearDuplicates(beam.PTransform):
                 )
                 | "SpreadPreviousPartitions" >> beam.Reshuffle()
                 | "ReadPreviousSignatures"
-                >> beam.ParDo(PreviousSignaturesFn(params, groups, budget_bytes(pbegin.pipeline)))
+                >> beam.ParDo(PreviousSignaturesFn(params, groups, bundle_budget(pbegin.pipeline)))
                 .with_output_types(IntKeyed, **{_SHINGLES: IntKeyed, _BANDS: IntKeyed, _BLOCKS: IntKeyed})
                 .with_outputs(_SHINGLES, _BANDS, _BLOCKS, main=_PAYLOADS)
             )
@@ -836,7 +836,7 @@ class SignPartitionFn(BudgetedExpandFn):
         documents: DocumentPartitions,
         signatures_directory: str,
         key_groups: int,
-        budget: int,
+        budget: BundleBudget,
     ):
         super().__init__(budget)
         self._params = params
@@ -915,7 +915,7 @@ class PreviousSignaturesFn(BudgetedExpandFn):
     of its band and block keys, with each document's member (it competes as a previous version). A
     bundle stops taking partitions once it has emitted ``budget`` bytes."""
 
-    def __init__(self, params: NearDedupParams, key_groups: int, budget: int):
+    def __init__(self, params: NearDedupParams, key_groups: int, budget: BundleBudget):
         super().__init__(budget)
         self._params = params
         self._key_groups = key_groups

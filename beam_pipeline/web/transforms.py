@@ -39,7 +39,7 @@ from beam_pipeline.hashing import bucket_of
 from beam_pipeline.record_types import BadRecord
 from beam_pipeline.schemas import dead_letter_row
 from beam_pipeline.snapshot import verify_file
-from beam_pipeline.transforms.bundle_budget import BudgetedExpandFn, budget_bytes
+from beam_pipeline.transforms.bundle_budget import BudgetedExpandFn, BundleBudget, bundle_budget
 from beam_pipeline.transforms.keys import IntKeyed, StrKeyed
 from beam_pipeline.web.records import Filtered, Revisit, iter_web_records, newest_capture
 from beam_pipeline.web.warc import plan_splits, sniff
@@ -77,7 +77,7 @@ class ReadWebArchives(beam.PTransform):
             | "SpreadSplits" >> beam.Reshuffle()
         )
         read = splits | "ReadSplits" >> beam.ParDo(
-            _ReadSplitFn(self._sources, self._max_record_bytes, self._stage, budget_bytes(pbegin.pipeline))
+            _ReadSplitFn(self._sources, self._max_record_bytes, self._stage, bundle_budget(pbegin.pipeline))
         ).with_outputs(REVISITS, DEAD_LETTER, COUNTS, main=CAPTURES)
         newest = {CAPTURES: read[CAPTURES], REVISITS: read[REVISITS]} | "NewestCapturePerUrl" >> (
             NewestCapturePerUrl(self._partitions)
@@ -188,7 +188,7 @@ class _ReadSplitFn(BudgetedExpandFn):
     """One byte range -> captures (main), revisits, dead letters and its counts (tagged); a bundle
     stops taking ranges once it has emitted its budget (:mod:`beam_pipeline.transforms.bundle_budget`)."""
 
-    def __init__(self, sources: dict[str, SourceConfig], max_record_bytes: int, stage: str, budget: int):
+    def __init__(self, sources: dict[str, SourceConfig], max_record_bytes: int, stage: str, budget: BundleBudget):
         super().__init__(budget)
         self._sources, self._max_record_bytes, self._stage = sources, max_record_bytes, stage
 
