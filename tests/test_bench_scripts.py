@@ -30,3 +30,40 @@ def test_profile_summary_imports():
                            f"runpy.run_path({str(BENCH / 'profile_summary.py')!r}, run_name='not_main')"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def _load(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_near_dedup_scale_ratios_come_from_the_rows():
+    """``--sizes``: the results file's ratios are the largest run's over the smallest's, judged against 1.2x,
+    and the rounds against ceil(log2(chain length)); a failed size is left out of the ratios."""
+    stage = _load("bench_near_dedup_stage")
+    digests = {"annotations": ["a"], "signatures": ["b"], "large_clusters": []}
+
+    def run(documents, ms, jvm, driver, rounds):
+        return {"documents": documents, "partitions": 4, "groups": 64, "wall_seconds": 1.0, "text_mb": 1.0,
+                "tree_cpu_seconds": ms * documents / 1000, "jvm_cpu_seconds": 1.0, "driver_cpu_seconds": 1.0,
+                "cpu_ms_per_document": ms, "jvm_peak_mib": jvm, "driver_peak_mib": driver,
+                "components_rounds": rounds, "clusters": 1, "clustered_documents": 1, "near_duplicates": 1,
+                "digests": digests}
+
+    runs = [run(10_000_000, 0.5, 3000.0, 1100.0, 8), {"documents": 5, "failed": "exit status 1"},
+            run(1_000_000, 0.45, 2000.0, 1000.0, 7)]
+    ratios = stage.scale_ratios(runs)
+    assert ratios["documents"] == (1_000_000, 10_000_000)
+    assert ratios["cpu_per_document"]["ratio"] == round(0.5 / 0.45, 3) and ratios["cpu_per_document"]["met"]
+    assert ratios["jvm_peak"]["ratio"] == 1.5 and not ratios["jvm_peak"]["met"]
+    assert ratios["driver_peak"]["ratio"] == 1.1 and ratios["driver_peak"]["met"]
+    assert stage.PROMISED_ROUNDS == 7 and ratios["rounds"]["values"] == [7, 8] and not ratios["rounds"]["met"]
+    text = stage.scale_markdown({"runs": runs, "runner": "flink", "date": "20261207", "command": "cmd",
+                                 "runner_description": "embedded Flink", "beam_args": [], "machine": "2 cores"})
+    assert "| 1.11x | <= 1.2x | met |" in text and "| 1.50x | <= 1.2x | **not met** |" in text
+    assert "failed: exit status 1" in text and stage.outputs_digest(digests)[:16] in text
+    assert stage.scale_ratios(runs[:2]) == {}
