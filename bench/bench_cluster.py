@@ -155,7 +155,7 @@ def markdown(result: dict) -> str:
         f"(`bench/bench_scale.py --runner flink --corpus scale-xl`). {result['machine']}",
         "",
         f"Text: {mb:.0f} MB, {c['records']:,} records (`{result['config']}`). Cluster: "
-        "`scripts/flink_cluster.sh start` with 2 TaskManagers of 1 slot (separate JVMs, 3 GB each), "
+        "`scripts/flink_cluster.sh start` with 2 TaskManagers of 1 slot (separate JVMs, 3.5 GB each), "
         "`--parallelism=2`, SDK workers `--environment_type=PROCESS` started by each TaskManager, Beam's "
         "runner in the cluster's `lib/` and `--environment_cache_millis=60000` (docs/flink.md). Embedded: "
         "Flink in the job server's JVM, the SDK workers in the driver (LOOPBACK), parallelism 2.",

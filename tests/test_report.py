@@ -412,3 +412,21 @@ def test_the_jobs_report_step_logs_a_failure_and_writes_nothing(tmp_path, caplog
     assert "the run report could not be written" in caplog.text
     assert f"python -m beam_pipeline report {run_dir}/metrics.json" in caplog.text
     assert not os.path.exists(os.path.join(run_dir, "report.html"))
+
+
+def test_the_gathered_plots_carry_the_numbers_once(run_dir):
+    """transforms/publish.py: WriteReport gathers every drawn plot into one record (``AllPlots``), which a
+    Flink combiner must fit in its sort buffer: the run's numbers ride on one plot, not on each (a copy per
+    plot made that record tens of MB at 1 GB of text and failed the cluster build)."""
+    import pickle
+
+    from beam_pipeline.report import report_numbers
+    from beam_pipeline.transforms.publish import _draw_plot, _plot_tasks
+
+    gathered = report_numbers(os.path.join(run_dir, "metrics.json"))
+    drawn = [_draw_plot("", task) for _metrics, task in _plot_tasks({}, gathered)]
+    assert len(drawn) > 1
+    assert [name for name, _plot, ref, data in drawn if ref is not None and data is not None] == [drawn[0][0]]
+    numbers = len(pickle.dumps(gathered))
+    plots = sum(len(pickle.dumps(plot)) for _name, plot, _ref, _data in drawn)
+    assert len(pickle.dumps(drawn)) < numbers + plots + 200 * len(drawn)

@@ -297,19 +297,27 @@ def _gather_numbers(metrics_path: str, _metrics: dict) -> tuple:
 
 
 def _plot_tasks(metrics: dict, gathered: tuple | None) -> list[tuple]:
-    """(metrics, (the run, its numbers)) -> (metrics, (plot name, the run, its numbers)) per plot."""
+    """(metrics, (the run, its numbers)) -> (metrics, (plot name, the run, its numbers, carries them on))
+    per plot; the first task alone carries the run and its numbers on to the page."""
     from beam_pipeline.report.plot_names import plot_names  # not matplotlib: the drawing workers import it
 
     if gathered is None:  # logged by that step
         return [(metrics, None)]
-    return [(metrics, (name, *gathered)) for name in plot_names(gathered[1])]
+    return [(metrics, (name, *gathered, index == 0)) for index, name in enumerate(plot_names(gathered[1]))]
 
 
 def _draw_plot(_metrics_path: str, task: tuple) -> tuple:
+    """A plot task -> (plot name, the drawn plot, the run and its numbers, or None, None).
+
+    Only one drawn plot carries the numbers (hundreds of KB at 1 GB of text): ``AllPlots`` gathers every
+    plot into one record, and a copy per plot made that record tens of MB, more than a Flink combiner's
+    sort buffer takes ("Cannot write record to fresh sort buffer. Record too large").
+    """
     from beam_pipeline.report import plots
 
-    name, ref, data = task
-    return name, plots.draw(name, data), ref, data
+    name, ref, data, carries_numbers = task
+    drawn = plots.draw(name, data)
+    return (name, drawn, ref, data) if carries_numbers else (name, drawn, None, None)
 
 
 def _plots_of_the_run(tasks: list[tuple]) -> tuple[dict, list]:
@@ -323,7 +331,7 @@ def _write_page(_metrics_path: str, drawn: list) -> str | None:
 
     if any(plot is None for plot in drawn):  # the numbers could not be gathered or a plot failed: logged
         return None
-    _, _, ref, data = drawn[0]
+    _, _, ref, data = next(plot for plot in drawn if plot[3] is not None)
     figures = {name: plot for name, plot, _, _ in drawn}
     if set(figures) != set(plot_names(data)):
         return None
