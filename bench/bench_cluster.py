@@ -227,8 +227,8 @@ def main() -> int:
     result = {
         "date": date,
         "command": "bench/bench_cluster.py" + (f" --config {args.config}" if args.config != DEFAULT_CONFIG else ""),
-        "config": str(args.config.relative_to(REPO)) if args.config.is_relative_to(REPO) else str(args.config),
-        "embedded_results": str(embedded_path.relative_to(REPO)),
+        "config": shown(args.config),
+        "embedded_results": shown(embedded_path),
         "machine": f"{bench_scale.CORES} cores, Python {sys.version.split()[0]}.",
         "cluster": {"text_bytes": run["text_bytes"], "records": run["records"], "dataset_id": run["dataset_id"],
                     "wall_seconds": run["wall_seconds"], "cpu_seconds": cpu,
@@ -244,6 +244,12 @@ def main() -> int:
     stem.with_suffix(".md").write_text(markdown(result))
     print(markdown(result))
     return 0 if result["cluster"]["dataset_id"] == result["embedded"]["dataset_id"] else 1
+
+
+def shown(path: Path) -> str:
+    """A path as the results files name it: relative to the checkout when inside it."""
+    path = path.resolve()
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
 
 
 if __name__ == "__main__":
