@@ -62,6 +62,8 @@ from beam_pipeline.layers import part_name  # noqa: E402
 from beam_pipeline.transforms import near_dedup  # noqa: E402
 from beam_pipeline.transforms.layer_io import ReadLayerRows, WriteLayerOutput  # noqa: E402
 from beam_pipeline.transforms.connected_components import LABELS, ConnectedComponents  # noqa: E402
+from beam_pipeline.transforms.bundle_budget import UNBOUNDED, BundleBudget  # noqa: E402
+from beam_pipeline.transforms.gate import DocumentPartitions  # noqa: E402
 from beam_pipeline.transforms.near_dedup import NearDedupParams, SignPartitionFn, build_stage, \
     sign_document  # noqa: E402
 
@@ -341,10 +343,13 @@ class _Sign(beam.PTransform):
         self._layer = layer
 
     def expand(self, pbegin):
+        documents = DocumentPartitions.of((self._path,))
+        groups = near_dedup.stage_groups(self._params, documents.count, near_dedup.DOCUMENTS_PER_PARTITION)
         signed = (pbegin | beam.Create([0]) | beam.ParDo(SignPartitionFn(
-            self._params, (self._path,), os.path.join(self._layer, near_dedup.SIGNATURES)))
-            .with_outputs(near_dedup.SIGNATURES, near_dedup.DEAD_LETTER, COUNTS, "payloads", "bands", "blocks",
-                          main="members"))
+            self._params, documents, os.path.join(self._layer, near_dedup.SIGNATURES), groups,
+            BundleBudget(UNBOUNDED, "Sign")))
+            .with_outputs(near_dedup.SIGNATURES, near_dedup.DEAD_LETTER, COUNTS, "payloads", "shingles", "bands",
+                          "blocks", main="members"))
         return signed["members"]
 
 
