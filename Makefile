@@ -150,8 +150,9 @@ bench-near-dedup-stage: $(STAMP)
 ## Issue 40 item 4 on embedded Flink: the near-dedup stage alone on 10^6 and 10^7 generated documents (planted
 ## clusters of 5 and chains of 100, made by the bench, not stored), each size in a fresh process; CPU and peak
 ## memory of the process tree (the job server's JVM and the driver), the ratios of 10^7 to 10^6 against 1.2x
-## and components_rounds against log2(100) (bench/results/near-dedup-scale-flink-<date>.md). Not run here
-## yet at these sizes (tree CPU ~0.9 ms per document at 2-4 x 10^4: expect hours on 2 cores).
+## and components_rounds against log2(100) (bench/results/near-dedup-scale-flink-<date>.md). Not finished here
+## at these sizes: 10^6 ran out of this machine's 42 GB of disk (Flink's shuffle files, ~39 KB per document;
+## bench/README.md); give /tmp ~0.5 TB for 10^7 (tree CPU ~1 ms per document: hours on 2 cores).
 ## NEAR_DEDUP_SCALE_ARGS='--beam_args=--parallelism=4'.
 bench-near-dedup-scale: $(STAMP) flink
 	$(PY) bench/bench_near_dedup_stage.py --runner flink --sizes 1000000 10000000 $(NEAR_DEDUP_SCALE_ARGS)
