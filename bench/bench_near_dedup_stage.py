@@ -107,7 +107,8 @@ from beam_pipeline.transforms import layer_io, near_dedup  # noqa: E402
 
 IN_PROCESS = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
 #: ``--runner flink``: a job whose tree used less than a tenth of a core this long is stuck (bench_scale's
-#: stall check: Flink's batch runner deadlocks when one task's output passes ~1 GB); it is killed then.
+#: stall check: Flink's batch runner deadlocked when one task's output passed ~1 GB, before the reading
+#: steps' bundle budget; kept as a guard); it is killed then.
 STALL_SECONDS = 900
 SAMPLE_CONFIG = os.path.join(REPO, "sample", "corpus.yaml")
 OUTPUTS = ("annotations", "signatures", "large_clusters")

@@ -417,7 +417,7 @@ def test_the_jobs_report_step_logs_a_failure_and_writes_nothing(tmp_path, caplog
 def test_the_gathered_plots_carry_the_numbers_once(run_dir):
     """transforms/publish.py: WriteReport gathers every drawn plot into one record (``AllPlots``), which a
     Flink combiner must fit in its sort buffer: the run's numbers ride on one plot, not on each (a copy per
-    plot made that record tens of MB at 1 GB of text and failed the cluster build)."""
+    plot made that record over 11 MB at 1 GB of text and failed the cluster build)."""
     import pickle
 
     from beam_pipeline.report import report_numbers

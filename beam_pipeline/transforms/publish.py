@@ -309,9 +309,9 @@ def _plot_tasks(metrics: dict, gathered: tuple | None) -> list[tuple]:
 def _draw_plot(_metrics_path: str, task: tuple) -> tuple:
     """A plot task -> (plot name, the drawn plot, the run and its numbers, or None, None).
 
-    Only one drawn plot carries the numbers (hundreds of KB at 1 GB of text): ``AllPlots`` gathers every
-    plot into one record, and a copy per plot made that record tens of MB, more than a Flink combiner's
-    sort buffer takes ("Cannot write record to fresh sort buffer. Record too large").
+    Only one drawn plot carries the numbers (~220 kB at 1 GB of text): ``AllPlots`` gathers every plot into
+    one record, and a copy per plot made that record over 11 MB, more than a Flink combiner's sort buffer
+    takes ("Cannot write record to fresh sort buffer. Record too large").
     """
     from beam_pipeline.report import plots
 
