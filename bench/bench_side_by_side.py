@@ -50,12 +50,23 @@ is MB / CPU seconds. Peak RSS is the largest resident set of any one process of 
 bench's own parent process's, which a forked child starts from: ~60 MB).
 
 The corpus: ``bench/build_corpus.py``'s (Debian documentation pages and their mirrored copies,
-built from pinned packages), its first ``--mb`` MB of text in file order.
+built from pinned packages), its first ``--mb`` MB of text in file order, each text once: a record whose
+text (in our ingest's normal form, :func:`beam_pipeline.normalize.normalize_text`) came before is left
+out, so that both sides filter, dedup and tokenize the same documents (our ingest would drop such verbatim
+repeats before the filters, and datatrove's filters would score them: a third of the records of the mirrored
+corpus). ``--keep-repeats`` keeps them, as earlier results did.
+
+``--near-dedup-defaults`` adds a third side to the whole job, ``ours-defaults``: the same job with near
+dedup's own defaults for verification and line handling (two-tier verification on exact shingle sets,
+template lines) instead of datatrove's signature-only check, interleaved with the other two; the report then
+gives what the defaults cost over signature-only verification, whole job and near-dedup stage (issue 42,
+item 4), and what each decided.
 
 Usage::
 
     .venv/bin/python bench/bench_side_by_side.py [--mb 20] [--runs 3] [--steps whole,filters,minhash,tokenize]
                                                  [--definitions project|reference|both]
+                                                 [--near-dedup-defaults] [--keep-repeats]
 
 Results: bench/results/side-by-side-<date>.md and .json (with this command).
 """
@@ -65,6 +76,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import glob
+import hashlib
 import json
 import os
 import platform
@@ -84,6 +96,7 @@ TOKENIZER = REPO / "sample" / "tokenizer" / "tokenizer.json"
 STEPS = ("filters", "minhash", "tokenize")  # the per-step comparison (each step alone)
 WHOLE = "whole"  # each side a whole job: filters + PII, MinHash dedup, tokenization of what is kept
 SIDES = ("datatrove", "ours")
+DEFAULTS_SIDE = "ours-defaults"  # our whole job with near dedup's default verification and line handling
 PARTITIONS = 2  # = cores: datatrove's tasks and workers, our partitions
 DEFINITIONS_VARIABLE = "SIDE_BY_SIDE_DEFINITIONS"  # --definitions, for our filters child
 
@@ -91,10 +104,14 @@ DEFINITIONS_VARIABLE = "SIDE_BY_SIDE_DEFINITIONS"  # --definitions, for our filt
 # --- the corpus -------------------------------------------------------------------------------------------
 
 
-def prepare(mb: float) -> Path:
+def prepared_folder(mb: float, keep_repeats: bool) -> Path:
+    return WORK / f"{mb:g}mb{'' if keep_repeats else '-unique'}"
+
+
+def prepare(mb: float, keep_repeats: bool = False) -> Path:
     """The first ``mb`` MB of the bench corpus as ``input/docs.jsonl`` (datatrove), ``documents/`` and ``gold/``
-    partitions (ours); reused when present."""
-    folder = WORK / f"{mb:g}mb"
+    partitions (ours), each text once unless ``keep_repeats``; reused when present."""
+    folder = prepared_folder(mb, keep_repeats)
     done = folder / "PREPARED.json"
     if done.exists():
         return folder
@@ -104,6 +121,7 @@ def prepare(mb: float) -> Path:
 
     from beam_pipeline.hashing import bucket_of
     from beam_pipeline.layers import part_name
+    from beam_pipeline.normalize import normalize_text
     from beam_pipeline.schemas import GOLD
 
     if not (CORPUS / "BUILD.json").exists():
@@ -111,13 +129,19 @@ def prepare(mb: float) -> Path:
     shutil.rmtree(folder, ignore_errors=True)
     (folder / "input").mkdir(parents=True)
     files = sorted(glob.glob(str(CORPUS / "*" / "*.jsonl.zst")))
-    budget, rows = int(mb * 1e6), []
+    budget, rows, seen, repeats = int(mb * 1e6), [], set(), 0
     for path in files:
         source = os.path.basename(os.path.dirname(path))
         with open(path, "rb") as f:
             data = zstandard.ZstdDecompressor().stream_reader(f).read()
         for line in data.splitlines():
             record = json.loads(line)
+            if not keep_repeats:
+                key = hashlib.blake2b(normalize_text(record["text"]).encode("utf-8"), digest_size=16).digest()
+                if key in seen:
+                    repeats += 1
+                    continue
+                seen.add(key)
             rows.append({"doc_id": f"{source}/{record['id']}", "source": source, "text": record["text"]})
             budget -= len(record["text"].encode("utf-8"))
             if budget <= 0:
@@ -140,6 +164,7 @@ def prepare(mb: float) -> Path:
                 [{f.name: r.get(f.name) for f in schema} for r in part], schema=schema)
             pq.write_table(table, folder / name / part_name(i, PARTITIONS))
     stats = {"documents": len(rows), "bytes": sum(len(r["text"].encode("utf-8")) for r in rows),
+             "repeats_left_out": None if keep_repeats else repeats,
              "corpus_build": json.loads((CORPUS / "BUILD.json").read_text()).get("corpus_digest")}
     done.write_text(json.dumps(stats))
     return folder
@@ -240,9 +265,7 @@ near_dedup:
   method: minhash
   shingles: {{kind: word, size: 5}}
   minhash: {{num_perm: 112, threshold: 0.7, bands: 14, rows: 8}}
-  verify: signature
-  lines: {{enabled: false}}
-policy:
+{verification}policy:
   drop_exact_duplicates: true
   drop_near_duplicates: true
   min_chars: 1
@@ -258,12 +281,20 @@ layout:
 """
 
 
-def whole_config(folder: Path, out: Path) -> Path:
+#: ``near_dedup``'s verification and line handling in :data:`WHOLE_CONFIG`: datatrove's check (candidates
+#: verified on their signatures only, no line counting), or (``ours-defaults``) the project's defaults.
+SIGNATURE_ONLY = "  verify: signature\n  lines: {enabled: false}\n"
+NEAR_DEDUP_DEFAULTS = ""
+
+
+def whole_config(folder: Path, out: Path, near_dedup_defaults: bool = False) -> Path:
     sys.path.insert(0, str(REPO / "bench"))
     from build_corpus import TOKENIZE_BLOCK  # the bench corpus's tokenize settings (8,192-token sequences)
 
     path = out / "corpus.yaml"
-    path.write_text(WHOLE_CONFIG.format(root=out / "root", inputs=folder / "input" / "split", partitions=PARTITIONS)
+    verification = NEAR_DEDUP_DEFAULTS if near_dedup_defaults else SIGNATURE_ONLY
+    path.write_text(WHOLE_CONFIG.format(root=out / "root", inputs=folder / "input" / "split", partitions=PARTITIONS,
+                                        verification=verification)
                     + TOKENIZE_BLOCK.format(tokenizer=TOKENIZER))
     return path
 
@@ -280,11 +311,12 @@ def split_input(folder: Path) -> Path:
     return split
 
 
-def ours_step(step: str, folder: Path, out: Path) -> None:
+def ours_step(step: str, folder: Path, out: Path, near_dedup_defaults: bool = False) -> None:
     if step == WHOLE:
         split_input(folder)
         # what a user runs: the CLI in its own process (its DirectRunner's worker processes are its children)
-        done = subprocess.run([sys.executable, "-m", "beam_pipeline", "run", "--config", str(whole_config(folder, out)),
+        config = whole_config(folder, out, near_dedup_defaults)
+        done = subprocess.run([sys.executable, "-m", "beam_pipeline", "run", "--config", str(config),
                                "--progress_interval", "0"], cwd=REPO, capture_output=True, text=True)
         if done.returncode != 0:
             raise SystemExit(f"beam_pipeline run failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
@@ -344,7 +376,10 @@ def ours_step(step: str, folder: Path, out: Path) -> None:
 def child(side: str, step: str, folder: Path, out: Path) -> None:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    (datatrove_step if side == "datatrove" else ours_step)(step, folder, out)
+    if side == "datatrove":
+        datatrove_step(step, folder, out)
+    else:
+        ours_step(step, folder, out, near_dedup_defaults=side == DEFAULTS_SIDE)
     peak = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
     print(json.dumps({"peak_rss_mb": round(peak / 1024), "detail": details(side, step, out)}))
 
@@ -354,7 +389,7 @@ def details(side: str, step: str, out: Path) -> dict:
     stats (its logging folders)."""
     if step != WHOLE:
         return {}
-    if side == "ours":
+    if side != "datatrove":
         metrics = json.loads((out / "metrics.json").read_text())
         return {"cpu_seconds": metrics.get("cpu_seconds"), "timing_seconds": metrics.get("timing_seconds"),
                 "stages": {stage["name"]: {k: v for k, v in stage.get("counts", {}).items() if k != "by_source"}
@@ -399,11 +434,17 @@ def main(argv=None) -> int:
     parser.add_argument("--label", default="", help="suffix of the result files (side-by-side-<date>-<label>)")
     parser.add_argument("--definitions", choices=("project", "reference", "both"), default="project",
                         help="the heuristics definitions our filters step computes (default: the stage's default)")
+    parser.add_argument("--near-dedup-defaults", action="store_true",
+                        help=f"also run our whole job with near dedup's default verification and lines "
+                             f"({DEFAULTS_SIDE}), interleaved: what they cost over signature-only verification")
+    parser.add_argument("--keep-repeats", action="store_true",
+                        help="keep records whose text came before (by default each text is in the input once)")
     parser.add_argument("--child", nargs=4, metavar=("SIDE", "STEP", "FOLDER", "OUT"), help=argparse.SUPPRESS)
     parser.add_argument("--prepare", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--prepare-keep-repeats", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.prepare:
-        prepare(args.prepare)
+        prepare(args.prepare, args.prepare_keep_repeats)
         return 0
     if args.child:
         side, step, folder, out = args.child
@@ -414,28 +455,34 @@ def main(argv=None) -> int:
     if unknown:
         parser.error(f"unknown steps {sorted(unknown)}")
     os.environ[DEFINITIONS_VARIABLE] = args.definitions  # inherited by the children
-    folder = WORK / f"{args.mb:g}mb"
+    if args.near_dedup_defaults and WHOLE not in steps:
+        parser.error(f"--near-dedup-defaults needs the {WHOLE} step")
+    folder = prepared_folder(args.mb, args.keep_repeats)
     # in a subprocess: a child forked from a parent that held the corpus would inherit its peak RSS
-    subprocess.run([sys.executable, __file__, "--prepare", str(args.mb)], cwd=REPO, check=True)
+    subprocess.run([sys.executable, __file__, "--prepare", str(args.mb),
+                    *(["--prepare-keep-repeats"] if args.keep_repeats else [])], cwd=REPO, check=True)
     split_input(folder)
     stats = json.loads((folder / "PREPARED.json").read_text())
     stats["corpus_build"] = json.loads((CORPUS / "BUILD.json").read_text()).get("corpus_digest")
     mb = stats["bytes"] / 1e6
-    runs: dict = {step: {side: [] for side in SIDES} for step in steps}
+    def sides_of(step: str) -> tuple[str, ...]:
+        return (*SIDES, DEFAULTS_SIDE) if step == WHOLE and args.near_dedup_defaults else SIDES
+
+    runs: dict = {step: {side: [] for side in sides_of(step)} for step in steps}
     load = [os.getloadavg()[0]]
     for run in range(args.runs):
         for step in steps:
-            for side in (SIDES if run % 2 == 0 else SIDES[::-1]):
+            for side in (sides_of(step) if run % 2 == 0 else sides_of(step)[::-1]):
                 result = measure(side, step, folder, args.datatrove_python, args.label)
                 runs[step][side].append(result)
-                print(f"run {run + 1} {step:9s} {side:10s} cpu {result['cpu_seconds']:7.1f} s  wall "
+                print(f"run {run + 1} {step:9s} {side:13s} cpu {result['cpu_seconds']:7.1f} s  wall "
                       f"{result['wall_seconds']:6.1f} s  {mb / result['cpu_seconds']:5.2f} MB/s/core  "
                       f"peak {result['peak_rss_mb']} MB", flush=True)
                 load.append(os.getloadavg()[0])
     summary = summarize(runs, mb)
     command = " ".join([".venv/bin/python bench/bench_side_by_side.py", *(sys.argv[1:] if argv is None else argv)])
     report = {"command": command, "date": datetime.date.today().isoformat(), "corpus": stats, "mb": round(mb, 2),
-              "definitions": args.definitions,
+              "definitions": args.definitions, "repeats_kept": args.keep_repeats,
               "cores": os.cpu_count(), "load_average_1min": {"min": min(load), "max": max(load)},
               "python": platform.python_version(),
               "versions": {**versions(), "datatrove": datatrove_version(args.datatrove_python)}, "runs": runs, "summary": summary}
@@ -464,16 +511,39 @@ def summarize(runs: dict, mb: float) -> dict:
         summary[step] = {side: {key: statistics.median(r[key] for r in results) for key in results[0]
                                 if key != "detail"}
                          for side, results in sides.items()}
-        for side in SIDES:
+        for side in sides:
             summary[step][side]["mb_per_core_second"] = round(mb / summary[step][side]["cpu_seconds"], 2)
         summary[step]["cpu_ratio"] = round(summary[step]["datatrove"]["cpu_seconds"]
                                            / summary[step]["ours"]["cpu_seconds"], 2)
+        if DEFAULTS_SIDE in sides:
+            summary[step]["near_dedup_defaults"] = defaults_cost(sides["ours"], sides[DEFAULTS_SIDE])
     if all(step in runs for step in STEPS):
         total = {side: sum(summary[s][side]["cpu_seconds"] for s in STEPS) for side in SIDES}
         summary["end_to_end"] = {**{side: {"cpu_seconds": round(total[side], 2),
                                            "mb_per_core_second": round(mb / total[side], 2)} for side in SIDES},
                                  "cpu_ratio": round(total["datatrove"] / total["ours"], 2)}
     return summary
+
+
+def defaults_cost(signature_only: list[dict], defaults: list[dict]) -> dict:
+    """What near dedup's defaults cost over signature-only verification: the whole job's CPU (medians) and the
+    ``near_dedup`` stage's (metrics.json), and what each removed (the stage's counts, the same in every run)."""
+    def stage(results: list[dict], key: str) -> float:
+        return statistics.median((r["detail"].get("cpu_seconds") or {}).get(key, 0.0) for r in results)
+
+    def removed(results: list[dict]) -> list:
+        counts = [(r["detail"].get("stages") or {}).get("near_dedup") or {} for r in results]
+        return sorted({json.dumps({k: c[k] for k in ("in", "passed", "other") if k in c}, sort_keys=True)
+                       for c in counts})
+
+    whole = {name: statistics.median(r["cpu_seconds"] for r in results)
+             for name, results in (("signature_only", signature_only), ("defaults", defaults))}
+    near = {"signature_only": stage(signature_only, "near_dedup"), "defaults": stage(defaults, "near_dedup")}
+    return {"whole_cpu_seconds": whole, "whole_overhead": round(whole["defaults"] / whole["signature_only"] - 1, 4),
+            "near_dedup_cpu_seconds": near,
+            "near_dedup_overhead": round(near["defaults"] / near["signature_only"] - 1, 4) if near["signature_only"]
+            else None,
+            "near_dedup_counts": {"signature_only": removed(signature_only), "defaults": removed(defaults)}}
 
 
 def markdown(report: dict) -> str:
@@ -485,6 +555,11 @@ def markdown(report: dict) -> str:
              f"{report['load_average_1min']['min']:.1f}-{report['load_average_1min']['max']:.1f}); "
              + ", ".join(f"{k} {v}" for k, v in report["versions"].items()) + ".",
              "",
+             *([f"Each text once: {report['corpus']['repeats_left_out']:,} records whose text (normalized as our "
+                "ingest does) came before were left out, so both sides do the same work on the same documents.", ""]
+               if report["corpus"].get("repeats_left_out") is not None else
+               ["Repeated texts kept (`--keep-repeats`): our ingest drops verbatim repeats before the filters, "
+                "datatrove's filters score them.", ""]),
              "Medians of the interleaved runs. CPU: seconds of the whole process tree of each side's fresh "
              "subprocess (children included); MB/s/core = MB of text in / CPU seconds; ratio = datatrove CPU / "
              "our CPU.", ""]
@@ -499,6 +574,8 @@ def markdown(report: dict) -> str:
                   "layers, ledgers, the dataset).", "", *header]
         lines.append(row(WHOLE, s[WHOLE]))
         lines += ["", *whole_breakdown(report), ""]
+        if "near_dedup_defaults" in s[WHOLE]:
+            lines += [*defaults_table(s[WHOLE]["near_dedup_defaults"]), ""]
     per_step = [k for k in s if k not in ("end_to_end", WHOLE)]
     if per_step:
         lines += ["**Per step** (each step alone, not a whole job: each side of each step in its own process; our "
@@ -518,6 +595,22 @@ def markdown(report: dict) -> str:
                 lines.append(f"| {i + 1} | {step} | {side} | {r['cpu_seconds']} | {r['wall_seconds']} | "
                              f"{r['peak_rss_mb']} |")
     return "\n".join(lines) + "\n"
+
+
+def defaults_table(cost: dict) -> list[str]:
+    whole, near = cost["whole_cpu_seconds"], cost["near_dedup_cpu_seconds"]
+    lines = [f"**Near dedup's defaults against signature-only verification** (`{DEFAULTS_SIDE}`: the same whole "
+             "job with near dedup's default `verify` and `lines`; medians of the interleaved runs):", "",
+             "| | signature-only CPU s | defaults CPU s | defaults' cost |", "|---|---:|---:|---:|",
+             f"| whole job | {whole['signature_only']:.1f} | {whole['defaults']:.1f} | "
+             f"{cost['whole_overhead']:+.1%} |"]
+    if cost["near_dedup_overhead"] is not None:
+        lines.append(f"| near_dedup stage (metrics.json) | {near['signature_only']:.1f} | {near['defaults']:.1f} | "
+                     f"{cost['near_dedup_overhead']:+.1%} |")
+    lines += ["", "What near dedup counted (metrics.json, every run):", ""]
+    for name, counts in cost["near_dedup_counts"].items():
+        lines += [f"* {name}: " + "; ".join(f"`{c}`" for c in counts)]
+    return lines
 
 
 def row(step: str, summary: dict) -> str:
