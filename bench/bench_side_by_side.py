@@ -50,7 +50,8 @@ is MB / CPU seconds. Peak RSS is the largest resident set of any one process of 
 bench's own parent process's, which a forked child starts from: ~60 MB).
 
 The corpus: ``bench/build_corpus.py``'s (Debian documentation pages and their mirrored copies,
-built from pinned packages), its first ``--mb`` MB of text in file order, each text once: a record whose
+built from pinned packages; ``--corpus scale-xl``: ``build_corpus.py --scale-xl``'s, with 381 MB of distinct
+pages), its first ``--mb`` MB of text in file order, each text once: a record whose
 text (in our ingest's normal form, :func:`beam_pipeline.normalize.normalize_text`) came before is left
 out, so that both sides filter, dedup and tokenize the same documents (our ingest would drop such verbatim
 repeats before the filters, and datatrove's filters would score them: a third of the records of the mirrored
@@ -89,7 +90,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-CORPUS = REPO / "bench" / "work" / "corpus"
+#: ``--corpus`` -> (its folder, build_corpus.py's flag): the bench corpus (about 143 MB of distinct text), or the
+#: scale-xl one (381 MB of distinct text, for the whole job at >= 200 MB of distinct text)
+CORPORA = {"bench": (REPO / "bench" / "work" / "corpus", None),
+           "scale-xl": (REPO / "bench" / "work" / "scale-xl" / "corpus", "--scale-xl")}
 WORK = REPO / "bench" / "work" / "side-by-side"
 RESULTS = REPO / "bench" / "results"
 TOKENIZER = REPO / "sample" / "tokenizer" / "tokenizer.json"
@@ -104,14 +108,15 @@ DEFINITIONS_VARIABLE = "SIDE_BY_SIDE_DEFINITIONS"  # --definitions, for our filt
 # --- the corpus -------------------------------------------------------------------------------------------
 
 
-def prepared_folder(mb: float, keep_repeats: bool) -> Path:
-    return WORK / f"{mb:g}mb{'' if keep_repeats else '-unique'}"
+def prepared_folder(mb: float, keep_repeats: bool, corpus: str = "bench") -> Path:
+    return WORK / f"{'' if corpus == 'bench' else corpus + '-'}{mb:g}mb{'' if keep_repeats else '-unique'}"
 
 
-def prepare(mb: float, keep_repeats: bool = False) -> Path:
-    """The first ``mb`` MB of the bench corpus as ``input/docs.jsonl`` (datatrove), ``documents/`` and ``gold/``
+def prepare(mb: float, keep_repeats: bool = False, corpus: str = "bench") -> Path:
+    """The first ``mb`` MB of ``corpus`` as ``input/docs.jsonl`` (datatrove), ``documents/`` and ``gold/``
     partitions (ours), each text once unless ``keep_repeats``; reused when present."""
-    folder = prepared_folder(mb, keep_repeats)
+    folder = prepared_folder(mb, keep_repeats, corpus)
+    source_folder, build_flag = CORPORA[corpus]
     done = folder / "PREPARED.json"
     if done.exists():
         return folder
@@ -124,11 +129,12 @@ def prepare(mb: float, keep_repeats: bool = False) -> Path:
     from beam_pipeline.normalize import normalize_text
     from beam_pipeline.schemas import GOLD
 
-    if not (CORPUS / "BUILD.json").exists():
-        subprocess.run([sys.executable, str(REPO / "bench" / "build_corpus.py")], check=True)
+    if not (source_folder / "BUILD.json").exists():
+        subprocess.run([sys.executable, str(REPO / "bench" / "build_corpus.py"), *([build_flag] if build_flag else [])],
+                       check=True)
     shutil.rmtree(folder, ignore_errors=True)
     (folder / "input").mkdir(parents=True)
-    files = sorted(glob.glob(str(CORPUS / "*" / "*.jsonl.zst")))
+    files = sorted(glob.glob(str(source_folder / "*" / "*.jsonl.zst")))
     budget, rows, seen, repeats = int(mb * 1e6), [], set(), 0
     for path in files:
         source = os.path.basename(os.path.dirname(path))
@@ -148,6 +154,9 @@ def prepare(mb: float, keep_repeats: bool = False) -> Path:
                 break
         if budget <= 0:
             break
+    if budget > 0:
+        raise SystemExit(f"{corpus} holds only {(int(mb * 1e6) - budget) / 1e6:.1f} MB of "
+                         f"{'' if keep_repeats else 'distinct '}text, less than --mb {mb:g}")
     with open(folder / "input" / "docs.jsonl", "w", encoding="utf-8") as f:
         for row in rows:
             f.write(json.dumps({"id": row["doc_id"], "text": row["text"]}) + "\n")
@@ -165,7 +174,7 @@ def prepare(mb: float, keep_repeats: bool = False) -> Path:
             pq.write_table(table, folder / name / part_name(i, PARTITIONS))
     stats = {"documents": len(rows), "bytes": sum(len(r["text"].encode("utf-8")) for r in rows),
              "repeats_left_out": None if keep_repeats else repeats,
-             "corpus_build": json.loads((CORPUS / "BUILD.json").read_text()).get("corpus_digest")}
+             "corpus_build": json.loads((source_folder / "BUILD.json").read_text()).get("corpus_digest")}
     done.write_text(json.dumps(stats))
     return folder
 
@@ -437,14 +446,18 @@ def main(argv=None) -> int:
     parser.add_argument("--near-dedup-defaults", action="store_true",
                         help=f"also run our whole job with near dedup's default verification and lines "
                              f"({DEFAULTS_SIDE}), interleaved: what they cost over signature-only verification")
+    parser.add_argument("--corpus", choices=sorted(CORPORA), default="bench",
+                        help="bench: build_corpus.py's (about 143 MB of distinct text); scale-xl: build_corpus.py "
+                             "--scale-xl's (381 MB of distinct text)")
     parser.add_argument("--keep-repeats", action="store_true",
                         help="keep records whose text came before (by default each text is in the input once)")
     parser.add_argument("--child", nargs=4, metavar=("SIDE", "STEP", "FOLDER", "OUT"), help=argparse.SUPPRESS)
     parser.add_argument("--prepare", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--prepare-keep-repeats", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--prepare-corpus", default="bench", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.prepare:
-        prepare(args.prepare, args.prepare_keep_repeats)
+        prepare(args.prepare, args.prepare_keep_repeats, args.prepare_corpus)
         return 0
     if args.child:
         side, step, folder, out = args.child
@@ -457,13 +470,14 @@ def main(argv=None) -> int:
     os.environ[DEFINITIONS_VARIABLE] = args.definitions  # inherited by the children
     if args.near_dedup_defaults and WHOLE not in steps:
         parser.error(f"--near-dedup-defaults needs the {WHOLE} step")
-    folder = prepared_folder(args.mb, args.keep_repeats)
+    folder = prepared_folder(args.mb, args.keep_repeats, args.corpus)
     # in a subprocess: a child forked from a parent that held the corpus would inherit its peak RSS
-    subprocess.run([sys.executable, __file__, "--prepare", str(args.mb),
+    subprocess.run([sys.executable, __file__, "--prepare", str(args.mb), "--prepare-corpus", args.corpus,
                     *(["--prepare-keep-repeats"] if args.keep_repeats else [])], cwd=REPO, check=True)
     split_input(folder)
     stats = json.loads((folder / "PREPARED.json").read_text())
-    stats["corpus_build"] = json.loads((CORPUS / "BUILD.json").read_text()).get("corpus_digest")
+    stats["corpus_build"] = json.loads((CORPORA[args.corpus][0] / "BUILD.json").read_text()).get("corpus_digest")
+    stats["corpus"] = args.corpus
     mb = stats["bytes"] / 1e6
     def sides_of(step: str) -> tuple[str, ...]:
         return (*SIDES, DEFAULTS_SIDE) if step == WHOLE and args.near_dedup_defaults else SIDES
@@ -550,7 +564,7 @@ def markdown(report: dict) -> str:
     s = report["summary"]
     lines = [f"# Side by side with datatrove, {report['date']}", "",
              f"Command: `{report['command']}`", "",
-             f"{report['mb']} MB of text, {report['corpus']['documents']:,} documents (bench/build_corpus.py's corpus, "
+             f"{report['mb']} MB of text, {report['corpus']['documents']:,} documents (bench/build_corpus.py's {report['corpus'].get('corpus', 'bench')} corpus, "
              f"digest {report['corpus']['corpus_build']}); {report['cores']} cores, shared (1-min load average "
              f"{report['load_average_1min']['min']:.1f}-{report['load_average_1min']['max']:.1f}); "
              + ", ".join(f"{k} {v}" for k, v in report["versions"].items()) + ".",
