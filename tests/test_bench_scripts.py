@@ -67,3 +67,28 @@ def test_near_dedup_scale_ratios_come_from_the_rows():
     assert "| 1.11x | <= 1.2x | met |" in text and "| 1.50x | <= 1.2x | **not met** |" in text
     assert "failed: exit status 1" in text and stage.outputs_digest(digests)[:16] in text
     assert stage.scale_ratios(runs[:2]) == {}
+
+
+def test_side_by_side_near_dedup_defaults_cost_comes_from_the_runs():
+    """``--near-dedup-defaults``: the defaults' cost is the medians' ratio, of the whole job and of the stage's
+    ``metrics.json`` CPU; the counts show every distinct outcome (a run that decided otherwise would show)."""
+    side_by_side = _load("bench_side_by_side")
+
+    def run(tree, stage, removed):
+        return {"cpu_seconds": tree, "detail": {"cpu_seconds": {"near_dedup": stage, "total": tree - 1},
+                                                "stages": {"near_dedup": {"in": 10, "passed": 10, "filtered": {"x": 1},
+                                                                          "other": {"near_duplicates": removed}}}}}
+
+    signature_only = [run(100.0, 4.0, 3), run(120.0, 5.0, 3), run(90.0, 3.0, 3)]
+    defaults = [run(110.0, 6.0, 2), run(99.0, 6.5, 2), run(130.0, 7.0, 2)]
+    cost = side_by_side.defaults_cost(signature_only, defaults)
+    assert cost["whole_cpu_seconds"] == {"signature_only": 100.0, "defaults": 110.0}
+    assert cost["whole_overhead"] == 0.1
+    assert cost["near_dedup_cpu_seconds"] == {"signature_only": 4.0, "defaults": 6.5}
+    assert cost["near_dedup_overhead"] == 0.625
+    assert cost["near_dedup_counts"]["signature_only"] == ['{"in": 10, "other": {"near_duplicates": 3}, "passed": 10}']
+    defaults[1]["detail"]["stages"]["near_dedup"]["other"]["near_duplicates"] = 1
+    assert len(side_by_side.defaults_cost(signature_only, defaults)["near_dedup_counts"]["defaults"]) == 2
+    table = "\n".join(side_by_side.defaults_table(cost))
+    assert "| whole job | 100.0 | 110.0 | +10.0% |" in table
+    assert "| near_dedup stage (metrics.json) | 4.0 | 6.5 | +62.5% |" in table
