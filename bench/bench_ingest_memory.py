@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The job server JVM's memory during ingest on embedded Flink: RSS and native memory tracking, until ingest commits.
 
-``.venv/bin/python bench/bench_ingest_memory.py <config> <output_root> <tag> [beam args ...]`` runs
+``.venv/bin/python bench/bench_ingest_memory.py <config> <output_root> <tag> [Beam options ...]`` runs
 ``python -m beam_pipeline run`` on ``[local]`` Flink with ``-Xss16m -Xmx3g -XX:NativeMemoryTracking=summary``,
 reads the JVM's ``VmRSS`` every 0.5 s and ``jcmd <pid> VM.native_memory summary`` every ~2 s (the heap and
 "Other": direct buffers and ``Unsafe`` allocations), and stops the build (its process group, started
@@ -9,6 +9,7 @@ here) once the console says ``[ingest] committed``: the rest of the build is not
 NMT sample and a summary line; writes ``/tmp/bench-ingest-memory-<tag>.json`` (every sample). Used for
 ``bench/results/ingest-memory-20261207.md`` (docs/flink.md, "What one element carries").
 """
+import argparse
 import json
 import os
 import re
@@ -18,8 +19,12 @@ import sys
 import threading
 import time
 
-config, root, tag = sys.argv[1], sys.argv[2], sys.argv[3]
-extra = sys.argv[4:]
+parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+parser.add_argument("config", help="the corpus config to build")
+parser.add_argument("output_root", help="a fresh output root")
+parser.add_argument("tag", help="names the JSON of samples: /tmp/bench-ingest-memory-<tag>.json")
+args, extra = parser.parse_known_args()  # anything else goes to the build (Beam options)
+config, root, tag = args.config, args.output_root, args.tag
 cmd = [sys.executable, "-m", "beam_pipeline", "run", "--config", config, "--output_root", root,
        "--runner=FlinkRunner", "--flink_master=[local]",
        "--job_server_jvm_properties=-Xss16m", "--job_server_jvm_properties=-Xmx3g",

@@ -91,7 +91,7 @@ from beam_pipeline.layers import SCRATCH, join, part_name, read_bytes, remove_ma
 from beam_pipeline.normalize import NORMALIZATION_VERSION
 from beam_pipeline.readers import BadRecord, iter_records
 from beam_pipeline.schemas import dead_letter_row
-from beam_pipeline.snapshot import verify_file
+from beam_pipeline.snapshot import estimated_text_bytes, verify_file
 from beam_pipeline.transforms.bundle_budget import BundleBudget, ResumableExpandFn, bundle_budget
 from beam_pipeline.transforms.keys import IntKeyed
 from beam_pipeline.transforms.layer_io import WrittenPartitions, row_order, write_layer_partition
@@ -123,8 +123,6 @@ class IngestSnapshot(beam.PTransform):
 
     def __init__(self, config: CorpusConfig, manifest: dict, layer_path: str, partitions: int):
         super().__init__()
-        from beam_pipeline.build import estimated_text_bytes  # build imports this module
-
         self._layer_path = layer_path
         self._partitions = partitions
         self._slices = slices_per_partition(estimated_text_bytes(manifest), partitions, config.ingest.slice_bytes)
