@@ -216,6 +216,11 @@ class CollapseRepeatedRecords(beam.PTransform):
     doc_id (its first occurrence), every other occurrence a ``repeats`` row; older web captures
     (:class:`~beam_pipeline.web.transforms.NewestCapturePerUrl`) left out.
 
+    Two groupings: by slice, whose tasks collapse the repeats and write pieces (a group the runner
+    hands a worker as one element is a slice, ~``ingest.slice_bytes``, not a partition: docs/flink.md,
+    "What one element carries"), then by partition, whose elements are small (the pieces' paths and
+    counts) and whose tasks write the partitions from the pieces.
+
     ``replayed``: ``(partition, True)`` for each partition an earlier, killed run finished (none of
     its rows come here); its task replays it from its task record.
     """
