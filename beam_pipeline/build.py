@@ -52,7 +52,7 @@ from beam_pipeline.options.shared_views import SharedViewOptions
 from beam_pipeline.progress import BuildProgress, is_local_direct
 from beam_pipeline.scoring import cascade
 from beam_pipeline.scoring.cascade import ReselectError
-from beam_pipeline.snapshot import (  # noqa: F401 - estimated_text_bytes: build's name for it too
+from beam_pipeline.snapshot import (
     check_sources_match,
     check_unchanged,
     estimated_text_bytes,
