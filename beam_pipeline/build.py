@@ -52,7 +52,13 @@ from beam_pipeline.options.shared_views import SharedViewOptions
 from beam_pipeline.progress import BuildProgress, is_local_direct
 from beam_pipeline.scoring import cascade
 from beam_pipeline.scoring.cascade import ReselectError
-from beam_pipeline.snapshot import check_sources_match, check_unchanged, load_snapshot, take_snapshot
+from beam_pipeline.snapshot import (
+    check_sources_match,
+    check_unchanged,
+    estimated_text_bytes,
+    load_snapshot,
+    take_snapshot,
+)
 from beam_pipeline.stage_plan import LayerRef, StagePlan
 from beam_pipeline.transforms import exact_dedup, ingest, publish, select, tokenize_shard
 from beam_pipeline.transforms.gate import DocumentPartitions
@@ -711,22 +717,6 @@ class CorpusBuild:
             stages=stages,
             manifest=manifest,
         )
-
-
-# How many bytes of records a stored byte holds, by file suffix: text compresses ~3-6x
-# with gzip or zstd (the scale benchmark's zstd JSONL: 5.3x), and Parquet pages are
-# compressed too. Only the partition count depends on it, never the bytes of a row.
-COMPRESSED_EXPANSION = 4
-COMPRESSED_SUFFIXES = (".gz", ".zst", ".zstd", ".bz2", ".xz", ".parquet")
-
-
-def estimated_text_bytes(manifest: dict) -> int:
-    """Uncompressed input size of a snapshot, estimated from its file sizes and suffixes."""
-    return sum(
-        f["size"] * (COMPRESSED_EXPANSION if f["path"].lower().endswith(COMPRESSED_SUFFIXES) else 1)
-        for source in manifest["sources"].values()
-        for f in source["files"]
-    )
 
 
 def partition_count(input_bytes: int, target_partition_bytes: int, min_partitions: int) -> int:

@@ -146,6 +146,14 @@ class SnapshotConfig(_Strict):
 
 class IngestConfig(_Strict):
     max_record_bytes: int = Field(8 << 20, ge=1024, description="Larger records are dead-lettered before parsing.")
+    slice_bytes: int = Field(
+        1 << 20,
+        ge=1 << 16,
+        description="About this many bytes of text per slice of an output partition: ingest groups its "
+        "records by slice, so one grouped element the runner hands a worker holds one slice, not a whole "
+        "partition (docs/flink.md, 'What one element carries'). Not in the layer key: the layer is the same "
+        "bytes for any value.",
+    )
 
 
 class ExactDedupConfig(_Strict):

@@ -144,6 +144,9 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
 
 
 TEMPORARY_PREFIX = ".tmp-"
+#: A layer's scratch folder: files one step of the layer's job writes for a later step of the same job
+#: (ingest's slices), each deleted by the step that reads it; the commit removes the folder.
+SCRATCH = "_scratch"
 
 
 def remove_temporaries(layer: "Layer") -> list[str]:
@@ -159,6 +162,16 @@ def remove_temporaries(layer: "Layer") -> list[str]:
         join(layer.path, "*", TEMPORARY_PREFIX + "*"),
         join(layer.dead_letter_path, TEMPORARY_PREFIX + "*"),
     )
+
+
+def remove_scratch(layer: "Layer") -> list[str]:
+    """Delete the layer's scratch folder (:data:`SCRATCH`) and what a killed or retried task left in it;
+    return the paths of the files deleted. Only the commit calls this, after every task of the layer."""
+    folder = join(layer.path, SCRATCH)
+    found = remove_matching(join(folder, "*"))
+    if FileSystems.exists(folder):  # a filesystem with folders (an object store has none)
+        FileSystems.delete([folder])
+    return found
 
 
 def remove_matching(*patterns: str) -> list[str]:

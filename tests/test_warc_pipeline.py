@@ -209,6 +209,30 @@ def test_output_does_not_depend_on_the_split_size(built, crawl, tmp_path):
         assert f.read(8) == b"WARC/1.1"
 
 
+def test_output_does_not_depend_on_the_slices(built, crawl, tmp_path):
+    """Ingest groups by slice of a partition (transforms/ingest.py): older captures and repeats are left out
+    per slice, the layer is the same bytes for 1 slice per partition (the default here) and for several."""
+    from beam_pipeline.snapshot import estimated_text_bytes
+    from beam_pipeline.transforms.ingest import slices_per_partition
+
+    root, stages, _, _ = built
+    base, _ = crawl
+    config = base / "corpus-slices.yaml"
+    config.write_text((base / "corpus.yaml").read_text().replace(
+        "ingest: {max_record_bytes: 1048576}", "ingest: {max_record_bytes: 1048576, slice_bytes: 65536}"))
+    out = str(tmp_path / "out")
+    assert cli.main(["run", "--config", str(config), "--output_root", out, *IN_PROCESS]) == 0
+    (snapshot,) = glob.glob(os.path.join(out, "snapshots", "*.json"))
+    (ledger,) = glob.glob(os.path.join(out, "layers", "ingest", "*", "_LEDGER.json"))
+    partitions = len(json.load(open(ledger))["outputs"]["documents"]["parts"])
+    estimated = estimated_text_bytes(json.load(open(snapshot)))
+    assert slices_per_partition(estimated, partitions, 1 << 20) == 1 < slices_per_partition(estimated, partitions, 65536)
+    ours = {k: v for k, v in layer_digests(root).items() if k.startswith("ingest/")}
+    assert ours and ours == {k: v for k, v in layer_digests(out).items() if k.startswith("ingest/")}
+    (metrics,) = glob.glob(os.path.join(out, "runs", "*", "metrics.json"))
+    assert stages_by_name(json.load(open(metrics)))["ingest"]["counts"] == stages["ingest"]["counts"]
+
+
 def test_web_and_plain_files_in_one_build_group_by_deterministic_keys(crawl, tmp_path):
     """Web archives and plain files in one build: the newest capture per URL is a CoGroupByKey on the
     URL key, the documents of both branches meet in their partition's group, and every key coder is

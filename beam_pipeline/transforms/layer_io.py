@@ -50,6 +50,7 @@ from beam_pipeline.layers import (
     commit_layer,
     part_name,
     read_partition_rows,
+    remove_scratch,
     remove_temporaries,
     write_partition,
 )
@@ -379,6 +380,7 @@ def commit_checked(spec: LayerSpec, summed: dict, sidecars: dict[str, list[dict]
     counts = stage_counts(stage, summed)
     check_stage(stage, counts, spec.max_dead_letter_fraction)
     remove_temporaries(spec.layer)  # writes of bundle attempts that failed and were retried
+    remove_scratch(spec.layer)  # the folder of files its tasks handed each other (ingest's slices), now empty
     parts = {
         name: complete_partitions(spec.output_directory(name), spec.output_partitions(name), spec.outputs[name], found)
         for name, found in sidecars.items()
