@@ -75,10 +75,10 @@ from __future__ import annotations
 
 import itertools
 import math
-import pickle
 from typing import Iterable, Iterator
 
 import apache_beam as beam
+import pyarrow as pa
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
@@ -259,7 +259,32 @@ class CollapseRepeatedRecords(beam.PTransform):
 def piece_path(layer_path: str, index: int, partitions: int, key: int) -> str:
     """Where the slice of slice key ``key`` (in partition ``index`` of ``partitions``) writes its rows."""
     name = part_name(index, partitions).removesuffix(".parquet")
-    return join(layer_path, SCRATCH, f"{name}.slice-{key // partitions:05d}.pickle")
+    return join(layer_path, SCRATCH, f"{name}.slice-{key // partitions:05d}.arrows")
+
+
+def piece_bytes(documents: list[dict], repeats: list[dict]) -> bytes:
+    """A slice's piece: its documents and its repeats as two Arrow IPC streams (the layer's schemas), the
+    first's length first (8 bytes, little-endian). Arrow, not pickle: the package never unpickles
+    (``tests/test_security.py``), and a scratch folder on a shared store is input like any other."""
+    first = _ipc_stream(documents, schemas.DOCUMENT)
+    return len(first).to_bytes(8, "little") + first + _ipc_stream(repeats, schemas.REPEAT)
+
+
+def piece_rows(data: bytes) -> tuple[list[dict], list[dict]]:
+    """The documents and repeats of a piece written by :func:`piece_bytes`."""
+    size = int.from_bytes(data[:8], "little")
+    buffer = pa.py_buffer(data)
+    return (
+        pa.ipc.open_stream(buffer.slice(8, size)).read_all().to_pylist(),
+        pa.ipc.open_stream(buffer.slice(8 + size)).read_all().to_pylist(),
+    )
+
+
+def _ipc_stream(rows: list[dict], schema: pa.Schema) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        writer.write_table(pa.Table.from_pylist(rows, schema=schema))
+    return sink.getvalue().to_pybytes()
 
 
 class _KeepFirstOccurrencesFn(beam.DoFn):
@@ -303,7 +328,7 @@ class _KeepFirstOccurrencesFn(beam.DoFn):
         path = None
         if documents or repeats:  # a slice of older captures only has nothing to write
             path = piece_path(self._layer_path, index, self._partitions, key)
-            write_bytes_atomic(path, pickle.dumps((documents, repeats), protocol=pickle.HIGHEST_PROTOCOL))
+            write_bytes_atomic(path, piece_bytes(documents, repeats))
         yield index, {"slice": key // self._partitions, "path": path, "counts": self._tally.take()}
 
 
@@ -370,7 +395,7 @@ def _read_pieces(paths: Iterable[str]) -> tuple[list[dict], list[dict]]:
             if not FileSystems.exists(path):
                 raise FileNotFoundError(path) from err
             raise
-        piece_documents, piece_repeats = pickle.loads(data)
+        piece_documents, piece_repeats = piece_rows(data)
         documents.extend(piece_documents)
         repeats.extend(piece_repeats)
     return documents, repeats
