@@ -77,7 +77,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import glob
-import hashlib
 import json
 import os
 import platform
@@ -124,7 +123,7 @@ def prepare(mb: float, keep_repeats: bool = False, corpus: str = "bench") -> Pat
     import pyarrow.parquet as pq
     import zstandard
 
-    from beam_pipeline.hashing import bucket_of
+    from beam_pipeline.hashing import bucket_of, content_hash
     from beam_pipeline.layers import part_name
     from beam_pipeline.normalize import normalize_text
     from beam_pipeline.schemas import GOLD
@@ -143,7 +142,7 @@ def prepare(mb: float, keep_repeats: bool = False, corpus: str = "bench") -> Pat
         for line in data.splitlines():
             record = json.loads(line)
             if not keep_repeats:
-                key = hashlib.blake2b(normalize_text(record["text"]).encode("utf-8"), digest_size=16).digest()
+                key = content_hash(normalize_text(record["text"]))  # exact dedup's key
                 if key in seen:
                     repeats += 1
                     continue

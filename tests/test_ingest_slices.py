@@ -9,9 +9,9 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_pipeline.build import estimated_text_bytes
 from beam_pipeline.config import load_config
 from beam_pipeline.layers import SCRATCH
+from beam_pipeline.snapshot import estimated_text_bytes
 from beam_pipeline.transforms import ingest
 from beam_pipeline.transforms.task_ledger import TaskLedger, clear_uncommitted, files_of
 from conftest import IN_PROCESS, SAMPLE_CONFIG

@@ -95,7 +95,7 @@ def flink_job_server_jar() -> str:
     return os.path.join(cache, f"beam-flink-{FLINK_VERSION}-job-server-{FLINK_JOB_SERVER_BEAM}", f"{name}.jar")
 
 
-#: Above this much estimated text (``build.estimated_text_bytes``) the local runner's shuffles do not fit
+#: Above this much estimated text (``snapshot.estimated_text_bytes``) the local runner's shuffles do not fit
 #: in 20 GiB: a build with no --runner goes to embedded Flink. Measured on 2 cores and 24 GiB: the local
 #: runner's peak grows 7.16 MiB per MB of text and reaches 20 GiB at 2,678 MB of text, which the estimate
 #: of a zstd corpus puts at 2,009 MB (bench/README.md, "The local runner's ceiling"; docs/operations.md).

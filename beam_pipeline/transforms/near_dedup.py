@@ -1043,7 +1043,7 @@ MAX_PARALLEL_GROUPS = 1 << 16
 
 
 def estimated_documents(text_bytes: int | None) -> int:
-    """The documents of a snapshot of ``text_bytes`` estimated text (``build.estimated_text_bytes``):
+    """The documents of a snapshot of ``text_bytes`` estimated text (``snapshot.estimated_text_bytes``):
     one per :data:`ESTIMATED_DOCUMENT_BYTES`, rounded up (0 when unknown)."""
     return -(-max(text_bytes or 0, 0) // ESTIMATED_DOCUMENT_BYTES)
 
