@@ -37,3 +37,29 @@ def test_all_66_noncharacters_are_removed_and_other_astral_characters_kept():
     for ch in noncharacters:
         assert normalize_text(f"a{ch}b") == "ab", hex(ord(ch))
     assert normalize_text("emoji \U0001F600 and \U0001FFFD stay\U0010FFFE") == "emoji \U0001F600 and \U0001FFFD stay"
+
+
+def _normalize_without_shortcuts(text: str) -> str:
+    """``nfc-v1`` as the module docstring states it, every pass run on every text (the code skips the astral
+    and trailing-space passes when a cheaper test shows they would change nothing)."""
+    import re
+
+    from beam_pipeline import normalize
+
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = normalize._REMOVE.sub("", text)
+    text = normalize._REMOVE_ASTRAL.sub("", text)
+    text = unicodedata.normalize("NFC", text)
+    return re.sub(r"[ \t\u00a0\u3000]+(?=\n)", "", text).strip()
+
+
+def test_shortcuts_change_nothing_on_text_dense_in_what_they_test():
+    import random
+
+    rng = random.Random(20261207)
+    alphabet = ["a", "é", "e\u0301", " ", "\t", "\u00a0", "\u3000", "\n", "\r", "\r\n", "\x00", "\U0001F600",
+                "\U0001FFFE", "\U0010FFFF", "\ud800", "\uffff", "\u2028", "x \n", "\u3000\n", "\t\n", "\u00a0\n"]
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 40))) for _ in range(5000)]
+    texts += ["plain ascii\nlines", "é\nastral-free", "trailing \u3000", "\U0001F600 only"]
+    for text in texts:
+        assert normalize_text(text) == _normalize_without_shortcuts(text), repr(text)
