@@ -80,6 +80,7 @@ SAMPLE_SECONDS = 0.5
 REPORT_PHASE = "_report"  # the sampler's phase after the build, while the run report is written
 
 sys.path.insert(0, str(BENCH))
+import jvm_heap_phases  # noqa: E402 - bench/jvm_heap_phases.py
 from run_all import descendants, machine_busy_seconds  # noqa: E402 - bench/run_all.py, the spine benchmark
 
 
@@ -167,6 +168,20 @@ def runner_description(runner: str, workers: int = WORKERS, mode: str = "multi_p
     return (f"embedded Flink 1.19 (`--runner=FlinkRunner --flink_master=[local]`: Beam's Flink job server "
             f"{FLINK_JOB_SERVER} in a JVM started by the driver, LOOPBACK: the Python SDK workers run inside "
             f"the driver process, {parallelism})")
+
+
+def gc_log_path(runner: str, beam_args: tuple[str, ...], path: Path) -> Path | None:
+    """Where the job server's GC log goes (Flink runs whose ``--beam_args`` set no ``-Xlog`` of their own),
+    else None."""
+    if runner != "flink" or any("-Xlog" in arg for arg in beam_args):
+        return None
+    path.unlink(missing_ok=True)
+    return path
+
+
+def gc_log_args(path: Path | None) -> list[str]:
+    """The job server's GC log (``bench/jvm_heap_phases.py`` reads it): one line per pause, with the uptime."""
+    return [] if path is None else [f"--job_server_jvm_properties=-Xlog:gc:file={path}:time,uptime"]
 
 
 FLINK_JOB_SERVER = "2.62.0"  # beam_pipeline.options.corpus_options.FLINK_JOB_SERVER_BEAM (read in main)
@@ -459,8 +474,10 @@ def run_one(size_mb: int, config: Path, text_bytes: int, records: int, workers: 
     the exit code, the last error lines, retries after lost records, peak memory."""
     root = BENCH / "work" / "out" / f"{label}-{size_mb}"
     shutil.rmtree(root, ignore_errors=True)
+    LOGS.mkdir(parents=True, exist_ok=True)
+    gc_log = gc_log_path(runner, beam_args, LOGS / f"{label}-{runner}-{size_mb}.gc.log")
     cmd = [sys.executable, "-m", "beam_pipeline", "run", "--config", str(config), "--output_root", str(root),
-           *runner_args(runner, workers, mode), *beam_args]
+           *runner_args(runner, workers, mode), *beam_args, *gc_log_args(gc_log)]
     log(f"{size_mb} MB on {runner}: {' '.join(cmd[1:])}")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -468,7 +485,6 @@ def run_one(size_mb: int, config: Path, text_bytes: int, records: int, workers: 
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     phases = Phases()
-    LOGS.mkdir(parents=True, exist_ok=True)
     log_path = LOGS / f"{label}-{runner}-{size_mb}.log"  # the build's whole output (bench/work: not committed)
     sampler = MemorySampler(proc.pid, phases, memory_limit_mb, stall_seconds, log_path.with_suffix("")).start()
     tail, errors = [], []
@@ -546,6 +562,9 @@ def run_one(size_mb: int, config: Path, text_bytes: int, records: int, workers: 
         "processes": [{"role": p["role"], "peak_mb": p["hwm_kb"] / 1024, "cpu_seconds": p["cpu_s"],
                        "phases": p["phases"]} for p in sampler.processes.values()],
         "report_driver_rss_mb": (phase_memory(sampler.per_phase.get(PUBLISH_PHASE))["driver_rss_mb"] or 0),
+        # the job server's Java heap per phase (its GC log): what it holds, beside the RSS it has committed
+        "jvm_heap": jvm_heap_phases.heap_by_phase(log_path.read_text(), gc_log.read_text())
+        if gc_log is not None and gc_log.exists() else None,
         "stages": stages, "failure": failure, "attempt_failures": phases.attempt_failures,
         "dataset_id": metrics["dataset_id"] if metrics else None,
         "slowest_stage": max((s for s in stages if s["seconds"] is not None), key=lambda s: s["seconds"],
@@ -779,6 +798,13 @@ def markdown(result: dict) -> str:
         lines += per_phase_by_size("Largest SDK worker RSS MiB per phase", runs, "worker_rss_mb")
     if any(r["jvm_processes"] for r in runs):
         lines += per_phase_by_size("Job server JVM RSS MiB per phase (embedded Flink runs in it)", runs, "jvm_rss_mb")
+    heaps = [(f"{r['text_bytes'] / MB:,.0f} MB", r["jvm_heap"]) for r in runs if r.get("jvm_heap")]
+    if heaps:
+        lines += ["", "## Job server Java heap per phase, MiB (its GC log: `bench/jvm_heap_phases.py`)", "",
+                  "Peak heap after a pause (an upper bound of what is still reachable) / peak committed heap (what "
+                  "G1 has taken from the OS, most of the JVM's RSS). G1 commits heap as the allocation rate asks, "
+                  "up to `-Xmx`, and seldom returns it: the RSS of a longer build can grow with the same live data.",
+                  "", jvm_heap_phases.markdown(heaps)]
     lines += per_phase_by_size("Whole process tree RSS MiB per phase", runs, "tree_rss_mb")
     return "\n".join(lines) + "\n"
 

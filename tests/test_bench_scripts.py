@@ -92,3 +92,39 @@ def test_side_by_side_near_dedup_defaults_cost_comes_from_the_runs():
     table = "\n".join(side_by_side.defaults_table(cost))
     assert "| whole job | 100.0 | 110.0 | +10.0% |" in table
     assert "| near_dedup stage (metrics.json) | 4.0 | 6.5 | +62.5% |" in table
+
+
+#: Lines of a Java 17 job server's ``-Xlog:gc:file=...:time,uptime`` log (embedded Flink, a 1 GB build).
+GC_LOG = """\
+[2026-12-07T16:29:32.166+0000][0.003s] Using G1
+[2026-12-07T16:29:34.775+0000][2.612s] GC(6) Pause Remark 21M->21M(88M) 3.088ms
+[2026-12-07T16:29:34.779+0000][2.617s] GC(6) Pause Cleanup 21M->21M(88M) 0.048ms
+[2026-12-07T16:29:35.968+0000][3.806s] GC(12) Pause Full (System.gc()) 50M->24M(94M) 23.950ms
+[2026-12-07T16:31:27.610+0000][115.447s] GC(165) Pause Young (Normal) (G1 Evacuation Pause) 1342M->186M(1850M) 14.229ms
+[2026-12-07T16:31:28.030+0000][125.867s] GC(166) Pause Young (Concurrent Start) (G1 Humongous Allocation) 1382M->985M(1850M) 17.036ms
+[2026-12-07T16:31:28.497+0000][126.335s] GC(167) Concurrent Mark Cycle
+[2026-12-07T16:31:28.497+0000][300.335s] GC(168) Pause Young (Normal) (G1 Evacuation Pause) 1337M->184M(2050M) 76.245ms
+"""
+#: The same build's output (``bench/work/logs/<label>-flink-<size>.log``: the bench's clock, then the build's line).
+BUILD_LOG = """\
+     3.7     1.7s [ingest] runs in this job -> /out/layers/ingest/70f5d105c1c10c14c427bf98
+     3.7     1.7s [near_dedup] runs in this job -> /out/layers/near_dedup/e8537251d3defd9bd67aa45f
+     3.7     1.7s [tokenize] runs in this job -> /out/layers/tokenize/d9de4e3896693f4d1075ad6a
+   121.1   121.1s [ingest] committed after 119.3s (in 208050, passed 162101, filtered 45949, dead letter 0)
+   290.0   290.0s [tokenize] committed after 288.2s (in 162101, passed 162101, filtered 0, dead letter 0)
+   299.0   299.0s [near_dedup] committed after 297.2s (in 162101, passed 160000, filtered 2101, dead letter 0)
+"""
+
+
+def test_jvm_heap_phases_reads_a_java_17_gc_log_by_the_builds_phases():
+    """Each pause goes to the first stage in build order not committed at its uptime (tokenize committing
+    before near_dedup does not end near_dedup's phase); peaks are the largest after-GC and committed sizes."""
+    heap = _load("jvm_heap_phases")
+    phases = heap.heap_by_phase(BUILD_LOG, GC_LOG)
+    assert list(phases) == ["ingest", "near_dedup", "_publish"]
+    assert phases["ingest"] == {"pauses": 4, "after_peak_mib": 186, "committed_peak_mib": 1850, "full_gcs": 1}
+    assert phases["near_dedup"] == {"pauses": 1, "after_peak_mib": 985, "committed_peak_mib": 1850, "full_gcs": 0}
+    assert phases["_publish"]["committed_peak_mib"] == 2050
+    assert heap.overall(phases) == {"after_peak_mib": 985, "committed_peak_mib": 2050, "pauses": 6, "full_gcs": 1}
+    table = heap.markdown([("small", phases), ("large", {**phases, "ingest": {**phases["ingest"], "after_peak_mib": 372}})])
+    assert "| ingest | 186 / 1,850 | 372 / 1,850 | 2.00x | 1.00x |" in table
