@@ -313,6 +313,89 @@ def role_of(pid: int, root: int) -> str:
     return "other"
 
 
+class LiveHeapProbe:
+    """The job server's live Java heap per phase: every ``every`` seconds, ``jcmd <pid> GC.class_histogram``
+    (a full collection, then the objects still reachable, by class) of each JVM the sampler has seen.
+
+    The RSS and the GC log's sizes after a pause both count garbage G1 has not collected yet (a young pause
+    leaves the old generation as it is); after a full collection, what is left is what the job holds. Per
+    phase: the largest live total and the classes at that moment (the largest ``TOP_CLASSES``). A full
+    collection of a few GB takes about a second of the JVM's time; ``--jvm_live_seconds 0`` turns it off.
+    """
+
+    TOP_CLASSES = 8
+
+    def __init__(self, sampler: "MemorySampler", every: float, gc_log: Path | None = None):
+        self.sampler = sampler
+        self.every = every
+        self.gc_log = gc_log
+        self.per_phase: dict[str, dict] = {}
+        self.skipped = 0  # readings left out: the JVM skipped the collection before the histogram
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="live-heap", daemon=True)
+
+    def start(self) -> "LiveHeapProbe":
+        if self.every > 0 and shutil.which("jcmd"):
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            for pid, proc in list(self.sampler.processes.items()):
+                if proc["role"] == "jvm":
+                    self.probe(pid)
+
+    def probe(self, pid: int) -> None:
+        phase = self.sampler.phases.current
+        skips_before = self._skipped_collections()
+        try:
+            done = subprocess.run(["jcmd", str(pid), "GC.class_histogram"], capture_output=True, text=True,
+                                  timeout=120)
+        except (OSError, subprocess.SubprocessError):
+            return
+        histogram = parse_class_histogram(done.stdout)
+        if histogram is None:
+            return
+        if self._skipped_collections() > skips_before:  # garbage counted too: not a live reading
+            self.skipped += 1
+            return
+        entry = self.per_phase.setdefault(phase, {"probes": 0, "live_peak_mib": 0.0, "top_classes": []})
+        entry["probes"] += 1
+        if histogram["total_bytes"] / MIB >= entry["live_peak_mib"]:
+            entry["live_peak_mib"] = histogram["total_bytes"] / MIB
+            entry["top_classes"] = histogram["classes"][: self.TOP_CLASSES]
+
+
+    def _skipped_collections(self) -> int:
+        """How many times the GC log says a histogram's collection was skipped (``GC locker is held; pre-dump
+        GC was skipped``: a thread was in a JNI critical section, and the histogram then counts garbage)."""
+        try:
+            return self.gc_log.read_text().count("pre-dump GC was skipped") if self.gc_log else 0
+        except OSError:
+            return 0
+
+
+def parse_class_histogram(text: str) -> dict | None:
+    """``jcmd <pid> GC.class_histogram`` output -> {total_bytes, classes: [(class, MiB), ...] largest first},
+    or None when it has no ``Total`` line (the JVM was gone)."""
+    classes, total = [], None
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and fields[0].endswith(":") and fields[0][:-1].isdigit():
+            classes.append((fields[3], int(fields[2]) / MIB))
+        elif len(fields) == 3 and fields[0] == "Total":
+            total = int(fields[2])
+    return None if total is None else {"total_bytes": total, "classes": classes}
+
+
+MIB = 1024 * 1024
+
+
 class MemorySampler:
     """Peak memory and CPU of a process tree, per process, per role and per phase (:class:`Phases`).
 
@@ -465,7 +548,7 @@ def run_one(size_mb: int, config: Path, text_bytes: int, records: int, workers: 
             mode: str = "multi_processing", label: str = "scale", runner: str = "local",
             memory_limit_mb: float | None = None, allow_failure: bool = False,
             stall_seconds: float | None = STALL_SECONDS,
-            beam_args: tuple[str, ...] = ()) -> dict:
+            beam_args: tuple[str, ...] = (), jvm_live_seconds: float = 0.0) -> dict:
     """Build ``config`` in a child process (a fresh output root ``bench/work/out/<label>-<size_mb>``),
     sampling memory and CPU; the run's numbers, per stage too.
 
@@ -487,6 +570,7 @@ def run_one(size_mb: int, config: Path, text_bytes: int, records: int, workers: 
     phases = Phases()
     log_path = LOGS / f"{label}-{runner}-{size_mb}.log"  # the build's whole output (bench/work: not committed)
     sampler = MemorySampler(proc.pid, phases, memory_limit_mb, stall_seconds, log_path.with_suffix("")).start()
+    live_heap = LiveHeapProbe(sampler, jvm_live_seconds, gc_log).start()
     tail, errors = [], []
     build_log = log_path.open("w")
     for line in proc.stdout:
@@ -504,6 +588,7 @@ def run_one(size_mb: int, config: Path, text_bytes: int, records: int, workers: 
     build_log.close()
     sampler.sample()  # nothing left but what the tree has not reaped
     sampler.stop()
+    live_heap.stop()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     busy1, load1 = machine_busy_seconds(), os.getloadavg()
     # CPU of the whole tree: what the kernel added up for the reaped tree (rusage), or the per-process
@@ -565,6 +650,8 @@ def run_one(size_mb: int, config: Path, text_bytes: int, records: int, workers: 
         # the job server's Java heap per phase (its GC log): what it holds, beside the RSS it has committed
         "jvm_heap": jvm_heap_phases.heap_by_phase(log_path.read_text(), gc_log.read_text())
         if gc_log is not None and gc_log.exists() else None,
+        "jvm_live_heap": live_heap.per_phase or None, "jvm_live_seconds": jvm_live_seconds,
+        "jvm_live_skipped": live_heap.skipped,
         "stages": stages, "failure": failure, "attempt_failures": phases.attempt_failures,
         "dataset_id": metrics["dataset_id"] if metrics else None,
         "slowest_stage": max((s for s in stages if s["seconds"] is not None), key=lambda s: s["seconds"],
@@ -801,10 +888,26 @@ def markdown(result: dict) -> str:
     heaps = [(f"{r['text_bytes'] / MB:,.0f} MB", r["jvm_heap"]) for r in runs if r.get("jvm_heap")]
     if heaps:
         lines += ["", "## Job server Java heap per phase, MiB (its GC log: `bench/jvm_heap_phases.py`)", "",
-                  "Peak heap after a pause (an upper bound of what is still reachable) / peak committed heap (what "
-                  "G1 has taken from the OS, most of the JVM's RSS). G1 commits heap as the allocation rate asks, "
-                  "up to `-Xmx`, and seldom returns it: the RSS of a longer build can grow with the same live data.",
-                  "", jvm_heap_phases.markdown(heaps)]
+                  "Per phase: the peak after a full collection (the live heap; `-` where none ran) / the peak "
+                  "after any pause (an upper bound: a young pause leaves the old generation's garbage) / the peak "
+                  "committed heap (what G1 has taken from the OS, most of the JVM's RSS). G1 commits heap as the "
+                  "allocation rate asks, up to `-Xmx`, and seldom returns it: the RSS of a longer build can grow "
+                  "with the same live data.",
+                  "", jvm_heap_phases.markdown(heaps, phase_names(runs))]
+    live = [r for r in runs if r.get("jvm_live_heap")]
+    if live:
+        largest = live[-1]
+        peak_phase = max(largest["jvm_live_heap"], key=lambda ph: largest["jvm_live_heap"][ph]["live_peak_mib"])
+        top = largest["jvm_live_heap"][peak_phase]["top_classes"]
+        skipped = sum(r.get("jvm_live_skipped") or 0 for r in live)
+        lines += ["", f"Live heap: `jcmd GC.class_histogram` every {live[0]['jvm_live_seconds']:g} s runs a full "
+                      "collection, so the table's first figure (the peak after a full collection) is what the job "
+                      "held at those moments. The largest classes at the "
+                      f"{largest['text_bytes'] / MB:,.0f} MB run's largest histogram (phase `{peak_phase}`, "
+                      f"{largest['jvm_live_heap'][peak_phase]['live_peak_mib']:,.0f} MiB): "
+                      + ", ".join(f"`{name}` {mib:,.0f} MiB" for name, mib in top) + "."
+                      + (f" {skipped} histogram(s) left out: the JVM skipped their collection (`GC locker is held`),"
+                         " so they counted garbage." if skipped else "")]
     lines += per_phase_by_size("Whole process tree RSS MiB per phase", runs, "tree_rss_mb")
     return "\n".join(lines) + "\n"
 
@@ -1045,6 +1148,13 @@ def other_runner_ids(runner: str, exclude: Path | None = None) -> dict[int, tupl
     return found
 
 
+def command_options(args) -> str:
+    """The options of a run that set its results apart, as the command in the results file gives them."""
+    return ((f" --jvm_live_seconds {args.jvm_live_seconds:g}" if args.jvm_live_seconds else "")
+            + (f" --beam_args '{args.beam_args}'" if args.beam_args else "")
+            + (f" --tag {args.tag}" if args.tag else ""))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES_MB), help="subset sizes in MB of text")
@@ -1067,6 +1177,9 @@ def main() -> int:
     parser.add_argument("--beam_args", default="",
                         help="more arguments for the build (shell words), e.g. "
                              "'--job_server_jvm_properties=-Xss16m'; results go to a file tagged with --tag")
+    parser.add_argument("--jvm_live_seconds", type=float, default=0.0,
+                        help="flink: every this many seconds, the job server's live heap by class "
+                             "(jcmd GC.class_histogram: a full collection); 0 (default): never")
     parser.add_argument("--tag", default="", help="suffix of the results files (with --beam_args)")
     parser.add_argument("--render", metavar="JSON", help="only rewrite the .md of an earlier results .json")
     parser.add_argument("--compare", metavar="JSON", nargs="+",
@@ -1086,8 +1199,8 @@ def main() -> int:
         path.write_text(comparison_markdown(results, old, date))
         log(f"written {path.relative_to(REPO)}")
         return 0
-    if args.beam_args and not args.tag:
-        parser.error("--beam_args needs --tag (its results go to their own file)")
+    if (args.beam_args or args.jvm_live_seconds) and not args.tag:
+        parser.error("--beam_args and --jvm_live_seconds need --tag (their results go to their own file)")
     global FLINK_JOB_SERVER
     from beam_pipeline.options.corpus_options import FLINK_JOB_SERVER_BEAM
     FLINK_JOB_SERVER = FLINK_JOB_SERVER_BEAM
@@ -1107,7 +1220,7 @@ def main() -> int:
         log(f"{size} MB subset: {len(files)} files, {text / MB:.1f} MB of text, {records:,} records")
         run = run_one(size, config, text, records, args.workers, args.mode, runner=args.runner,
                       memory_limit_mb=args.memory_limit_mb, allow_failure=True, stall_seconds=args.stall_seconds,
-                      beam_args=tuple(shlex.split(args.beam_args)))
+                      beam_args=tuple(shlex.split(args.beam_args)), jvm_live_seconds=args.jvm_live_seconds)
         other = other_runner_ids(args.runner, exclude=results_path).get(text)
         if other and run["dataset_id"]:
             run["dataset_id_check"] = {"other": other[0], "results": other[1], "equal": other[0] == run["dataset_id"]}
@@ -1137,7 +1250,7 @@ def write_results(info: dict, runs: list[dict], args) -> None:
         "runner_description": runner_description(args.runner, args.workers, args.mode, args.beam_args),
         "command": f"bench/bench_scale.py --runner {args.runner} --sizes " + " ".join(map(str, args.sizes))
                    + ("" if args.corpus == "scale" else f" --corpus {args.corpus}")
-                   + (f" --beam_args '{args.beam_args}' --tag {args.tag}" if args.beam_args else ""),
+                   + command_options(args),
         "corpus_name": args.corpus,
         "machine": f"{CORES} cores, {platform.python_version()}, {platform.machine()}",
         "workers": args.workers, "mode": args.mode,
@@ -1157,8 +1270,7 @@ def write_results(info: dict, runs: list[dict], args) -> None:
             result["runs"] = sorted(kept + runs, key=lambda r: r["text_bytes"])
             result["command"] = "bench/bench_scale.py --runner {} --sizes {}".format(
                 args.runner, " ".join(str(r["size_mb"]) for r in result["runs"])) + (
-                "" if args.corpus == "scale" else f" --corpus {args.corpus}") + (
-                f" --beam_args '{args.beam_args}' --tag {args.tag}" if args.beam_args else "")
+                "" if args.corpus == "scale" else f" --corpus {args.corpus}") + command_options(args)
     path.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     (RESULTS / f"scale-{args.runner}-{date}.md").write_text(markdown(result))
     log(f"results in bench/results/scale-{args.runner}-{date}.md")

@@ -8,7 +8,10 @@ pauses), up to ``-Xmx``; it rarely gives it back. So a longer build with the
 same live data can show a higher RSS. The GC log separates the two: every
 pause line reads ``before->after(committed)``, and ``after`` bounds what was
 still reachable (plus old-generation garbage not collected yet), so the peak
-``after`` of a phase is an upper bound of its live heap.
+``after`` of a phase is an upper bound of its live heap. A *full* collection
+(``Pause Full``: ``System.gc()``, or ``jcmd GC.class_histogram``, which the
+scale bench's ``--jvm_live_seconds`` runs) leaves only what is reachable: its
+``after`` is the live heap at that moment.
 
 Phases are the scale bench's (``bench_scale.Phases``): the first stage in
 build order not committed yet. Boundaries come from the build's own
@@ -81,43 +84,55 @@ def heap_by_phase(build_log: str, gc_log: str) -> dict[str, dict]:
     phases: dict[str, dict] = {}
     for pause in pauses(gc_log):
         phase = phase_at(pause["seconds"], order, committed)
-        entry = phases.setdefault(phase, {"pauses": 0, "after_peak_mib": 0, "committed_peak_mib": 0, "full_gcs": 0})
+        entry = phases.setdefault(phase, {"pauses": 0, "after_peak_mib": 0, "committed_peak_mib": 0, "full_gcs": 0,
+                                          "live_peak_mib": None})
         entry["pauses"] += 1
         entry["after_peak_mib"] = max(entry["after_peak_mib"], pause["after"])
         entry["committed_peak_mib"] = max(entry["committed_peak_mib"], pause["committed"])
-        entry["full_gcs"] += pause["kind"].startswith("Pause Full")
+        if pause["kind"].startswith("Pause Full"):  # everything unreachable collected: what is left is live
+            entry["full_gcs"] += 1
+            entry["live_peak_mib"] = max(entry["live_peak_mib"] or 0, pause["after"])
     rank = {stage: i for i, stage in enumerate([*order, PUBLISH_PHASE])}
     return dict(sorted(phases.items(), key=lambda item: rank.get(item[0], len(rank))))
 
 
 def overall(phases: dict[str, dict]) -> dict:
     """The whole build's peaks over its phases."""
+    lives = [p["live_peak_mib"] for p in phases.values() if p["live_peak_mib"] is not None]
     return {"after_peak_mib": max((p["after_peak_mib"] for p in phases.values()), default=0),
             "committed_peak_mib": max((p["committed_peak_mib"] for p in phases.values()), default=0),
+            "live_peak_mib": max(lives) if lives else None,
             "pauses": sum(p["pauses"] for p in phases.values()),
             "full_gcs": sum(p["full_gcs"] for p in phases.values())}
 
 
-def markdown(runs: list[tuple[str, dict[str, dict]]]) -> str:
-    """A table of the runs' per-phase heap (peak after a pause / peak committed, MiB), with the last run's
-    ratio to the first when there are two or more."""
+def markdown(runs: list[tuple[str, dict[str, dict]]], order: list[str] | None = None) -> str:
+    """A table of the runs' per-phase heap (peak after a full collection, the live heap, where one ran / peak
+    after any pause / peak committed, MiB), with the last run's ratios to the first when there are two or more;
+    rows in ``order`` (the phases in build order) when given."""
     phases = list(dict.fromkeys(phase for _, run in runs for phase in run))
-    header = ["phase"] + [f"{label}: after GC / committed" for label, _ in runs]
+    if order is not None:
+        phases = [phase for phase in order if phase in phases] + [phase for phase in phases if phase not in order]
+    header = ["phase"] + [f"{label}: live / after any pause / committed" for label, _ in runs]
     if len(runs) > 1:
-        header += ["after GC ratio", "committed ratio"]
+        header += ["live ratio", "after any pause ratio", "committed ratio"]
     lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
 
     def cell(entry):
-        return "-" if entry is None else f"{entry['after_peak_mib']:,} / {entry['committed_peak_mib']:,}"
+        if entry is None:
+            return "-"
+        live = "-" if entry["live_peak_mib"] is None else f"{entry['live_peak_mib']:,}"
+        return f"{live} / {entry['after_peak_mib']:,} / {entry['committed_peak_mib']:,}"
 
     def ratio(first, last, key):
-        return "-" if not first or not last or not first[key] else f"{last[key] / first[key]:.2f}x"
+        return "-" if not first or not last or not first[key] or not last[key] else f"{last[key] / first[key]:.2f}x"
 
     for phase in [*phases, "whole build"]:
         entries = [overall(run) if phase == "whole build" else run.get(phase) for _, run in runs]
         row = [phase if phase != "whole build" else "**whole build**"] + [cell(e) for e in entries]
         if len(runs) > 1:
-            row += [ratio(entries[0], entries[-1], "after_peak_mib"), ratio(entries[0], entries[-1], "committed_peak_mib")]
+            row += [ratio(entries[0], entries[-1], key) for key in ("live_peak_mib", "after_peak_mib",
+                                                                     "committed_peak_mib")]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
@@ -129,10 +144,12 @@ def main() -> int:
     args = parser.parse_args()
     if len(args.logs) % 2:
         parser.error("give the logs in pairs: <build log> <gc log> [<build log> <gc log> ...]")
-    runs = []
+    runs, order = [], []
     for build_log, gc_log in zip(args.logs[::2], args.logs[1::2]):
-        runs.append((Path(build_log).stem, heap_by_phase(Path(build_log).read_text(), Path(gc_log).read_text())))
-    print(markdown(runs))
+        text = Path(build_log).read_text()
+        runs.append((Path(build_log).stem, heap_by_phase(text, Path(gc_log).read_text())))
+        order += [stage for stage in stage_commits(text)[0] if stage not in order]
+    print(markdown(runs, [START_PHASE, *order, PUBLISH_PHASE]))
     return 0
 
 

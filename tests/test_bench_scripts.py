@@ -122,9 +122,35 @@ def test_jvm_heap_phases_reads_a_java_17_gc_log_by_the_builds_phases():
     heap = _load("jvm_heap_phases")
     phases = heap.heap_by_phase(BUILD_LOG, GC_LOG)
     assert list(phases) == ["ingest", "near_dedup", "_publish"]
-    assert phases["ingest"] == {"pauses": 4, "after_peak_mib": 186, "committed_peak_mib": 1850, "full_gcs": 1}
-    assert phases["near_dedup"] == {"pauses": 1, "after_peak_mib": 985, "committed_peak_mib": 1850, "full_gcs": 0}
+    assert phases["ingest"] == {"pauses": 4, "after_peak_mib": 186, "committed_peak_mib": 1850, "full_gcs": 1,
+                                "live_peak_mib": 24}
+    assert phases["near_dedup"] == {"pauses": 1, "after_peak_mib": 985, "committed_peak_mib": 1850, "full_gcs": 0,
+                                    "live_peak_mib": None}
     assert phases["_publish"]["committed_peak_mib"] == 2050
-    assert heap.overall(phases) == {"after_peak_mib": 985, "committed_peak_mib": 2050, "pauses": 6, "full_gcs": 1}
-    table = heap.markdown([("small", phases), ("large", {**phases, "ingest": {**phases["ingest"], "after_peak_mib": 372}})])
-    assert "| ingest | 186 / 1,850 | 372 / 1,850 | 2.00x | 1.00x |" in table
+    assert heap.overall(phases) == {"after_peak_mib": 985, "committed_peak_mib": 2050, "live_peak_mib": 24,
+                                    "pauses": 6, "full_gcs": 1}
+    larger = {**phases, "ingest": {**phases["ingest"], "after_peak_mib": 372, "live_peak_mib": 36}}
+    table = heap.markdown([("small", phases), ("large", larger)], ["_start", "ingest", "near_dedup", "_publish"])
+    assert "| ingest | 24 / 186 / 1,850 | 36 / 372 / 1,850 | 1.50x | 2.00x | 1.00x |" in table
+    assert "| near_dedup | - / 985 / 1,850 | - / 985 / 1,850 | - | 1.00x | 1.00x |" in table
+
+
+def test_live_heap_reads_jcmd_class_histograms():
+    """``jcmd <pid> GC.class_histogram`` as Java 17 prints it: the total and the classes, largest first; no
+    ``Total`` line (the JVM had exited) is no reading."""
+    scale = _load("bench_scale")
+    text = """\
+24434:
+ num     #instances         #bytes  class name (module)
+-------------------------------------------------------
+   1:        453962      175297312  [B (java.base@17.0.15)
+   2:        441523       10596552  java.lang.String (java.base@17.0.15)
+   3:         93420        3736800  java.util.LinkedHashMap$Entry (java.base@17.0.15)
+5855:             1             16  sun.util.resources.cldr.provider.CLDRLocaleDataMetaInfo (jdk.localedata@17.0.15)
+Total       1524125      235676536
+"""
+    histogram = scale.parse_class_histogram(text)
+    assert histogram["total_bytes"] == 235676536
+    assert [name for name, _ in histogram["classes"]][:3] == ["[B", "java.lang.String", "java.util.LinkedHashMap$Entry"]
+    assert histogram["classes"][0][1] == 175297312 / 2**20
+    assert scale.parse_class_histogram("24434:\ncom.sun.tools.attach.AttachNotSupportedException: gone\n") is None
