@@ -35,10 +35,11 @@ _REMOVE_ASTRAL = re.compile(
 #: A character above U+FFFF (one range: ``re`` tests it with two comparisons per character, five times
 #: faster than ``max(text)``, which makes a string object of every character).
 _ASTRAL = re.compile("[\U00010000-\U0010ffff]")
-_TRAILING_SPACE = re.compile(r"[ \t\u00a0\u3000]+(?=\n)")
+_TRAILING_SPACE_CHARACTERS = " \t\u00a0\u3000"
+_TRAILING_SPACE = re.compile(f"[{_TRAILING_SPACE_CHARACTERS}]+(?=\n)")
 #: Every match of ``_TRAILING_SPACE`` ends with one of these: a text holding none of them (``str.find``,
 #: memchr-fast) has nothing to strip, and the regex, which tries every space of the text, is not run.
-_TRAILING_SPACE_ENDS = (" \n", "\t\n", "\u00a0\n", "\u3000\n")
+_TRAILING_SPACE_ENDS = tuple(f"{character}\n" for character in _TRAILING_SPACE_CHARACTERS)
 
 
 def normalize_text(text: str) -> str:
