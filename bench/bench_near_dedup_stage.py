@@ -80,6 +80,7 @@ import math
 import os
 import resource
 import shlex
+import shutil
 import sys
 import tempfile
 import time
@@ -649,7 +650,6 @@ def run_sizes(args, argv: list[str]) -> int:
     """``--sizes``: per size, the documents generated here, the stage run in a fresh process of this script
     (its own session: a stalled job is killed with its JVM), its result read back; then the results file."""
     import datetime
-    import shutil
     import subprocess
 
     if args.runner == "flink":
@@ -737,7 +737,7 @@ def main(argv=None) -> int:
                         "ratios of the largest to the smallest against issue 40's 1.2x")
     parser.add_argument("--out", help="--sizes: results prefix (.md and .json; default "
                         "bench/results/near-dedup-scale-<runner>-<YYYYMMDD>)")
-    parser.add_argument("--keep", action="store_true", help="--sizes: keep the generated partitions and outputs")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder (generated partitions, outputs)")
     parser.add_argument("--generated-dir", help=argparse.SUPPRESS)  # --sizes: the partitions, made by the parent
     args = parser.parse_args(argv)
     beam_args = shlex.split(args.beam_args)
@@ -750,6 +750,15 @@ def main(argv=None) -> int:
     job_args = pipeline_args(args.runner, beam_args)
     load_start = round(os.getloadavg()[0], 1)
     work = tempfile.mkdtemp(prefix="bench-near-dedup-stage-")
+    try:
+        return run_in(work, args, parser, job_args, load_start)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def run_in(work: str, args, parser, job_args: list[str], load_start: float) -> int:
+    """The runs ``args`` asks for, their files under ``work`` (removed by the caller unless --keep)."""
     code = "spill files" if SPILL_FILE_CODE else "runner shuffles"
     print(f"code: {os.path.dirname(beam_pipeline.__file__)} ({code}); load average {os.getloadavg()[0]:.1f}")
     if args.against_signature_only:

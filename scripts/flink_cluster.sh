@@ -31,8 +31,9 @@
 # Settings (environment): FLINK_CACHE (default ~/.cache/beam_pipeline/flink),
 # FLINK_REST_PORT (8081), FLINK_RPC_PORT (6123), FLINK_TASKMANAGERS (2), FLINK_SLOTS
 # (1 per TaskManager), FLINK_TM_MEMORY (3584m), FLINK_TM_NETWORK (768m), FLINK_TM_MANAGED
-# (768m), FLINK_TM_TASK_OFF_HEAP (512m), FLINK_RESTART_ATTEMPTS (10), FLINK_LOG_DIR ($FLINK_CACHE/cluster-<rest port>/log), PYTHON (the
-# venv's python, for pip and the REST checks).
+# (768m), FLINK_TM_TASK_OFF_HEAP (512m), FLINK_RESTART_ATTEMPTS (10), FLINK_LOG_DIR ($FLINK_CACHE/cluster-<rest port>/log),
+# FLINK_TMP_DIR (io.tmp.dirs: $FLINK_CACHE/cluster-<rest port>/tmp, emptied by start and stop; point it at
+# a large local disk for large builds), PYTHON (the venv's python, for pip and the REST checks).
 set -euo pipefail
 
 FLINK_VERSION=1.19.3              # the cluster; Beam's Flink runner for 1.19 runs on any 1.19.x
@@ -58,6 +59,7 @@ FLINK_HOME="$CACHE/flink-$FLINK_VERSION"
 CLUSTER_DIR="$CACHE/cluster-$REST_PORT"
 LOG_DIR=${FLINK_LOG_DIR:-$CLUSTER_DIR/log}
 PID_DIR="$CLUSTER_DIR/pid"
+TMP_DIR=${FLINK_TMP_DIR:-$CLUSTER_DIR/tmp}
 export FLINK_CONF_DIR="$CLUSTER_DIR/conf"
 export FLINK_LIB_DIR="$CLUSTER_DIR/lib"
 JS_DIR="$CACHE/beam-flink-$JOB_SERVER_FLINK-job-server-$JOB_SERVER_BEAM"
@@ -151,7 +153,8 @@ configure() {
   local java_opts
   [ -f "$FLINK_HOME/conf/config.yaml.dist" ] || cp "$FLINK_HOME/conf/config.yaml" "$FLINK_HOME/conf/config.yaml.dist"
   java_opts=$(grep -E "^\s+all: --add-exports" "$FLINK_HOME/conf/config.yaml.dist")
-  mkdir -p "$FLINK_CONF_DIR" "$LOG_DIR" "$PID_DIR"
+  rm -rf "$TMP_DIR"  # what a TaskManager killed earlier left (no JVM of this cluster runs now)
+  mkdir -p "$FLINK_CONF_DIR" "$LOG_DIR" "$PID_DIR" "$TMP_DIR"
   cp "$FLINK_HOME"/conf/log4j*.properties "$FLINK_HOME"/conf/logback*.xml "$FLINK_CONF_DIR"/ 2>/dev/null || true
   beam_in_lib
   cat > "$conf" <<EOF
@@ -199,6 +202,12 @@ restart-strategy:
   fixed-delay:
     attempts: $RESTART_ATTEMPTS
     delay: 10 s
+# The working files of the JobManager and TaskManagers (blobs, ~300 MB per TaskManager and job; the
+# shuffles' files; spills) in the cluster's own folder, not /tmp: a TaskManager killed with kill -9 leaves
+# its working directory, and `start` and `stop` remove the folder while no JVM of the cluster runs.
+io:
+  tmp:
+    dirs: $TMP_DIR
 heartbeat:
   timeout: 20000        # a TaskManager killed without a goodbye is noticed in 20 s, not 50
 parallelism:
@@ -298,7 +307,7 @@ stop() {
   local left
   for _ in $(seq 1 30); do
     left=$(pids)
-    if [ -z "$left" ] && ! [ "$(taskmanagers)" -ge 1 ] 2>/dev/null; then log "stopped"; return; fi
+    if [ -z "$left" ] && ! [ "$(taskmanagers)" -ge 1 ] 2>/dev/null; then rm -rf "$TMP_DIR"; log "stopped"; return; fi
     sleep 1
   done
   if [ -n "$left" ]; then
@@ -307,6 +316,7 @@ stop() {
     sleep 1
   fi
   [ -z "$(pids)" ] || { log "still running after kill -9: $(pids)"; exit 1; }
+  rm -rf "$TMP_DIR"
   log "stopped"
 }
 

@@ -15,6 +15,7 @@ tests/test_flink.py's subject, and the landing is this file's.
 """
 from __future__ import annotations
 
+import glob
 import hashlib
 import os
 import shutil
@@ -27,6 +28,7 @@ from arrivals_helpers import kill_group, landed_but_not_logged, landing_config, 
 from beam_pipeline import cli
 from beam_pipeline.arrivals.layout import parse_stamp
 from beam_pipeline.arrivals.log import identity, read_log
+from beam_pipeline.options import job_server_scratch
 from conftest import IN_PROCESS, dataset_id_from_output
 
 JAR = os.environ.get("BEAM_PIPELINE_FLINK_JAR") or os.path.join(
@@ -111,7 +113,9 @@ def test_once_on_flink_is_a_batch_job_with_the_same_objects_and_log(tmp_path):
 @pytest.mark.slow
 def test_kill_9_of_a_flink_landing_job_mid_window_and_restart_lose_and_repeat_nothing(tmp_path):
     landing, killed_root, killed, reference_root, reference = two_roots(tmp_path, {**SLOW, "window_seconds": 10})
-    process = start_land(["--config", killed, "--stop_after", "300", *FLINK], str(tmp_path / "killed-1.log"))
+    scratch = {"TMPDIR": str(tmp_path / "tmp")}  # where the job servers' scratch directories go (java.io.tmpdir)
+    os.makedirs(scratch["TMPDIR"])
+    process = start_land(["--config", killed, "--stop_after", "300", *FLINK], str(tmp_path / "killed-1.log"), scratch)
     try:
         wait_for(lambda: len(log_of(killed_root)) == 3, 180, interval=0.2, what="the early files' window on Flink")
         before_kill = segments(killed_root)
@@ -125,9 +129,14 @@ def test_kill_9_of_a_flink_landing_job_mid_window_and_restart_lose_and_repeat_no
     logged_at_kill = {identity(e) for e in log_of(killed_root)}
     assert len(logged_at_kill) < 11
     killed_at = time.time()
+    # the killed job server's Flink files (its mini cluster's, its RPC jar's) outlive it; the next driver removes them
+    left = glob.glob(os.path.join(job_server_scratch.root(scratch["TMPDIR"]), "*", "minicluster_*"))
+    assert len(left) == 1, left
 
-    restart = start_land(["--config", killed, "--stop_after", "45", *FLINK], str(tmp_path / "killed-2.log"))
+    restart = start_land(["--config", killed, "--stop_after", "45", *FLINK], str(tmp_path / "killed-2.log"), scratch)
     assert restart.wait(timeout=300) == 0, log_text(tmp_path / "killed-2.log")
+    assert os.listdir(job_server_scratch.root(scratch["TMPDIR"])) == []  # the killed one's swept, its own removed
+    assert "the scratch directory of an embedded Flink job server" in open(tmp_path / "killed-2.log").read()
     uninterrupted = start_land(["--config", reference, "--stop_after", "45", *FLINK], str(tmp_path / "reference.log"))
     assert uninterrupted.wait(timeout=300) == 0, log_text(tmp_path / "reference.log")
 

@@ -54,6 +54,9 @@ SCRIPT = os.path.join(REPO, "scripts", "flink_cluster.sh")
 REST_PORT = int(os.environ.get("BEAM_PIPELINE_TEST_FLINK_REST_PORT", "18081"))
 CLUSTER_ENV = {**os.environ, "FLINK_REST_PORT": str(REST_PORT), "FLINK_RPC_PORT": str(REST_PORT - 1958),
                "FLINK_TASKMANAGERS": "2", "FLINK_SLOTS": "1"}
+#: The cluster's io.tmp.dirs (the script's default): the JVMs' working files, a killed TaskManager's too.
+CLUSTER_TMP = os.environ.get("FLINK_TMP_DIR") or os.path.join(
+    os.environ.get("FLINK_CACHE") or os.path.expanduser("~/.cache/beam_pipeline/flink"), f"cluster-{REST_PORT}", "tmp")
 
 
 def script(*args: str, timeout: float = 600) -> str:
@@ -100,12 +103,14 @@ def cluster():
     jar = script("jar").strip()
     jvms = script("pids").split()
     assert len(jvms) == 3, jvms
+    assert len(glob.glob(os.path.join(CLUSTER_TMP, "tm_*"))) == 2  # the TaskManagers work in the cluster's folder
     try:
         yield {"jar": jar, "jvms": jvms}
     finally:
         jvms = sorted(set(jvms) | set(script("pids").split()))
         script("stop", timeout=300)
         assert not script("pids").split(), "a JVM of the cluster outlived `flink_cluster.sh stop`"
+        assert not os.path.exists(CLUSTER_TMP), "the cluster's working files outlived `flink_cluster.sh stop`"
         deadline = time.monotonic() + 30
         while workers_of(jvms) and time.monotonic() < deadline:
             time.sleep(1)

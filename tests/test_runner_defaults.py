@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 
-from beam_pipeline.options import corpus_options
+from beam_pipeline.options import corpus_options, job_server_scratch
 from beam_pipeline.options.corpus_options import LOCAL_RUNNER_CEILING_BYTES, LocalRunnerDefaults
 
 
@@ -43,9 +44,13 @@ def test_what_the_user_gives_flink_wins(jar):
     given = ["--runner=FlinkRunner", "--job_server_jvm_properties=-Xss64m", "--parallelism=7",
              "--environment_type=DOCKER", "--flink_version=1.18"]
     args = LocalRunnerDefaults.apply(given)
-    for flag in ("--job_server_jvm_properties", "--parallelism", "--environment_type", "--flink_version"):
+    for flag in ("--parallelism", "--environment_type", "--flink_version"):
         assert len([a for a in args if a.startswith(flag + "=")]) == 1, flag
+    properties = [a.split("=", 1)[1] for a in args if a.startswith("--job_server_jvm_properties=")]
+    assert properties[0] == "-Xss64m" and not [p for p in properties if p.startswith("-Xss")][1:]
     assert args[:len(given)] == given
+    own_tmp = LocalRunnerDefaults.apply([*given, "--job_server_jvm_properties=-Djava.io.tmpdir=/big/disk"])
+    assert [a for a in own_tmp if "java.io.tmpdir" in a] == ["--job_server_jvm_properties=-Djava.io.tmpdir=/big/disk"]
 
 
 def test_flink_keeps_a_jobs_sdk_workers_between_tasks_unless_told_otherwise(jar):
@@ -57,9 +62,15 @@ def test_flink_keeps_a_jobs_sdk_workers_between_tasks_unless_told_otherwise(jar)
     assert [a for a in own if a.startswith("--environment_cache_millis")] == ["--environment_cache_millis=0"]
 
 
-def test_a_job_server_of_ones_own_gets_the_stack_and_a_running_one_nothing(tmp_path):
+def test_a_job_server_of_ones_own_gets_the_stack_and_scratch_and_a_running_one_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
+    os.makedirs(tmp_path / "tmp")
     own = LocalRunnerDefaults.apply(["--runner=FlinkRunner", f"--flink_job_server_jar={tmp_path}/js.jar"])
     assert "--job_server_jvm_properties=-Xss16m" in own
+    scratch = job_server_scratch.claim()
+    assert scratch.startswith(str(tmp_path / "tmp" / job_server_scratch.ROOT_NAME))
+    assert f"--job_server_jvm_properties=-Djava.io.tmpdir={scratch}" in own
     running = LocalRunnerDefaults.apply(["--runner=FlinkRunner", "--job_endpoint=localhost:8099"])
     assert not [a for a in running if a.startswith(("--job_server_jvm", "--flink_job_server_jar"))]
 

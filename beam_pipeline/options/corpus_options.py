@@ -15,7 +15,7 @@ import os
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_pipeline.options import sdk_worker
+from beam_pipeline.options import job_server_scratch, sdk_worker
 from beam_pipeline.options.validation import Matching
 
 #: A path or URI (absolute: a template launch has no working directory of the caller's).
@@ -114,13 +114,20 @@ class RunnerError(ValueError):
 
 
 def _flag(args: list[str], name: str) -> str | None:
-    value = None
+    """The flag's value (the last one given), or None."""
+    values = _values(args, name)
+    return values[-1] if values else None
+
+
+def _values(args: list[str], name: str) -> list[str]:
+    """Every value of a flag given more than once (Beam appends them: ``--job_server_jvm_properties``)."""
+    values = []
     for i, arg in enumerate(args):
         if arg == f"--{name}" and i + 1 < len(args):
-            value = args[i + 1]
+            values.append(args[i + 1])
         elif arg.startswith(f"--{name}="):
-            value = arg.split("=", 1)[1]
-    return value
+            values.append(arg.split("=", 1)[1])
+    return values
 
 
 class LocalRunnerDefaults:
@@ -136,7 +143,9 @@ class LocalRunnerDefaults:
       here, fail in seconds); on embedded Flink (``--flink_master=[local]``, the
       default) the SDK workers run in this process (LOOPBACK) and the parallelism
       is the number of cores; the job server this process starts gets a 16 MiB
-      thread stack (:data:`JOB_SERVER_THREAD_STACK`). On a cluster (``--flink_master=host:port``)
+      thread stack (:data:`JOB_SERVER_THREAD_STACK`) and a scratch directory of its
+      own as ``java.io.tmpdir``, removed even when the build is killed
+      (:mod:`beam_pipeline.options.job_server_scratch`). On a cluster (``--flink_master=host:port``)
       each TaskManager starts its SDK workers with this environment's boot
       (``--environment_type=PROCESS``, :mod:`beam_pipeline.options.sdk_worker`). Either way a
       TaskManager keeps a job's SDK workers between its tasks (:data:`ENVIRONMENT_CACHE_MILLIS`).
@@ -193,12 +202,12 @@ def flink_defaults(beam_args: list[str]) -> list[str]:
                 f"--job_endpoint (docs/flink.md)"
             )
         extra.append(f"--flink_job_server_jar={jar}")
-    if (
-        _flag(beam_args, "job_endpoint") is None
-        and _flag(beam_args, "job_server_jvm_properties") is None
-        and _flag(beam_args, "job_server_jvm_property") is None
-    ):  # the job server this process starts
-        extra.append(f"--job_server_jvm_properties={JOB_SERVER_THREAD_STACK}")
+    if _flag(beam_args, "job_endpoint") is None:  # the job server this process starts
+        properties = _values(beam_args, "job_server_jvm_properties") + _values(beam_args, "job_server_jvm_property")
+        if not properties:
+            extra.append(f"--job_server_jvm_properties={JOB_SERVER_THREAD_STACK}")
+        if not any(p.startswith("-Djava.io.tmpdir=") for p in properties):
+            extra.append(f"--job_server_jvm_properties=-Djava.io.tmpdir={job_server_scratch.claim()}")
     if _flag(beam_args, "environment_cache_millis") is None:
         extra.append(f"--environment_cache_millis={ENVIRONMENT_CACHE_MILLIS}")
     master = _flag(beam_args, "flink_master")
