@@ -8,6 +8,7 @@ exits before any work.
 """
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -154,3 +155,32 @@ Total       1524125      235676536
     assert [name for name, _ in histogram["classes"]][:3] == ["[B", "java.lang.String", "java.util.LinkedHashMap$Entry"]
     assert histogram["classes"][0][1] == 175297312 / 2**20
     assert scale.parse_class_histogram("24434:\ncom.sun.tools.attach.AttachNotSupportedException: gone\n") is None
+
+
+def test_shuffle_bytes_counts_each_grouping_once_from_the_jobs_own_metrics(tmp_path, monkeypatch):
+    """``bench/shuffle_bytes.py``: a job on ``MeasuringRunner`` records each GroupByKey's input (elements and
+    encoded bytes, estimated from Beam's sampled sizes) and a CombinePerKey at its input, not the
+    GroupByKey inside it."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    monkeypatch.syspath_prepend(str(BENCH.parent))
+    from bench import shuffle_bytes
+
+    record = tmp_path / "shuffles.json"
+    monkeypatch.setenv(shuffle_bytes.OUTPUT_VARIABLE, str(record))
+    with beam.Pipeline(options=PipelineOptions(["--runner=bench.shuffle_bytes.MeasuringRunner"])) as p:
+        pairs = p | beam.Create([(i % 10, "x" * 200) for i in range(1000)])
+        _ = pairs | "Group" >> beam.GroupByKey()
+        _ = pairs | "Lengths" >> beam.MapTuple(lambda k, text: (k, len(text))) | "Sum" >> beam.CombinePerKey(sum)
+    (job,) = json.loads(record.read_text())
+    found = {s["name"]: s for s in job["shuffles"]}
+    assert {"Group", "Sum"} <= set(found) and not [name for name in found if name.startswith("Sum/")]
+    assert found["Group"]["kind"] == "group" and found["Sum"]["kind"] == "combine (input)"
+    assert 200 <= found["Group"]["mean_bytes"] <= 220  # 200 characters, a small int and the pair's framing
+    assert 2 <= found["Sum"]["mean_bytes"] <= 20  # two small ints
+    for shuffle in (found["Group"], found["Sum"]):
+        assert shuffle["elements"] == 1000
+        assert shuffle["bytes"] == round(1000 * shuffle["mean_bytes"])
+    table = shuffle_bytes.markdown({"what": "t", "date": "d", "command": "c", "documents": 100, **job})
+    assert "| Group | `Group` | group | 1,000 |" in table and "| **all** |" in table
