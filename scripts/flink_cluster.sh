@@ -204,7 +204,7 @@ restart-strategy:
     delay: 10 s
 # The working files of the JobManager and TaskManagers (blobs, ~300 MB per TaskManager and job; the
 # shuffles' files; spills) in the cluster's own folder, not /tmp: a TaskManager killed with kill -9 leaves
-# its working directory, and `start` and `stop` remove the folder while no JVM of the cluster runs.
+# its working directory, and this script's start and stop remove the folder while no JVM of the cluster runs.
 io:
   tmp:
     dirs: $TMP_DIR
