@@ -21,6 +21,7 @@ from __future__ import annotations
 import errno
 import os
 
+from beam_pipeline.paths import tree_bytes
 from beam_pipeline.progress import human_bytes
 
 #: Bytes a whole build writes per byte of estimated input text (the sample, every stage: 5.5 MB of text
@@ -65,20 +66,6 @@ def filesystem_of(path: str) -> tuple[str, str, int, int] | None:
     except OSError:
         pass
     return mount, kind, stat.f_bavail * stat.f_frsize, stat.f_blocks * stat.f_frsize
-
-
-def tree_bytes(path: str) -> int:
-    """Bytes of the files under a local folder (0 for a URI or a missing folder)."""
-    total = 0
-    if "://" in path:
-        return 0
-    for folder, _, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(folder, name)).st_size
-            except OSError:
-                pass
-    return total
 
 
 def needed_bytes(input_bytes: int | None, root: str) -> int | None:

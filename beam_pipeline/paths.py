@@ -18,3 +18,17 @@ def resolve_path(path: str, base_dir: str) -> str:
     if has_scheme(path) or os.path.isabs(path):
         return path
     return os.path.normpath(os.path.join(base_dir, path))
+
+
+def tree_bytes(path: str) -> int:
+    """Bytes of the files under a local folder (0 for a URI or a missing folder)."""
+    total = 0
+    if "://" in path:
+        return 0
+    for folder, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(folder, name)).st_size
+            except OSError:
+                pass
+    return total

@@ -25,6 +25,8 @@ import os
 import shutil
 import tempfile
 
+from beam_pipeline.paths import tree_bytes
+
 #: The folder, under the system's temporary directory, that holds the job servers' scratch directories.
 ROOT_NAME = "beam_pipeline-flink"
 #: The file in a scratch directory whose ``flock`` its driver holds.
@@ -92,7 +94,7 @@ def sweep(parent: str) -> list[str]:
         finally:
             if fd is not None:
                 os.close(fd)
-        megabytes = _size(path) / 2**20
+        megabytes = tree_bytes(path) / 2**20
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
         logging.getLogger(__name__).warning(
@@ -102,14 +104,3 @@ def sweep(parent: str) -> list[str]:
             megabytes,
         )
     return removed
-
-
-def _size(path: str) -> int:
-    total = 0
-    for folder, _, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(folder, name)).st_size
-            except OSError:
-                pass
-    return total
