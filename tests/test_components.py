@@ -159,7 +159,7 @@ def test_after_convergence_steps_hand_their_blocks_on_unread():
 
     block = (("b", "a", 1), ("a", "b", 1), ("a", "c", 2))  # not even a star: proof that nobody looked
     fn = star_fn(large_star, 6)
-    (marker, (group, packed)) = fn.process((1, [block, CONVERGED, block[:1]]))
+    (marker, (group, packed)) = fn.process((1, [block, CONVERGED, block[:1]]))  # one piece: a small group
     assert marker == (1, PASSING) and group == 1 and json.loads(packed) == [list(e) for e in block + block[:1]]
     assert list(fn.finish_bundle()) == []  # no edges rebuilt, no tally
     fn = star_fn(small_star, 6)
@@ -229,3 +229,39 @@ def test_a_graph_that_no_round_changes_is_passed_on_from_the_third_round():
     _, rounds = components(path)
     passed = steps_by_hand(path, rounds + 3, groups)
     assert passed[: 2 * (rounds + 1)] == [0] * (2 * (rounds + 1)) and all(passed[2 * (rounds + 1) :])
+
+
+def test_a_converged_group_is_packed_in_pieces_of_at_most_a_mebibyte(monkeypatch):
+    """A group's edges, packed once the graph converged, leave in several ``bytes`` values when they are
+    many (a runner bounds one element); the next steps hand the pieces on, and the labels are the same."""
+    from beam_pipeline.transforms import blocks
+    from beam_pipeline.transforms.connected_components import CONVERGED, PASSING, packed, unpacked
+
+    block = tuple((f"n{i:05d}", "n00000", 1) for i in range(1, 3000))
+    monkeypatch.setattr(blocks, "BLOCK_BYTES", 16 * 1024)
+    pieces_out = list(star_fn(large_star, 6).process((1, [block, CONVERGED])))
+    assert pieces_out[0] == (1, PASSING) and len(pieces_out) > 3
+    values = [value for _, value in pieces_out[1:]]
+    assert all(isinstance(v, bytes) and len(v) <= 16 * 1024 for v in values)
+    assert [tuple(e) for piece in unpacked(values) for e in piece] == list(block)
+    assert packed(values) == values  # packed already: handed on as they came
+
+
+def test_blocks_are_taken_in_pieces_of_at_most_the_bound_with_every_item_in_order():
+    from beam_pipeline.transforms.blocks import GroupBlocks, approximate_bytes, pieces
+
+    out = GroupBlocks(flush_at=10**6)
+    items = [("d%05d" % i, "x" * (i % 50)) for i in range(5000)]
+    for i, item in enumerate(items):
+        out.add_to(i % 3, item)
+    taken = out.take()
+    assert [group for group, _ in taken] == sorted(group for group, _ in taken)
+    for group in range(3):
+        mine = [block for g, block in taken if g == group]
+        assert [item for block in mine for item in block] == items[group::3]
+    assert pieces(items, 4096) == pieces(items, 4096) and len(pieces(items, 4096)) > 10
+    for block in pieces(items, 4096):
+        assert sum(approximate_bytes(item) for item in block) <= 4096
+    huge = ["y" * 10_000, "z"]
+    assert pieces(huge, 4096) == [("y" * 10_000,), ("z",)]  # a larger item travels alone
+    assert pieces([], 4096) == [] and pieces(items[:3]) == [tuple(items[:3])]

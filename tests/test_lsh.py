@@ -283,3 +283,22 @@ def test_shingle_sets_travel_apart_only_where_a_minhash_check_reads_them():
     payloads, shingle_sets = [], []
     near_dedup.add_payload(payloads, shingle_sets, "legacy", 1, (b"m", None, None, None), True)  # a layer without sets
     assert payloads == [("legacy", 1, (b"m", None, None, None))] and shingle_sets == []
+
+
+def test_a_large_key_group_leaves_in_blocks_of_at_most_a_mebibyte(monkeypatch):
+    """A task's keys of one group in several elements when they are many (a runner bounds an element:
+    Flink's sorter failed with "Record too large" on ~2 MB blocks); the buckets are the same."""
+    from beam_pipeline.transforms import blocks
+
+    keys = [7 * k for k in range(30_000)] * 2  # 30,000 keys shared by two entries each, all in group 0 of 7
+    entries = [(f"{i:032x}", None) for i in range(len(keys))]
+    per_entry = 8 + blocks.approximate_bytes(entries[0])
+    by_default = list(near_dedup.key_blocks(keys, entries, 7))  # 60,000 entries of ~44 B: ~2.6 MB
+    assert len(by_default) == 3 and all(len(block[1]) * per_entry <= blocks.BLOCK_BYTES for _, block in by_default)
+    monkeypatch.setattr(near_dedup, "BLOCK_BYTES", 10**9)
+    whole = list(near_dedup.key_blocks(keys, entries, 7))
+    monkeypatch.setattr(near_dedup, "BLOCK_BYTES", 64 * 1024)
+    split = list(near_dedup.key_blocks(keys, entries, 7))
+    assert len(whole) == 1 and len(split) > 20 and {group for group, _ in split} == {0}
+    assert all(len(block[1]) * per_entry <= 64 * 1024 for _, block in split)
+    assert sorted(near_dedup.shared_keys([b for _, b in split])) == sorted(near_dedup.shared_keys([whole[0][1]]))

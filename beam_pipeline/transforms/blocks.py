@@ -8,6 +8,14 @@ shuffle's key and handed on at the end of the bundle (or when the bundle holds
 consumer's ``GroupByKey`` on the group then holds the same items as a
 ``GroupByKey`` on the item's own key would, in blocks. ``docs/decisions.md``
 ("LSH keys in blocks") has the measurements that made the stages move this way.
+
+A block is one element of the runner's shuffle, and runners bound those: Flink's
+batch sorter fails the job with ``Record too large`` when one element exceeds its
+sort buffer, a share of the TaskManager's managed memory per grouping (the
+near-dedup stage on 10^6 generated documents failed so on embedded Flink, with
+blocks of ~2 MB; ``docs/decisions.md``, "Blocks of at most 1 MiB"). So a group's
+items leave in pieces of at most :data:`BLOCK_BYTES` (estimated:
+:func:`approximate_bytes`), however many a bundle holds.
 """
 
 from __future__ import annotations
@@ -40,9 +48,47 @@ class GroupBlocks:
         return self._size >= self._flush_at
 
     def take(self) -> list[tuple[int, tuple]]:
-        blocks = [(group, tuple(items)) for group, items in sorted(self._pending.items())]
+        """The items as ``(group, block)`` pairs in group order, a group's in pieces of at most
+        :data:`BLOCK_BYTES` (:func:`pieces`)."""
+        blocks = [(group, piece) for group, items in sorted(self._pending.items()) for piece in pieces(items)]
         self._pending, self._size = {}, 0
         return blocks
+
+
+#: The most bytes one block carries (estimated by :func:`approximate_bytes`; one item larger than this
+#: travels alone): 1 MiB, as ingest's slices (``ingest.slice_bytes``), well inside the sort buffers of a
+#: TaskManager whose managed memory is shared by a build's ~100 groupings.
+BLOCK_BYTES = 1 << 20
+
+
+def approximate_bytes(value) -> int:
+    """About the bytes Beam's coders give ``value`` (strings and bytes by length, numbers 8, containers
+    the sum of their parts): what a block's size is judged by, not an exact count."""
+    if isinstance(value, (bytes, str)):
+        return len(value) + 1
+    if isinstance(value, (tuple, list)):
+        return 1 + sum(approximate_bytes(part) for part in value)
+    if isinstance(value, dict):
+        return 1 + sum(approximate_bytes(key) + approximate_bytes(part) for key, part in value.items())
+    nbytes = getattr(value, "nbytes", None)  # numpy arrays and scalars
+    return 8 if nbytes is None else int(nbytes) + 8
+
+
+def pieces(items: list, limit: int | None = None) -> list[tuple]:
+    """``items`` as consecutive blocks of at most ``limit`` (:data:`BLOCK_BYTES`) estimated bytes (an item
+    larger than that alone); one block when they fit."""
+    if not items:
+        return []
+    limit = BLOCK_BYTES if limit is None else limit
+    blocks, start, size = [], 0, 0
+    for i, item in enumerate(items):
+        item_bytes = approximate_bytes(item)
+        if size + item_bytes > limit and i > start:
+            blocks.append(tuple(items[start:i]))
+            start, size = i, 0
+        size += item_bytes
+    blocks.append(tuple(items[start:]))
+    return blocks
 
 
 def windowed(element) -> WindowedValue:

@@ -53,7 +53,7 @@ marker on in its group; from round k + 1 on, a step whose group holds
 :data:`CONVERGED` or :data:`PASSING` hands its blocks on as they came, with
 :data:`PASSING` (the large-star step) or the marker it got (the small-star
 step), instead of rebuilding them edge by edge; the first such step packs a
-group's edges into one ``bytes`` value (:func:`packed`, JSON), which the runner
+group's edges into ``bytes`` values of at most 1 MiB (:func:`packed`, JSON), which the runner
 then moves as it is, without encoding and decoding each edge at every step.
 The markers are strings, the blocks tuples (or that ``bytes``); the labels
 step ignores the markers. Labels, tallies and the
@@ -70,7 +70,7 @@ import xxhash
 
 from beam_pipeline.accounting import COUNTS, Tally
 from beam_pipeline.dedup.components import large_star, small_star
-from beam_pipeline.transforms.blocks import BlocksFn, GroupBlocks, windowed
+from beam_pipeline.transforms.blocks import BlocksFn, GroupBlocks, pieces, windowed
 from beam_pipeline.transforms.keys import IntKeyed, StrKeyed
 
 LABELS = "labels"
@@ -237,13 +237,16 @@ def blocks_and_markers(values: Iterable) -> tuple[list[tuple | bytes], set[str]]
     return blocks, markers
 
 
-def packed(blocks: list[tuple | bytes]) -> bytes:
-    """A group's edges as one JSON array of [node, neighbour, neighbour's group] (UTF-8): what a converged
-    round hands on. Beam copies bytes as they are, where it would encode and decode every edge at every
-    step. (JSON, not pickle: the package never unpickles, ``tests/test_security.py``.)"""
-    if len(blocks) == 1 and isinstance(blocks[0], bytes):
-        return blocks[0]  # packed by an earlier step
-    return json.dumps([edge for block in unpacked(blocks) for edge in block], separators=(",", ":")).encode()
+def packed(blocks: list[tuple | bytes]) -> list[bytes]:
+    """A group's edges as JSON arrays of [node, neighbour, neighbour's group] (UTF-8), in pieces of at most
+    :data:`~beam_pipeline.transforms.blocks.BLOCK_BYTES`: what a converged round hands on. Beam copies
+    bytes as they are, where it would encode and decode every edge at every step. (JSON, not pickle: the
+    package never unpickles, ``tests/test_security.py``.)"""
+    already = [block for block in blocks if isinstance(block, bytes)]
+    if len(already) == len(blocks):
+        return already  # packed by an earlier step
+    edges = [edge for block in unpacked(blocks) for edge in block]
+    return [json.dumps(list(piece), separators=(",", ":")).encode() for piece in pieces(edges)]
 
 
 def unpacked(blocks: Iterable[tuple | bytes]) -> Iterator[Iterable]:
@@ -283,8 +286,8 @@ class _StarFn(BundleBlocksFn):
         blocks, markers = blocks_and_markers(values)
         if PASSING in markers or (CONVERGED in markers and not self._both):
             yield group, PASSING
-            if blocks:
-                yield group, packed(blocks)
+            for piece in packed(blocks):
+                yield group, piece
             return
         if CONVERGED in markers:
             yield group, CONVERGED

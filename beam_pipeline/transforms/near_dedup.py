@@ -96,7 +96,7 @@ from beam_pipeline.dedup.shingling import distinct as distinct_shingles
 from beam_pipeline.hashing import bucket_of, stable_hash64
 from beam_pipeline.layers import EarlierLayerError, earlier_layer, join, part_name, read_partition_rows
 from beam_pipeline.schemas import LARGE_CLUSTER, NEAR_DEDUP, NEAR_SIGNATURE, dead_letter_row
-from beam_pipeline.transforms.blocks import windowed
+from beam_pipeline.transforms.blocks import BLOCK_BYTES, approximate_bytes, windowed
 from beam_pipeline.transforms.bundle_budget import WHOLE_ELEMENTS, BudgetedExpandFn, BundleBudget, bundle_budget
 from beam_pipeline.transforms.connected_components import (
     FLUSH_EDGES,
@@ -995,7 +995,9 @@ class LshKeyBlocks:
 
 
 def key_blocks(keys: list[int], entries: list, groups: int) -> Iterator[tuple[int, tuple[bytes, tuple]]]:
-    """(group, (keys as little-endian int64 bytes, their entries)) per key group ``key % groups`` that has keys."""
+    """(group, (keys as little-endian int64 bytes, their entries)) per key group ``key % groups`` that has keys,
+    a group's in blocks of at most :data:`~beam_pipeline.transforms.blocks.BLOCK_BYTES` (judged by its
+    first entry: a task's entries are alike)."""
     if not keys:
         return
     array = np.array(keys, dtype="<i8")
@@ -1004,8 +1006,11 @@ def key_blocks(keys: list[int], entries: list, groups: int) -> Iterator[tuple[in
     ordered = group_of[order]
     starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
     for start, end in zip(starts.tolist(), np.r_[starts[1:], order.size].tolist()):
-        chosen = order[start:end]
-        yield int(ordered[start]), (array[chosen].tobytes(), tuple(entries[i] for i in chosen.tolist()))
+        chosen, group = order[start:end], int(ordered[start])
+        per_block = max(1, BLOCK_BYTES // (8 + approximate_bytes(entries[int(chosen[0])])))
+        for at in range(0, chosen.size, per_block):
+            part = chosen[at : at + per_block]
+            yield group, (array[part].tobytes(), tuple(entries[i] for i in part.tolist()))
 
 
 def shared_keys(blocks: Iterable[tuple[bytes, tuple]]) -> Iterator[tuple[int, list]]:
