@@ -248,7 +248,8 @@ def test_a_converged_group_is_packed_in_pieces_of_at_most_a_mebibyte(monkeypatch
 
 
 def test_blocks_are_taken_in_pieces_of_at_most_the_bound_with_every_item_in_order():
-    from beam_pipeline.transforms.blocks import GroupBlocks, approximate_bytes, pieces
+    from beam_pipeline.transforms.blocks import GroupBlocks, pieces
+    from beam_pipeline.transforms.bundle_budget import output_bytes
 
     out = GroupBlocks(flush_at=10**6)
     items = [("d%05d" % i, "x" * (i % 50)) for i in range(5000)]
@@ -261,7 +262,7 @@ def test_blocks_are_taken_in_pieces_of_at_most_the_bound_with_every_item_in_orde
         assert [item for block in mine for item in block] == items[group::3]
     assert pieces(items, 4096) == pieces(items, 4096) and len(pieces(items, 4096)) > 10
     for block in pieces(items, 4096):
-        assert sum(approximate_bytes(item) for item in block) <= 4096
+        assert sum(output_bytes(item) for item in block) <= 4096
     huge = ["y" * 10_000, "z"]
     assert pieces(huge, 4096) == [("y" * 10_000,), ("z",)]  # a larger item travels alone
     assert pieces([], 4096) == [] and pieces(items[:3]) == [tuple(items[:3])]

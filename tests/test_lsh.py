@@ -289,12 +289,13 @@ def test_a_large_key_group_leaves_in_blocks_of_at_most_a_mebibyte(monkeypatch):
     """A task's keys of one group in several elements when they are many (a runner bounds an element:
     Flink's sorter failed with "Record too large" on ~2 MB blocks); the buckets are the same."""
     from beam_pipeline.transforms import blocks
+    from beam_pipeline.transforms.bundle_budget import output_bytes
 
     keys = [7 * k for k in range(30_000)] * 2  # 30,000 keys shared by two entries each, all in group 0 of 7
     entries = [(f"{i:032x}", None) for i in range(len(keys))]
-    per_entry = 8 + blocks.approximate_bytes(entries[0])
-    by_default = list(near_dedup.key_blocks(keys, entries, 7))  # 60,000 entries of ~44 B: ~2.6 MB
-    assert len(by_default) == 3 and all(len(block[1]) * per_entry <= blocks.BLOCK_BYTES for _, block in by_default)
+    per_entry = 8 + output_bytes(entries[0])
+    by_default = list(near_dedup.key_blocks(keys, entries, 7))  # 60,000 entries of ~56 B: ~3.4 MB
+    assert len(by_default) == -(-len(keys) // (blocks.BLOCK_BYTES // per_entry)) > 1 and all(len(block[1]) * per_entry <= blocks.BLOCK_BYTES for _, block in by_default)
     monkeypatch.setattr(near_dedup, "BLOCK_BYTES", 10**9)
     whole = list(near_dedup.key_blocks(keys, entries, 7))
     monkeypatch.setattr(near_dedup, "BLOCK_BYTES", 64 * 1024)

@@ -15,7 +15,8 @@ sort buffer, a share of the TaskManager's managed memory per grouping (the
 near-dedup stage on 10^6 generated documents failed so on embedded Flink, with
 blocks of ~2 MB; ``docs/decisions.md``, "Blocks of at most 1 MiB"). So a group's
 items leave in pieces of at most :data:`BLOCK_BYTES` (estimated:
-:func:`approximate_bytes`), however many a bundle holds.
+:func:`~beam_pipeline.transforms.bundle_budget.output_bytes`, the bundle budget's
+estimate), however many a bundle holds.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
+
+from beam_pipeline.transforms.bundle_budget import output_bytes
 
 
 class GroupBlocks:
@@ -55,23 +58,10 @@ class GroupBlocks:
         return blocks
 
 
-#: The most bytes one block carries (estimated by :func:`approximate_bytes`; one item larger than this
+#: The most bytes one block carries (estimated by ``output_bytes``; one item larger than this
 #: travels alone): 1 MiB, as ingest's slices (``ingest.slice_bytes``), well inside the sort buffers of a
 #: TaskManager whose managed memory is shared by a build's ~100 groupings.
 BLOCK_BYTES = 1 << 20
-
-
-def approximate_bytes(value) -> int:
-    """About the bytes Beam's coders give ``value`` (strings and bytes by length, numbers 8, containers
-    the sum of their parts): what a block's size is judged by, not an exact count."""
-    if isinstance(value, (bytes, str)):
-        return len(value) + 1
-    if isinstance(value, (tuple, list)):
-        return 1 + sum(approximate_bytes(part) for part in value)
-    if isinstance(value, dict):
-        return 1 + sum(approximate_bytes(key) + approximate_bytes(part) for key, part in value.items())
-    nbytes = getattr(value, "nbytes", None)  # numpy arrays and scalars
-    return 8 if nbytes is None else int(nbytes) + 8
 
 
 def pieces(items: list, limit: int | None = None) -> list[tuple]:
@@ -82,7 +72,7 @@ def pieces(items: list, limit: int | None = None) -> list[tuple]:
     limit = BLOCK_BYTES if limit is None else limit
     blocks, start, size = [], 0, 0
     for i, item in enumerate(items):
-        item_bytes = approximate_bytes(item)
+        item_bytes = output_bytes(item)
         if size + item_bytes > limit and i > start:
             blocks.append(tuple(items[start:i]))
             start, size = i, 0

@@ -96,8 +96,14 @@ from beam_pipeline.dedup.shingling import distinct as distinct_shingles
 from beam_pipeline.hashing import bucket_of, stable_hash64
 from beam_pipeline.layers import EarlierLayerError, earlier_layer, join, part_name, read_partition_rows
 from beam_pipeline.schemas import LARGE_CLUSTER, NEAR_DEDUP, NEAR_SIGNATURE, dead_letter_row
-from beam_pipeline.transforms.blocks import BLOCK_BYTES, approximate_bytes, windowed
-from beam_pipeline.transforms.bundle_budget import WHOLE_ELEMENTS, BudgetedExpandFn, BundleBudget, bundle_budget
+from beam_pipeline.transforms.blocks import BLOCK_BYTES, windowed
+from beam_pipeline.transforms.bundle_budget import (
+    WHOLE_ELEMENTS,
+    BudgetedExpandFn,
+    BundleBudget,
+    bundle_budget,
+    output_bytes,
+)
 from beam_pipeline.transforms.connected_components import (
     FLUSH_EDGES,
     LABELS,
@@ -1007,7 +1013,7 @@ def key_blocks(keys: list[int], entries: list, groups: int) -> Iterator[tuple[in
     starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
     for start, end in zip(starts.tolist(), np.r_[starts[1:], order.size].tolist()):
         chosen, group = order[start:end], int(ordered[start])
-        per_block = max(1, BLOCK_BYTES // (8 + approximate_bytes(entries[int(chosen[0])])))
+        per_block = max(1, BLOCK_BYTES // (8 + output_bytes(entries[int(chosen[0])])))
         for at in range(0, chosen.size, per_block):
             part = chosen[at : at + per_block]
             yield group, (array[part].tobytes(), tuple(entries[i] for i in part.tolist()))
