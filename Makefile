@@ -1,6 +1,6 @@
 # Two commands for a newcomer: `make demo` and `make test`. Each creates the virtual environment on
 # first use from the hashed locks (requirements/runtime.txt, dev.txt, test.txt; `make lock` writes
-# them) and fetches the language-ID model into the model cache (beam_pipeline/models.py).
+# them) and fetches the language-ID model into the model cache (beam_pipeline/filters/models.py).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -14,7 +14,7 @@ venv: $(STAMP) models
 ## The language-ID model into the model cache (~/.cache/beam_pipeline/models, or $$BEAM_PIPELINE_MODELS;
 ## docs/config.md): fetched once, sha256-checked; a no-op without network once it is there.
 models: $(STAMP)
-	@$(PY) -m beam_pipeline.models fetch >/dev/null
+	@$(PY) -m beam_pipeline.filters.models fetch >/dev/null
 
 $(STAMP): requirements/runtime.txt requirements/dev.txt requirements/test.txt setup.py
 	$(PYTHON) -m venv $(VENV)

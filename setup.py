@@ -28,7 +28,7 @@ setuptools.setup(
         "zstandard==0.25.0",
         "pydantic==2.14.4",
         "PyYAML==6.0.4",
-        "glin-profanity==4.1.0",  # LDNOOBW word lists (data files only); lid.176: beam_pipeline/models.py
+        "glin-profanity==4.1.0",  # LDNOOBW word lists (data files only); lid.176: beam_pipeline/filters/models.py
         "matplotlib==3.11.2",  # run report plots (beam_pipeline/report)
         "Jinja2==3.1.6",  # run report page templates (beam_pipeline/report/templates)
         "FastWARC==2.0.0",  # web archives (beam_pipeline/web)
@@ -38,7 +38,7 @@ setuptools.setup(
     ],
     entry_points={
         "console_scripts": [
-            "beam-pipeline=beam_pipeline.cli:main",
+            "beam-pipeline=beam_pipeline.cli.commands:main",
             # the SDK workers' boot on a Flink cluster (--environment_type=PROCESS; docs/flink.md)
             "beam-pipeline-worker=beam_pipeline.options.sdk_worker:main",
         ]

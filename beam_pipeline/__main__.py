@@ -1,7 +1,7 @@
-"""``python -m beam_pipeline``: see :mod:`beam_pipeline.cli`."""
+"""``python -m beam_pipeline``: see :mod:`beam_pipeline.cli.commands`."""
 
 import sys
 
-from beam_pipeline.cli import main
+from beam_pipeline.cli.commands import main
 
 sys.exit(main())

@@ -127,8 +127,8 @@ def pure_functions() -> list[dict]:
 def pipeline_runs() -> dict:
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from beam_pipeline.build import CorpusBuild
-    from beam_pipeline.config import load_config
+    from beam_pipeline.build.corpus_build import CorpusBuild
+    from beam_pipeline.config.corpus import load_config
 
     results = {}
     with tempfile.TemporaryDirectory() as tmp:

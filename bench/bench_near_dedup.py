@@ -53,12 +53,12 @@ sys.path.insert(0, REPO)
 import apache_beam as beam  # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 
-from beam_pipeline.accounting import COUNTS, SumCounts, stage_counts  # noqa: E402
+from beam_pipeline.records.accounting import COUNTS, SumCounts, stage_counts  # noqa: E402
 from beam_pipeline.dedup import minhash  # noqa: E402
-from beam_pipeline.config import NearDedupConfig  # noqa: E402
+from beam_pipeline.config.corpus import NearDedupConfig  # noqa: E402
 from beam_pipeline.dedup.shingling import shingle_hashes  # noqa: E402
-from beam_pipeline.hashing import bucket_of  # noqa: E402
-from beam_pipeline.layers import part_name  # noqa: E402
+from beam_pipeline.records.hashing import bucket_of  # noqa: E402
+from beam_pipeline.storage.layers import part_name  # noqa: E402
 from beam_pipeline.transforms import near_dedup  # noqa: E402
 from beam_pipeline.transforms.layer_io import ReadLayerRows, WriteLayerOutput  # noqa: E402
 from beam_pipeline.transforms.connected_components import LABELS, ConnectedComponents  # noqa: E402

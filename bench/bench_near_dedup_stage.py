@@ -100,10 +100,11 @@ import pyarrow.parquet as pq  # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 
 import beam_pipeline  # noqa: E402
-from beam_pipeline import schemas  # noqa: E402
-from beam_pipeline.config import NearDedupConfig, load_config  # noqa: E402
-from beam_pipeline.hashing import bucket_of  # noqa: E402
-from beam_pipeline.layers import Layer, part_name  # noqa: E402
+from beam_pipeline.storage import schemas  # noqa: E402
+from beam_pipeline.config.corpus import load_config  # noqa: E402
+from beam_pipeline.dedup.config import NearDedupConfig
+from beam_pipeline.records.hashing import bucket_of  # noqa: E402
+from beam_pipeline.storage.layers import Layer, part_name  # noqa: E402
 from beam_pipeline.transforms import layer_io, near_dedup  # noqa: E402
 
 IN_PROCESS = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
@@ -170,7 +171,7 @@ def run_stage(root: str, config: NearDedupConfig, paths: list[str], estimate: in
         layer.dead_letter_path, schemas.DEAD_LETTER, 1, sort_key=_dead_letter_order,
         partition_key=_dead_letter_partition)
     if not SPILL_FILE_CODE:
-        from beam_pipeline.accounting import COUNTS
+        from beam_pipeline.records.accounting import COUNTS
 
         spec = layer_io.LayerSpec(layer=layer, version=near_dedup.VERSION, config=near_dedup.stage_config(config),
                                   inputs={}, outputs={**near_dedup.OUTPUTS, "dead_letter": schemas.DEAD_LETTER},
@@ -180,7 +181,7 @@ def run_stage(root: str, config: NearDedupConfig, paths: list[str], estimate: in
         _ = {**sidecars, "dead_letter": dead_letter, COUNTS: counts} | "Commit" >> layer_io.CommitLayer(spec)
     p.run().wait_until_finish()
     if SPILL_FILE_CODE:  # what the old driver did after the job
-        from beam_pipeline.layers import collect_partitions
+        from beam_pipeline.storage.layers import collect_partitions
 
         layer_io.remove_spills(layer.path)
         for name, schema in near_dedup.OUTPUTS.items():
@@ -418,8 +419,8 @@ def generated_partitions(count: int, directory: str, partitions: int | None, see
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(beam_pipeline.__file__)), "bench"))
     import bench_near_dedup
 
-    from beam_pipeline.build import partition_count
-    from beam_pipeline.config import LayoutConfig
+    from beam_pipeline.build.corpus_build import partition_count
+    from beam_pipeline.config.corpus import LayoutConfig
 
     os.makedirs(directory, exist_ok=True)
     words_path = os.path.join(directory, "words.npy")

@@ -52,7 +52,7 @@ bench's own parent process's, which a forked child starts from: ~60 MB).
 The corpus: ``bench/build_corpus.py``'s (Debian documentation pages and their mirrored copies,
 built from pinned packages; ``--corpus scale-xl``: ``build_corpus.py --scale-xl``'s, with 381 MB of distinct
 pages), its first ``--mb`` MB of text in file order, each text once: a record whose
-text (in our ingest's normal form, :func:`beam_pipeline.normalize.normalize_text`) came before is left
+text (in our ingest's normal form, :func:`beam_pipeline.records.normalize.normalize_text`) came before is left
 out, so that both sides filter, dedup and tokenize the same documents (our ingest would drop such verbatim
 repeats before the filters, and datatrove's filters would score them: a third of the records of the mirrored
 corpus). ``--keep-repeats`` keeps them, as earlier results did.
@@ -123,10 +123,10 @@ def prepare(mb: float, keep_repeats: bool = False, corpus: str = "bench") -> Pat
     import pyarrow.parquet as pq
     import zstandard
 
-    from beam_pipeline.hashing import bucket_of, content_hash
-    from beam_pipeline.layers import part_name
-    from beam_pipeline.normalize import normalize_text
-    from beam_pipeline.schemas import GOLD
+    from beam_pipeline.records.hashing import bucket_of, content_hash
+    from beam_pipeline.storage.layers import part_name
+    from beam_pipeline.records.normalize import normalize_text
+    from beam_pipeline.storage.schemas import GOLD
 
     if not (source_folder / "BUILD.json").exists():
         subprocess.run([sys.executable, str(REPO / "bench" / "build_corpus.py"), *([build_flag] if build_flag else [])],
@@ -331,7 +331,7 @@ def ours_step(step: str, folder: Path, out: Path, near_dedup_defaults: bool = Fa
         metrics = json.loads(sorted((out / "root" / "runs").glob("*/metrics.json"))[-1].read_text())
         (out / "metrics.json").write_text(json.dumps(metrics))
     elif step == "filters":
-        from beam_pipeline.config import HeuristicsConfig, PiiConfig
+        from beam_pipeline.config.corpus import HeuristicsConfig, PiiConfig
         from beam_pipeline.filters import heuristics, pii
 
         definitions = {"project": ("project",), "reference": ("reference",), "both": ("project", "reference")}
@@ -348,7 +348,7 @@ def ours_step(step: str, folder: Path, out: Path, near_dedup_defaults: bool = Fa
         sys.path.insert(0, str(REPO / "bench"))
         from bench_near_dedup_stage import run_stage
 
-        from beam_pipeline.config import NearDedupConfig
+        from beam_pipeline.dedup.config import NearDedupConfig
 
         config = NearDedupConfig.model_validate({
             "enabled": True, "method": "minhash", "shingles": {"kind": "word", "size": 5},
@@ -358,9 +358,9 @@ def ours_step(step: str, folder: Path, out: Path, near_dedup_defaults: bool = Fa
         import apache_beam as beam
         from apache_beam.options.pipeline_options import PipelineOptions
 
-        from beam_pipeline.build import StageTransform
-        from beam_pipeline.config import TokenizeConfig
-        from beam_pipeline.layers import Layer
+        from beam_pipeline.build.corpus_build import StageTransform
+        from beam_pipeline.config.corpus import TokenizeConfig
+        from beam_pipeline.storage.layers import Layer
         from beam_pipeline.transforms.layer_io import LayerSpec
         from beam_pipeline.transforms.tokenize_shard import SHARDS, TokenizePackShard, inspect_tokenizer
 

@@ -172,8 +172,8 @@ def pipeline_read(path: str, start: int = 0, end: int | None = None) -> dict:
 
 
 def pipeline_extract(path: str, start: int = 0, end: int | None = None) -> dict:
-    from beam_pipeline.config import SourceConfig
-    from beam_pipeline.readers import BadRecord
+    from beam_pipeline.config.corpus import SourceConfig
+    from beam_pipeline.sources.readers import BadRecord
     from beam_pipeline.transforms.ingest import make_document
     from beam_pipeline.web.records import Filtered, Revisit, iter_web_records
 
@@ -192,9 +192,9 @@ def pipeline_extract(path: str, start: int = 0, end: int | None = None) -> dict:
 
 def breakdown(path: str, limit: int = 2000) -> dict:
     """CPU seconds per step of the pipeline path, over the first ``limit`` HTML responses."""
-    from beam_pipeline.config import SourceConfig
-    from beam_pipeline.hashing import content_hash, doc_id
-    from beam_pipeline.normalize import normalize_text
+    from beam_pipeline.config.corpus import SourceConfig
+    from beam_pipeline.records.hashing import content_hash, doc_id
+    from beam_pipeline.records.normalize import normalize_text
     from beam_pipeline.web.charset import decode_page
     from beam_pipeline.web.extract import html_to_text
     from beam_pipeline.web.records import decode_body, skip_reason

@@ -12,7 +12,7 @@ pinned Debian documentation packages (~7,100 pages), written as WARC
 ``bench/work/web-scale/crawl-<N>/``). Every round captures every page again,
 so the crawl grows with N while the documents after the newest capture per
 URL stay the same: the older captures are dropped in ingest (the runner's
-``CoGroupByKey`` on the URL key: ``beam_pipeline/web/transforms.py``), and the
+``CoGroupByKey`` on the URL key: ``beam_pipeline/transforms/web_archives.py``), and the
 later stages see the same corpus at every N.
 
 Each crawl is built as a user builds it (``bench_scale.run_one``: ``python -m

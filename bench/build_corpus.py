@@ -57,7 +57,7 @@ import sys
 import time
 from pathlib import Path
 
-from beam_pipeline.hashing import sha256_file
+from beam_pipeline.records.hashing import sha256_file
 
 REPO = Path(__file__).resolve().parent.parent
 WORK = REPO / "bench" / "work"

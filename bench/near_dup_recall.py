@@ -41,7 +41,7 @@ another seed: another draw of originals, copies and negatives), and prints the t
    lines that 60 documents share: the notice is most of each text).
 2. **The stage**: the set is written as three JSONL sources (originals rank 1,
    negatives rank 2, copies rank 5; the label rides in ``url``) and built with
-   ``beam_pipeline.cli.main(["run", ...])`` with ``near_dedup: {enabled:
+   ``beam_pipeline.cli.commands.main(["run", ...])`` with ``near_dedup: {enabled:
    true}`` and every other near-dedup setting at its default (MinHash 112
    permutations; ``verify: two_tier``: LSH at 28 bands x 4 rows, chosen for
    ``two_tier.lsh_threshold`` 0.5; Jaccard >= 0.7, or >= 0.4 with one text
@@ -90,7 +90,7 @@ sys.path.insert(0, os.path.join(REPO, "bench"))
 from bench_near_dedup import first_words, license_lines, python_docs, wikipedia  # noqa: E402
 from build_corpus import PINS, fetch, page_text, unpack  # noqa: E402
 
-from beam_pipeline import cli  # noqa: E402
+from beam_pipeline.cli import commands as cli  # noqa: E402
 from beam_pipeline.dedup import minhash, verify  # noqa: E402
 from beam_pipeline.dedup.shingling import shingle_hashes  # noqa: E402
 

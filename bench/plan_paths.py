@@ -8,7 +8,7 @@ again for every path that reaches it), so its time grows with the number of
 paths, and every diamond in the graph (a collection read by two branches that
 meet again) multiplies it. This prints that number for a config's build graph
 (primitive transforms; main and side inputs are edges), built exactly as
-``beam_pipeline.build.CorpusBuild`` builds it, without running it::
+``beam_pipeline.build.corpus_build.CorpusBuild`` builds it, without running it::
 
     .venv/bin/python bench/plan_paths.py sample/corpus.yaml
 
@@ -17,7 +17,7 @@ through the plan'): 8.2e10 paths before the connected components' rounds
 stopped being diamonds (the sample's job never left the optimizer), 2.3e7
 after (the optimizer took ~40 s of a build); 1.3e9 once dedup joined the
 cascade (more than 30 min), 5.3e6 since stages commit from one collection
-each (``beam_pipeline.plan_routes`` says how the count is made).
+each (``beam_pipeline.build.plan_routes`` says how the count is made).
 """
 from __future__ import annotations
 
@@ -33,9 +33,9 @@ def main() -> int:
     args = parser.parse_args()
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from beam_pipeline.build import CorpusBuild
-    from beam_pipeline.config import load_config
-    from beam_pipeline.plan_routes import count_routes
+    from beam_pipeline.build.corpus_build import CorpusBuild
+    from beam_pipeline.config.corpus import load_config
+    from beam_pipeline.build.plan_routes import count_routes
 
     root = tempfile.mkdtemp(prefix="plan-paths-")  # the snapshot is written here; no layer is
     try:

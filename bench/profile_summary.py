@@ -21,11 +21,11 @@ CATEGORIES = [
     # encode_batch is native code: its leaf Python frame is the DoFn line calling it. Its rayon
     # threads have no Python thread state and are invisible to py-spy (see the header).
     ("tokenizer DoFn (encode_batch, ids -> numpy)", ("encode_batch", "TokenizePartitionFn.process")),
-    ("normalize_text", ("beam_pipeline/normalize.py",)),
-    ("doc_id / content_hash", ("beam_pipeline/hashing.py",)),
+    ("normalize_text", ("beam_pipeline/records/normalize.py",)),
+    ("doc_id / content_hash", ("beam_pipeline/records/hashing.py",)),
     ("json.loads (reader)", ("json/decoder.py", "json/__init__.py", "_record_from_json")),
-    ("zstd + line split (reader)", ("beam_pipeline/readers.py",)),
-    ("sha256 input verification", ("beam_pipeline/snapshot.py",)),
+    ("zstd + line split (reader)", ("beam_pipeline/sources/readers.py",)),
+    ("sha256 input verification", ("beam_pipeline/sources/snapshot.py",)),
     ("Parquet write (layer partitions, shards)", ("table_bytes", "write_partition", "write_shard")),
     ("Parquet read (layer partitions)", ("read_partition_rows",)),
     ("pack + sort shard (numpy)", ("pack_documents", "WriteShardFn")),

@@ -2,7 +2,7 @@
 """`make bench`: pipeline cost vs bare library cost of the spine, same run, same corpus.
 
 1. ``build_corpus.ensure_corpus()`` (cached after the first run);
-2. **pipeline**: in a child process, ``beam_pipeline.build.CorpusBuild`` on
+2. **pipeline**: in a child process, ``beam_pipeline.build.corpus_build.CorpusBuild`` on
    ``bench/work/corpus.yaml`` with ``--runner=DirectRunner
    --direct_running_mode=multi_processing --direct_num_workers=2`` and a fresh
    output root ``bench/work/out/run``. Wall seconds per stage come from the run's
@@ -178,8 +178,8 @@ def parallelism(samples: list, start: float, end: float, cap: int = WORKERS) -> 
 def child_pipeline(root: str, result_path: str, profile_dir: str | None) -> None:
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from beam_pipeline.build import CorpusBuild
-    from beam_pipeline.config import load_config
+    from beam_pipeline.build.corpus_build import CorpusBuild
+    from beam_pipeline.config.corpus import load_config
 
     config = load_config(str(WORK / "corpus.yaml")).model_copy(update={"output_root": root})
     marks = [{"stage": "_start", "event": "start", **cpu_now()}]
@@ -256,9 +256,9 @@ def child_bare(root: str, pipeline_path: str, result_path: str) -> None:
     import pyarrow.parquet as pq
     from tokenizers import Tokenizer
 
-    from beam_pipeline.config import load_config
-    from beam_pipeline.readers import BadRecord, iter_records
-    from beam_pipeline.snapshot import verify_file
+    from beam_pipeline.config.corpus import load_config
+    from beam_pipeline.sources.readers import BadRecord, iter_records
+    from beam_pipeline.sources.snapshot import verify_file
     from beam_pipeline.transforms.exact_dedup import annotate_group, member_of
     from beam_pipeline.transforms.ingest import make_document
 

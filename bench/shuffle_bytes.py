@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--generated", type=int, help="the near-dedup stage alone on this many generated documents")
     parser.add_argument("--keep", action="store_true", help="keep the temporary output root")
     args = parser.parse_args(argv)
-    from beam_pipeline import cli
+    from beam_pipeline.cli import commands as cli
 
     date = datetime.date.today().strftime("%Y%m%d")
     out = args.out or os.path.join(REPO, "bench", "results", f"shuffle-bytes-{date}")

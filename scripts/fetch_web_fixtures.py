@@ -31,7 +31,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from beam_pipeline.hashing import sha256_file
+from beam_pipeline.records.hashing import sha256_file
 
 REPO = Path(__file__).resolve().parent.parent
 PYWB = ("pywb", "2.10.0", "5ae43c9b2a5321e39b9c8e16538bfbc0146eeb6fe26713232e45378b774a1a96")

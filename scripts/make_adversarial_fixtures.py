@@ -4,7 +4,7 @@ Deterministic: running it twice gives byte-identical files (no randomness,
 gzip mtime 0, fixed compression levels), as long as zlib/zstd/pyarrow are the
 pinned versions. It also writes EXPECTED.json, which maps each fixture to
 {"format", "records" (good records), "bad" (bad records), optionally
-"max_record_bytes"} as the reader (beam_pipeline/readers.py) must count them.
+"max_record_bytes"} as the reader (beam_pipeline/sources/readers.py) must count them.
 The counts come from how each fixture is built here, not from running the
 reader; for the truncated streams an independent zlib/zstd decode of the cut
 file decides how many lines survive.

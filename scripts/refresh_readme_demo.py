@@ -1,6 +1,6 @@
 """Refresh README.md's `make demo` output block from the log of a real demo build.
 
-Stage code is part of every layer key (beam_pipeline/code_version.py), so a
+Stage code is part of every layer key (beam_pipeline/build/code_version.py), so a
 change to a stage changes the keys README.md shows; tests/test_readme_figures.py
 fails until they are refreshed. Run the demo build, then this script on its
 console output:

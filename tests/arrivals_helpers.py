@@ -87,7 +87,7 @@ def segments(root: str) -> dict[str, bytes]:
 
 def landed_but_not_logged(root: str) -> list[str]:
     """Objects under a local root that no committed arrival names: copies of a window not committed yet."""
-    from beam_pipeline.arrivals.log import read_log
+    from beam_pipeline.storage.arrivals_log import read_log
 
     logged = {e["object"] for e in read_log(root).entries}
     names = glob.glob(os.path.join(root, "bronze", "docs", "*", "*"))
@@ -144,5 +144,5 @@ if __name__ == "__main__":
     sys.path.insert(0, REPO)
     if os.environ.get("ARRIVALS_FAST_BOTO3") == "1":
         fast_boto3_patch()
-    from beam_pipeline import cli
+    from beam_pipeline.cli import commands as cli
     sys.exit(cli.main(sys.argv[1:]))

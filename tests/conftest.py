@@ -155,7 +155,7 @@ def built(tmp_path_factory):
     output root copy this one first."""
     from filelock import FileLock
 
-    from beam_pipeline import cli
+    from beam_pipeline.cli import commands as cli
 
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
@@ -240,8 +240,8 @@ def run_stage_job(root: str, stage: str, expand, outputs: dict, partitions: int,
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from beam_pipeline.build import StageTransform
-    from beam_pipeline.layers import Layer
+    from beam_pipeline.build.corpus_build import StageTransform
+    from beam_pipeline.storage.layers import Layer
     from beam_pipeline.transforms.layer_io import LayerSpec
 
     layer = Layer(root, stage, "test")
@@ -260,8 +260,8 @@ def write_layer_rows(directory: str, rows: list[dict], partitions: int = 2) -> l
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from beam_pipeline.hashing import bucket_of
-    from beam_pipeline.layers import part_name
+    from beam_pipeline.records.hashing import bucket_of
+    from beam_pipeline.storage.layers import part_name
 
     schema = pa.Table.from_pylist(rows).schema
     os.makedirs(directory, exist_ok=True)
@@ -284,7 +284,7 @@ def read_layer_rows(directory: str) -> list[dict]:
 def apply_policy(tmp_path, policy, documents: list[dict], annotations: dict[str, list[dict]] | None = None,
                  plan=None, partitions: int = 2) -> tuple[list[dict], list[dict], dict]:
     """Run select's ApplyPolicy over hand-made layers: (gold rows, decision rows, select counts)."""
-    from beam_pipeline import schemas
+    from beam_pipeline.storage import schemas
     from beam_pipeline.transforms.layer_io import PartitionInputs
     from beam_pipeline.transforms.select import DECISIONS, GOLD, ApplyPolicy
 

@@ -6,7 +6,7 @@ import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_pipeline.accounting import COUNTS, REPORT_EVERY, SumCounts, Tally
+from beam_pipeline.records.accounting import COUNTS, REPORT_EVERY, SumCounts, Tally
 
 OPTIONS = PipelineOptions(["--runner=DirectRunner", "--direct_running_mode=in_memory"])
 INCREMENTS = 2 * REPORT_EVERY + 17  # two batches reported on the way, the rest by take()

@@ -13,7 +13,7 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 
-from beam_pipeline import cli
+from beam_pipeline.cli import commands as cli
 from conftest import IN_PROCESS, REPO, stages_by_name
 
 FIXTURES = os.path.join(REPO, "tests", "fixtures", "adversarial")

@@ -24,15 +24,15 @@ import yaml
 
 from arrivals_helpers import kill_group, landed_but_not_logged, landing_config, local_objects, pseudo_text, \
     segments, start_land, two_roots, wait_for, write_text
-from beam_pipeline import cli
-from beam_pipeline.arrivals.config import LandingConfig
-from beam_pipeline.arrivals.layout import extension_of, object_key, parse_stamp, segment_name, segment_pattern, \
+from beam_pipeline.cli import commands as cli
+from beam_pipeline.config.landing import LandingConfig
+from beam_pipeline.storage.bronze import extension_of, object_key, parse_stamp, segment_name, segment_pattern, \
     window_stamp
-from beam_pipeline.arrivals.log import ArrivalsLogError, identity, read_log, summarize, write_segment
+from beam_pipeline.storage.arrivals_log import ArrivalsLogError, identity, read_log, summarize, write_segment
 from beam_pipeline.arrivals.stability import KNOWN, LAND, STALE, WAIT, Observation, PathState, observe, \
     stable_versions
-from beam_pipeline.config import ConfigError, load_config, parse_config
-from beam_pipeline.snapshot import origins_of, snapshot_id_of
+from beam_pipeline.config.corpus import ConfigError, load_config, parse_config
+from beam_pipeline.sources.snapshot import origins_of, snapshot_id_of
 from conftest import IN_PROCESS, SAMPLE_CONFIG, dataset_id_from_output, read_layer_rows
 
 # --- when a file is complete ---------------------------------------------------------

@@ -25,9 +25,9 @@ import pytest
 
 from arrivals_helpers import kill_group, landed_but_not_logged, landing_config, local_objects, pseudo_text, \
     segments, start_land, two_roots, wait_for, write_text
-from beam_pipeline import cli
-from beam_pipeline.arrivals.layout import parse_stamp
-from beam_pipeline.arrivals.log import identity, read_log
+from beam_pipeline.cli import commands as cli
+from beam_pipeline.storage.bronze import parse_stamp
+from beam_pipeline.storage.arrivals_log import identity, read_log
 from beam_pipeline.options import job_server_scratch
 from conftest import IN_PROCESS, dataset_id_from_output
 

@@ -19,9 +19,9 @@ import time
 import pytest
 
 from arrivals_helpers import kill_group, landing_config, pseudo_text, start_land, wait_for
-from beam_pipeline import cli
-from beam_pipeline.arrivals.layout import parse_stamp
-from beam_pipeline.arrivals.log import identity, read_log
+from beam_pipeline.cli import commands as cli
+from beam_pipeline.storage.bronze import parse_stamp
+from beam_pipeline.storage.arrivals_log import identity, read_log
 from conftest import IN_PROCESS, dataset_id_from_output
 from test_s3 import fast_boto3, moto_endpoint, s3_args, s3_client  # noqa: F401 - fixtures reused as they are
 

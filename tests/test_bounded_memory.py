@@ -21,7 +21,7 @@ PEAK_LIMIT_MB = 48          # far below the 50 MB and 100 MB records below
 
 READ = r"""
 import json, resource, sys
-from beam_pipeline.readers import BadRecord, iter_records
+from beam_pipeline.sources.readers import BadRecord, iter_records
 path, fmt, limit = sys.argv[1], sys.argv[2], int(sys.argv[3])
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 out = []

@@ -6,8 +6,8 @@ import collections
 import glob
 import os
 
-from beam_pipeline import cli
-from beam_pipeline.config import load_config
+from beam_pipeline.cli import commands as cli
+from beam_pipeline.config.corpus import load_config
 from beam_pipeline.filters import pii, safety
 from beam_pipeline.filters.blocklist import Blocklist
 from conftest import IN_PROCESS, SAMPLE_CONFIG, read_layer_rows, tiny_corpus

@@ -16,10 +16,10 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 
-from beam_pipeline.config import load_config
+from beam_pipeline.config.corpus import load_config
 from beam_pipeline.options import flink_job_server_jar
 from beam_pipeline.options.corpus_options import flink_defaults
-from beam_pipeline.snapshot import file_checksum, match_sources
+from beam_pipeline.sources.snapshot import file_checksum, match_sources
 from beam_pipeline.transforms.bundle_budget import (
     UNBOUNDED,
     BudgetedExpandFn,

@@ -4,10 +4,10 @@ import os
 import pytest
 import yaml
 
-from beam_pipeline import schemas
+from beam_pipeline.storage import schemas
 from beam_pipeline.scoring.cascade import plan_of, scoring_digest, select_config
-from beam_pipeline.config import ConfigError, parse_config
-from beam_pipeline.scoring.config import CascadeConfig, check_order
+from beam_pipeline.config.corpus import ConfigError, parse_config
+from beam_pipeline.config.scorers import CascadeConfig, check_order
 from beam_pipeline.transforms.score import Gate, PiiScorer, ScoreCascade
 from beam_pipeline.transforms.layer_io import PartitionInputs
 from conftest import SAMPLE_CONFIG, apply_policy, read_layer_rows, run_stage_job, write_layer_rows

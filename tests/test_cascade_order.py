@@ -13,9 +13,9 @@ import pytest
 import yaml
 from conftest import IN_PROCESS, REPO, stages_by_name
 
-from beam_pipeline import cli
-from beam_pipeline.config import ConfigError, load_config
-from beam_pipeline.scoring.config import resolved_stages
+from beam_pipeline.cli import commands as cli
+from beam_pipeline.config.corpus import ConfigError, load_config
+from beam_pipeline.config.scorers import resolved_stages
 
 BLOCKED = "https://blocked.example/"
 FINE = "https://fine.example/"
@@ -39,7 +39,7 @@ FINE = "https://fine.example/"
 def test_enabled_dedup_takes_the_seeds_place_unless_the_cascade_names_it(stages, expected):
     if expected is None:
         with pytest.raises(ValueError, match="exact_dedup must come before near_dedup"):
-            from beam_pipeline.scoring.config import check_order
+            from beam_pipeline.config.scorers import check_order
             check_order(stages)
         return
     assert resolved_stages(stages, True, True) == expected

@@ -10,7 +10,7 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from beam_pipeline.config import ClusterAlarmConfig
+from beam_pipeline.dedup.config import ClusterAlarmConfig
 from beam_pipeline.dedup.cluster_alarms import cluster_alarms, large_cluster_line, size_bucket
 from conftest import IN_PROCESS, SAMPLE_TOKENIZER
 

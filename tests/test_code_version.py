@@ -1,4 +1,4 @@
-"""Layers keyed by the code that made them (beam_pipeline/code_version.py).
+"""Layers keyed by the code that made them (beam_pipeline/build/code_version.py).
 
 The build test edits a copy of the package and builds with it: a code edit in
 one scorer's filter recomputes that scorer and the stages after it, nothing
@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from beam_pipeline import code_version
+from beam_pipeline.build import code_version
 from beam_pipeline.transforms.score import SCORERS
 from conftest import IN_PROCESS, REPO, SAMPLE_TOKENIZER
 
@@ -114,7 +114,7 @@ def test_the_stage_digests_are_the_same_from_the_cache_as_computed(tmp_path):
     then read from the facts the first process left in ``__pycache__``."""
     shutil.copytree(os.path.join(REPO, "beam_pipeline"), tmp_path / "beam_pipeline",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    probe = ("import json; from beam_pipeline import code_version as c; from beam_pipeline.transforms.score import "
+    probe = ("import json; from beam_pipeline.build import code_version as c; from beam_pipeline.transforms.score import "
              "SCORERS; print(json.dumps({s: c.stage_code(s) for s in [*c.STAGE_MODULES, *SCORERS]}))")
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     runs = [subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True,

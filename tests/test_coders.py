@@ -8,8 +8,8 @@ a pickled key silently differs between processes: apache/beam #33020).
 """
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_pipeline.build import CorpusBuild
-from beam_pipeline.config import load_config
+from beam_pipeline.build.corpus_build import CorpusBuild
+from beam_pipeline.config.corpus import load_config
 from conftest import IN_PROCESS, SAMPLE_CONFIG, deterministic_key_coder, grouping_key_coders
 
 

@@ -9,7 +9,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from beam_pipeline.accounting import COUNTS, SumCounts, stage_counts
+from beam_pipeline.records.accounting import COUNTS, SumCounts, stage_counts
 from beam_pipeline.dedup.components import components, large_star, small_star, star_round, union_find
 from beam_pipeline.transforms.connected_components import LABELS, ConnectedComponents, node_group
 

@@ -3,7 +3,7 @@ import os
 import pytest
 import yaml
 
-from beam_pipeline.config import ConfigError, load_config, parse_config
+from beam_pipeline.config.corpus import ConfigError, load_config, parse_config
 
 VALID = {
     "name": "demo",

@@ -18,7 +18,7 @@ import sys
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_pipeline.progress import options_for_workers
+from beam_pipeline.build.progress import options_for_workers
 from conftest import IN_PROCESS, REPO, run_cli, tiny_corpus
 
 TEXTS = [f"Document number {i} of the console corpus. " + "The quick brown fox jumps over the lazy dog. " * (12 + i % 5)
@@ -163,7 +163,7 @@ def test_a_worker_thread_the_runner_hangs_up_goes_to_the_run_log_not_the_console
 
     import grpc
 
-    from beam_pipeline.console import Console
+    from beam_pipeline.cli.console import Console
 
     class Cancelled(grpc.RpcError):  # the shape of grpc's own _MultiThreadedRendezvous (a private class)
         def code(self):
@@ -209,7 +209,7 @@ def _dead_letter_stop_corpus(tmp_path) -> str:
 
 
 def _no_beam_in(console: str) -> None:
-    for text in ("Traceback", "[while running", "apache_beam", "beam_pipeline.accounting.", "beam_pipeline.snapshot.",
+    for text in ("Traceback", "[while running", "apache_beam", "beam_pipeline.records.accounting.", "beam_pipeline.sources.snapshot.",
                  "File \"", "Error processing instruction"):
         assert text not in console, f"{text!r} on the console:\n{console[-3000:]}"
 

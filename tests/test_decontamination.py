@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from beam_pipeline import cli
+from beam_pipeline.cli import commands as cli
 from beam_pipeline.filters import decontamination as dc
 from beam_pipeline.filters.code_points import code_point_table
 from beam_pipeline.filters.lowered_words import distinct_words, lowered_words
@@ -69,7 +69,7 @@ def _plain_ngram_hashes(text, n):
 
     import xxhash
 
-    from beam_pipeline.hashing import splitmix64
+    from beam_pipeline.records.hashing import splitmix64
 
     tokens = re.findall(r"\w+", text.lower())
     if len(tokens) < n:

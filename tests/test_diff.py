@@ -9,8 +9,8 @@ from contextlib import redirect_stdout
 import pytest
 import yaml
 
-from beam_pipeline import cli
-from beam_pipeline.config import load_config
+from beam_pipeline.cli import commands as cli
+from beam_pipeline.config.corpus import load_config
 from beam_pipeline.dataset.diff import changed_paths, diff_manifests, flatten, format_diff, is_same
 from conftest import IN_PROCESS, SAMPLE_CONFIG, dataset_id_from_output
 

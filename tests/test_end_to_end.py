@@ -9,10 +9,10 @@ import pyarrow.parquet as pq
 import pytest
 from tokenizers import Tokenizer
 
-from beam_pipeline import cli
-from beam_pipeline.config import load_config
-from beam_pipeline.hashing import merkle_root
-from beam_pipeline.manifest import shard_leaf
+from beam_pipeline.cli import commands as cli
+from beam_pipeline.config.corpus import load_config
+from beam_pipeline.records.hashing import merkle_root
+from beam_pipeline.storage.manifest import shard_leaf
 from conftest import IN_PROCESS, SAMPLE_CONFIG
 
 SCORERS = ["language", "heuristics", "blocklist", "quality", "safety", "pii", "decontamination"]  # sample cascade

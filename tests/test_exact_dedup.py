@@ -4,9 +4,9 @@ import hashlib
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from beam_pipeline import schemas
-from beam_pipeline.hashing import bucket_of
-from beam_pipeline.layers import write_partition
+from beam_pipeline.storage import schemas
+from beam_pipeline.records.hashing import bucket_of
+from beam_pipeline.storage.layers import write_partition
 from beam_pipeline.transforms.exact_dedup import STAGE, AnnotateExactDuplicates, annotate_group, member_of, \
     representative_order
 from beam_pipeline.transforms.layer_io import partition_index_of
@@ -207,7 +207,7 @@ TEXT_DOCUMENTS = pa.schema([*DOCUMENTS, ("text", pa.string())])
 
 
 def test_normalized_key_catches_case_and_spacing_variants_when_on(tmp_path):
-    from beam_pipeline.hashing import content_hash
+    from beam_pipeline.records.hashing import content_hash
     from beam_pipeline.transforms.exact_dedup import dedup_key
 
     texts = {"a": "The River Town\nlibrary opens  at nine.", "b": "the river town library opens at nine.",
@@ -234,7 +234,7 @@ def test_normalized_key_catches_case_and_spacing_variants_when_on(tmp_path):
 
 
 def test_the_normalization_is_off_by_default_and_keeps_the_layer_key():
-    from beam_pipeline.config import ExactDedupConfig
+    from beam_pipeline.dedup.config import ExactDedupConfig
     from beam_pipeline.transforms.exact_dedup import stage_config
 
     assert ExactDedupConfig().normalize is False

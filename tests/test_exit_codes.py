@@ -14,8 +14,9 @@ import time
 
 import pytest
 
-from beam_pipeline import usage
-from beam_pipeline.lease import LEASE, Holder
+from beam_pipeline import errors
+from beam_pipeline.cli import usage
+from beam_pipeline.build.lease import LEASE, Holder
 from conftest import IN_PROCESS, REPO, run_cli, tiny_corpus
 from tests.helpers.newcomer import unwritable_folder
 
@@ -44,7 +45,7 @@ def test_the_table_of_docs_config_md_lists_every_code_the_cli_uses():
     text = open(os.path.join(REPO, "docs", "config.md"), encoding="utf-8").read()
     table = text[text.index("### Exit codes"):]
     documented = {int(code) for code in re.findall(r"^\| (\d+) \|", table, re.M)}
-    assert documented == {0, *usage.EXIT_CODES.values()}
+    assert documented == {0, *errors.EXIT_CODES.values()}
 
 
 def test_0_done(tiny):

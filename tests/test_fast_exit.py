@@ -1,4 +1,4 @@
-"""Processes of a build skip the interpreter's last garbage collection (beam_pipeline/fast_exit.py)."""
+"""Processes of a build skip the interpreter's last garbage collection (beam_pipeline/cli/fast_exit.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 
-from beam_pipeline import fast_exit
+from beam_pipeline.cli import fast_exit
 
 # An object in a reference cycle whose finalizer prints: Python's last collection at exit finalizes it.
 _CYCLE_AT_EXIT = """
@@ -35,13 +35,13 @@ def _exit_output(install: str) -> str:
 
 def test_an_installed_process_skips_the_last_collection_and_others_keep_it():
     assert _exit_output("") == "finalized\n"  # Python's usual exit: the cycle is collected
-    assert _exit_output("import beam_pipeline.fast_exit as f; f.install()") == ""
+    assert _exit_output("import beam_pipeline.cli.fast_exit as f; f.install()") == ""
     # importing the package (not in an SDK worker) keeps Python's usual exit
-    assert _exit_output("import beam_pipeline.cli") == "finalized\n"
+    assert _exit_output("import beam_pipeline.cli.commands") == "finalized\n"
 
 
 def test_a_cli_command_installs_it():
-    command = "import beam_pipeline.cli as c; c.main(['inspect', '/no/such/dataset'])"
+    command = "import beam_pipeline.cli.commands as c; c.main(['inspect', '/no/such/dataset'])"
     assert "finalized" not in _exit_output(command)
 
 

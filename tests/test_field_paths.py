@@ -14,9 +14,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from beam_pipeline import cli
-from beam_pipeline.config import ConfigError, load_config
-from beam_pipeline.readers import BadRecord, RawRecord, field_path_problem, iter_records
+from beam_pipeline.cli import commands as cli
+from beam_pipeline.config.corpus import ConfigError, load_config
+from beam_pipeline.records.record_types import field_path_problem
+from beam_pipeline.sources.readers import BadRecord, RawRecord, iter_records
 from conftest import IN_PROCESS, SAMPLE_TOKENIZER
 
 NESTED = {"text_field": "text", "url_field": "metadata.url", "date_field": "metadata.date", "id_field": "id"}

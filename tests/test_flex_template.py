@@ -25,7 +25,8 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineResult, PipelineRunner, PipelineState
 
-from beam_pipeline import launcher, options as project_options
+from beam_pipeline import options as project_options
+from beam_pipeline.build import launcher
 from beam_pipeline.options.template_params import option_parameters, template_parameters
 from conftest import IN_PROCESS, REPO, SAMPLE_CONFIG
 
@@ -81,7 +82,7 @@ def test_metadata_regexes_accept_the_defaults_and_reject_garbage():
     assert not re.match(by_name["output_root"]["regexes"][0], "out/relative")  # a launcher has no cwd of yours
     assert all(p["paramType"] == "TEXT" for p in by_name.values())
     with pytest.raises(SystemExit):  # the CLI enforces the same regex
-        from beam_pipeline import cli
+        from beam_pipeline.cli import commands as cli
         cli.main(["run", "--config", SAMPLE_CONFIG, "--snapshot_id", "not-a-snapshot"])
 
 
@@ -103,7 +104,7 @@ def test_dockerfile_builds_on_the_pinned_beam_sdk_image_with_the_launcher():
             "/opt/google/dataflow/python_template_launcher") in text
     assert "pip install --no-cache-dir --require-hashes -r requirements/runtime.txt" in text
     assert re.findall(r"-r (requirements/\S+)", text) == ["requirements/runtime.txt"], "the image installs the runtime lock only"
-    assert "python -m beam_pipeline.models fetch" in text and "ENV BEAM_PIPELINE_MODELS=" in text
+    assert "python -m beam_pipeline.filters.models fetch" in text and "ENV BEAM_PIPELINE_MODELS=" in text
     assert "pip install --no-cache-dir --no-deps ." in text and "python templates/pip_check.py" in text
     assert 'ENTRYPOINT ["/opt/apache/beam/boot"]' in text
     setup_pin = re.search(r'"apache-beam\[[^\]]*\]==([^"]+)"', open(os.path.join(REPO, "setup.py")).read())
@@ -187,7 +188,7 @@ def test_every_template_parameter_reaches_the_job(tmp_path, caplog):
     """config, output_root and snapshot_id (all of metadata.json) decide the job the launcher submits."""
     import logging
 
-    from beam_pipeline.snapshot import take_snapshot
+    from beam_pipeline.sources.snapshot import take_snapshot
 
     config = small_config(tmp_path)
     assert {p["name"] for p in json.load(open(os.path.join(TEMPLATES, "metadata.json")))["parameters"]} == \
@@ -195,7 +196,7 @@ def test_every_template_parameter_reaches_the_job(tmp_path, caplog):
     root = str(tmp_path / "elsewhere")
     snapshot_id, _ = take_snapshot(launcher.load_any_config(config, root), PipelineOptions(IN_PROCESS))
     runner = _SubmitOnlyRunner()
-    with caplog.at_level(logging.INFO, logger="beam_pipeline.launcher"):
+    with caplog.at_level(logging.INFO, logger="beam_pipeline.build.launcher"):
         launcher.launch(["--config", config, "--output_root", root, "--snapshot_id", snapshot_id,
                          "--runner=DataflowRunner"], runner=runner)
     messages = "\n".join(record.getMessage() for record in caplog.records)
@@ -209,7 +210,7 @@ def test_every_template_parameter_reaches_the_job(tmp_path, caplog):
 
 
 def test_launcher_reads_remote_configs_but_refuses_relative_paths_in_them(tmp_path, monkeypatch):
-    from beam_pipeline.config import ConfigError
+    from beam_pipeline.config.corpus import ConfigError
 
     remote = {"gs://bucket/relative.yaml": open(SAMPLE_CONFIG, "rb").read(),  # data/..., tokenizer/...
               "gs://bucket/absolute.yaml": open(small_config(tmp_path), "rb").read()}
@@ -241,7 +242,7 @@ def test_the_job_translates_for_dataflow_offline_with_setup_file(tmp_path):
 @pytest.mark.timeout(600)
 def test_the_launched_job_publishes_the_same_dataset_as_run(tmp_path, capsys):
     """The launched job on the DirectRunner: one job that builds, publishes and reports."""
-    from beam_pipeline import cli
+    from beam_pipeline.cli import commands as cli
     from conftest import dataset_id_from_output
 
     config = small_config(tmp_path)

@@ -42,7 +42,7 @@ import urllib.request
 
 import pytest
 
-from beam_pipeline import cli
+from beam_pipeline.cli import commands as cli
 from beam_pipeline.options import sdk_worker
 from conftest import REPO, SAMPLE_CONFIG, dataset_id_from_output, layer_digests, marked_processes
 from tests.helpers.resume import copy_layers_before

@@ -78,7 +78,7 @@ def test_a_full_output_root_ends_the_build_in_one_line_and_the_rerun_resumes(tmp
         if full_at is None and _free(small_fs) < 8192:
             full_at = time.monotonic()
         if time.monotonic() - (full_at or started) > 300:  # hung (the build used to sit idle for minutes)
-            from beam_pipeline.interrupt import kill_descendants
+            from beam_pipeline.cli.interrupt import kill_descendants
 
             kill_descendants(process.pid)
             process.kill()
@@ -115,7 +115,7 @@ def test_a_full_output_root_ends_the_build_in_one_line_and_the_rerun_resumes(tmp
 def test_the_run_log_never_raises_on_a_full_disk(tmp_path, small_fs):
     """The handler writing ``beam.log`` is called from the job service's threads: a write that fails must
     not raise into them. What cannot be written is counted; the first error is kept."""
-    from beam_pipeline.console import RunLogHandler
+    from beam_pipeline.cli.console import RunLogHandler
 
     handler = RunLogHandler()
     logger = logging.getLogger("test_full_disk.filler")
@@ -134,7 +134,7 @@ def test_the_run_log_never_raises_on_a_full_disk(tmp_path, small_fs):
 
 
 def test_a_log_write_that_fails_does_not_raise_even_before_the_folder_is_known():
-    from beam_pipeline.console import RunLogHandler
+    from beam_pipeline.cli.console import RunLogHandler
 
     class Full(io.StringIO):
         def write(self, _text):
@@ -149,7 +149,7 @@ def test_a_log_write_that_fails_does_not_raise_even_before_the_folder_is_known()
 
 
 def test_the_error_names_the_filesystem_and_the_space_a_build_needs(tmp_path, small_fs):
-    from beam_pipeline import full_disk
+    from beam_pipeline.cli import full_disk
 
     mount, kind, free, size = full_disk.filesystem_of(str(small_fs / "out" / "not" / "yet"))
     assert (mount, kind) == (str(small_fs), "tmpfs") and 0 < size <= 400_000 and free <= size

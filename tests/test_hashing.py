@@ -5,7 +5,7 @@ import sys
 
 import xxhash
 
-from beam_pipeline import hashing
+from beam_pipeline.records import hashing
 
 
 def test_doc_id_is_content_derived_and_source_scoped():
@@ -54,7 +54,7 @@ def test_stable_hash_and_buckets_are_the_length_prefixed_parts_hashed():
 
 
 def test_stable_hash_does_not_depend_on_pythonhashseed():
-    code = "from beam_pipeline.hashing import stable_hash64, bucket_of; print(stable_hash64(5, 'x', 3), bucket_of('k', 97))"
+    code = "from beam_pipeline.records.hashing import stable_hash64, bucket_of; print(stable_hash64(5, 'x', 3), bucket_of('k', 97))"
     outputs = set()
     for seed in ("0", "1", "12345"):
         env = {**os.environ, "PYTHONHASHSEED": seed}

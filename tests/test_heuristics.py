@@ -126,6 +126,6 @@ def test_fineweb_rules():
 
 
 def test_score_has_every_schema_column():
-    from beam_pipeline.schemas import HEURISTICS
+    from beam_pipeline.storage.schemas import HEURISTICS
 
     assert set(h.score(UDHR_EN, "en")) == {f.name for f in HEURISTICS} - {"doc_id", "source"}

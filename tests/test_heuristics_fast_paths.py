@@ -25,7 +25,7 @@ import pytest
 from beam_pipeline.filters import heuristics as h
 from beam_pipeline.filters import heuristics_reference, ngram_repeats, reference_tokenizer
 from beam_pipeline.filters.paragraphs import split_paragraphs
-from beam_pipeline.hashing import splitmix64
+from beam_pipeline.records.hashing import splitmix64
 from tests.helpers import reference_fixture
 
 PUNCTUATION = string.punctuation + "«»“”‘’„‚‹›…–—‐·•¡¿،؛؟۔।॥。、，！？：；（）【】《》〈〉「」『』〔〕"

@@ -22,7 +22,7 @@ import pytest
 
 from beam_pipeline.filters import heuristics, heuristics_reference, reference_tokenizer
 from beam_pipeline.filters.presets import PRESET_NAMES, preset_rules
-from beam_pipeline.policy_rules import Plan, RuleConfig
+from beam_pipeline.policy.rules import Plan, RuleConfig
 from tests.helpers import reference_fixture
 
 try:

@@ -9,9 +9,9 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_pipeline.config import load_config
-from beam_pipeline.layers import SCRATCH
-from beam_pipeline.snapshot import estimated_text_bytes
+from beam_pipeline.config.corpus import load_config
+from beam_pipeline.storage.layers import SCRATCH
+from beam_pipeline.sources.snapshot import estimated_text_bytes
 from beam_pipeline.transforms import ingest
 from beam_pipeline.transforms.task_ledger import TaskLedger, clear_uncommitted, files_of
 from conftest import IN_PROCESS, SAMPLE_CONFIG
@@ -28,7 +28,7 @@ def _config(root: str, slice_bytes: int):
 
 
 def _snapshot(config):
-    from beam_pipeline.snapshot import take_snapshot
+    from beam_pipeline.sources.snapshot import take_snapshot
 
     return take_snapshot(config, PipelineOptions(IN_PROCESS), log=lambda message: None)
 
@@ -129,7 +129,7 @@ def test_a_retried_partition_task_whose_pieces_are_gone_replays_its_record(one_s
 
 def test_a_slice_is_a_share_of_its_partition():
     """Slice key ``xxh3(doc_id) % (n x s)`` is in partition ``key % n``, the partition of every layer."""
-    from beam_pipeline.hashing import bucket_of
+    from beam_pipeline.records.hashing import bucket_of
 
     for doc_id in (f"{i:032x}" for i in range(0, 10**6, 9973)):
         assert bucket_of(doc_id, 12 * 7) % 12 == bucket_of(doc_id, 12)

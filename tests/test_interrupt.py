@@ -5,7 +5,7 @@ import subprocess
 import sys
 import time
 
-from beam_pipeline.interrupt import kill_descendants
+from beam_pipeline.cli.interrupt import kill_descendants
 
 # A process with one child that ended and was never reaped (a zombie) and one live child with a live
 # child of its own; it prints "<zombie pid> <live child pid>" once all three are in place.

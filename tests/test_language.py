@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from beam_pipeline import models
+from beam_pipeline.filters import models
 from beam_pipeline.filters import language, safety
 from test_heuristics import UDHR_AR, UDHR_EN, UDHR_HE, UDHR_RU, UDHR_ZH
 

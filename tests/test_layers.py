@@ -6,11 +6,11 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from beam_pipeline import schemas
-from beam_pipeline.build import estimated_text_bytes, partition_count
-from beam_pipeline.accounting import COUNTS, Tally
-from beam_pipeline.hashing import bucket_of
-from beam_pipeline.layers import (Layer, commit_layer, layer_key, part_name, read_partition_rows, remove_temporaries,
+from beam_pipeline.storage import schemas
+from beam_pipeline.build.corpus_build import estimated_text_bytes, partition_count
+from beam_pipeline.records.accounting import COUNTS, Tally
+from beam_pipeline.records.hashing import bucket_of
+from beam_pipeline.storage.layers import (Layer, commit_layer, layer_key, part_name, read_partition_rows, remove_temporaries,
                                   write_bytes_atomic, write_partition)
 from beam_pipeline.transforms.layer_io import CommitLayer, LayerSpec, ReadLayerRows, WriteLayerOutput, \
     complete_partitions

@@ -1,4 +1,4 @@
-"""One build per output root at a time (issue 43, item 3; beam_pipeline/lease.py).
+"""One build per output root at a time (issue 43, item 3; beam_pipeline/build/lease.py).
 
 The lease itself on a local root: taken atomically, refused with the holder's host, pid and start time,
 renewed by its heartbeat, released, waited for, and taken over when stale (its process gone, or not
@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from beam_pipeline.lease import LEASE, Holder, Lease, LeaseHeld
+from beam_pipeline.build.lease import LEASE, Holder, Lease, LeaseHeld
 from conftest import IN_PROCESS, REPO, SAMPLE_CONFIG, dataset_id_from_output, run_cli, tiny_corpus
 
 TEXTS = [f"Document number {i} of the lease corpus. " + "A lazy dog sleeps under the quick brown fox. " * (10 + i % 4)

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from beam_pipeline.loader import (
+from beam_pipeline.dataset.loader import (
     LoaderError, StateMismatchError, SupersededDatasetError, TokenLoader, merge_states, mixture_draw, pick_pool,
     read_manifest, shard_order,
 )
@@ -244,7 +244,7 @@ def test_no_torch_needed(dataset):
     """
     script = (
         "import sys; sys.modules['torch'] = None  # import torch raises ImportError\n"
-        "from beam_pipeline.loader import TokenLoader, as_torch_dataset\n"
+        "from beam_pipeline.dataset.loader import TokenLoader, as_torch_dataset\n"
         f"loader = TokenLoader({dataset!r})\n"
         "print(sum(1 for _ in loader))\n"
         "try:\n    as_torch_dataset(loader)\nexcept ImportError as err:\n    print(err)\n")
@@ -300,7 +300,7 @@ def buckets_of(dataset, steps, **kwargs):
 
 
 def test_mixture_draws_once_per_run_of_steps(synthetic):
-    from beam_pipeline.loader import DEFAULT_RUN_LENGTH
+    from beam_pipeline.dataset.loader import DEFAULT_RUN_LENGTH
 
     assert DEFAULT_RUN_LENGTH > 1  # R5: draws per run of steps, not per step
     assert TokenLoader(synthetic, mixture=WEIGHTS).run_length == DEFAULT_RUN_LENGTH

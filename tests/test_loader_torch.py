@@ -13,7 +13,7 @@ import os
 import numpy as np
 import pytest
 
-from beam_pipeline.loader import LoaderError, TokenLoader, as_torch_dataset, merge_states
+from beam_pipeline.dataset.loader import LoaderError, TokenLoader, as_torch_dataset, merge_states
 
 if os.environ.get("BEAM_PIPELINE_REQUIRE_TORCH") == "1":
     import torch  # CI installs it: a missing torch fails there instead of skipping

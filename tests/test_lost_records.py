@@ -19,7 +19,7 @@ import os
 
 import pytest
 
-from beam_pipeline import cli
+from beam_pipeline.cli import commands as cli
 from beam_pipeline.transforms import exact_dedup, layer_io
 from conftest import IN_PROCESS, stages_by_name, tiny_corpus
 

@@ -11,12 +11,12 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_pipeline import schemas
-from beam_pipeline.accounting import COUNTS, SumCounts, stage_counts
-from beam_pipeline.config import NearDedupConfig
+from beam_pipeline.storage import schemas
+from beam_pipeline.records.accounting import COUNTS, SumCounts, stage_counts
+from beam_pipeline.dedup.config import NearDedupConfig
 from beam_pipeline.dedup import minhash
 from beam_pipeline.dedup.shingling import shingle_hashes, words
-from beam_pipeline.layers import write_partition
+from beam_pipeline.storage.layers import write_partition
 from beam_pipeline.transforms import near_dedup
 from beam_pipeline.transforms.connected_components import node_group
 from beam_pipeline.transforms.near_dedup import MinHashBucketFn, NearDedupParams, PreviousSignaturesFn, VerifyPairs, \

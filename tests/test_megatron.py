@@ -6,8 +6,8 @@ import struct
 import numpy as np
 import pyarrow.parquet as pq
 
-from beam_pipeline import cli
-from beam_pipeline.hashing import stable_hash64
+from beam_pipeline.cli import commands as cli
+from beam_pipeline.records.hashing import stable_hash64
 
 #: Megatron-LM's dtype codes (megatron/core/datasets/indexed_dataset.py, DType)
 DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64, 7: np.float32, 8: np.uint16}

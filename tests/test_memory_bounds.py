@@ -14,8 +14,9 @@ import yaml
 from conftest import SAMPLE_CONFIG
 from test_near_dedup import clusters_of, planted_corpus, run_stage
 
-from beam_pipeline.build import partition_count
-from beam_pipeline.config import ConfigError, LayoutConfig, NearDedupConfig, parse_config
+from beam_pipeline.build.corpus_build import partition_count
+from beam_pipeline.config.corpus import ConfigError, LayoutConfig, parse_config
+from beam_pipeline.dedup.config import NearDedupConfig
 from beam_pipeline.transforms import near_dedup
 from beam_pipeline.transforms.near_dedup import (
     ESTIMATED_DOCUMENT_BYTES,

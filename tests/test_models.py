@@ -1,4 +1,4 @@
-"""The model cache (beam_pipeline/models.py): a cached model is used only with its pinned sha256."""
+"""The model cache (beam_pipeline/filters/models.py): a cached model is used only with its pinned sha256."""
 import hashlib
 import os
 import subprocess
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from beam_pipeline import models
+from beam_pipeline.filters import models
 from beam_pipeline.filters import language
 from conftest import SAMPLE_CONFIG
 

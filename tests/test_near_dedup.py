@@ -14,15 +14,17 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that
 
-from beam_pipeline.accounting import COUNTS, DEAD_LETTER, SumCounts, check_stage, stage_counts
-from beam_pipeline.config import ConfigError, NearDedupConfig, PolicyConfig, load_config, parse_config
+from beam_pipeline.records.accounting import COUNTS, DEAD_LETTER, SumCounts, check_stage, stage_counts
+from beam_pipeline.config.corpus import ConfigError, load_config, parse_config
+from beam_pipeline.dedup.config import NearDedupConfig
+from beam_pipeline.policy.rules import PolicyConfig
 from beam_pipeline.dedup.components import components
 from beam_pipeline.dedup.minhash import jaccard
 from beam_pipeline.dedup.repetition import line_key
 from beam_pipeline.dedup.shingling import shingle_hashes, words
-from beam_pipeline.hashing import bucket_of, canonical_json
-from beam_pipeline.layers import Layer, commit_layer, part_name
-from beam_pipeline.policy import decide
+from beam_pipeline.records.hashing import bucket_of, canonical_json
+from beam_pipeline.storage.layers import Layer, commit_layer, part_name
+from beam_pipeline.policy.decision import decide
 from beam_pipeline.transforms import near_dedup
 from beam_pipeline.transforms.connected_components import node_group
 from beam_pipeline.transforms.near_dedup import (_BOILERPLATE, _DOC_ID, _SIGNED, AssembleFn, NearDedupParams,
@@ -557,7 +559,7 @@ SAMPLE_PARTITIONS = 4
 def sample_layers(tmp_path_factory):
     """The sample's ingest and near-dedup layers built in one job, as the build does: near dedup reads
     the documents once the ingest layer is committed (``after``)."""
-    from beam_pipeline.snapshot import take_snapshot
+    from beam_pipeline.sources.snapshot import take_snapshot
 
     root = str(tmp_path_factory.mktemp("sample"))
     config = load_config(SAMPLE_CONFIG).model_copy(update={"output_root": root})

@@ -2,7 +2,7 @@ import unicodedata
 
 import pytest
 
-from beam_pipeline.normalize import normalize_text
+from beam_pipeline.records.normalize import normalize_text
 
 
 @pytest.mark.parametrize("raw, expected", [
@@ -44,7 +44,7 @@ def _normalize_without_shortcuts(text: str) -> str:
     and trailing-space passes when a cheaper test shows they would change nothing)."""
     import re
 
-    from beam_pipeline import normalize
+    from beam_pipeline.records import normalize
 
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     text = normalize._REMOVE.sub("", text)

@@ -13,9 +13,9 @@ import os
 import markupsafe
 import pyarrow.parquet as pq
 
-from beam_pipeline import cli
-from beam_pipeline.policy_rules import Plan, RuleConfig
-from beam_pipeline.scoring.null_scores import null_score_warnings, warnings_from_ledgers
+from beam_pipeline.cli import commands as cli
+from beam_pipeline.policy.rules import Plan, RuleConfig
+from beam_pipeline.report.null_scores import null_score_warnings, warnings_from_ledgers
 from tests.helpers import reference_fixture
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -80,7 +80,7 @@ def test_stop_word_rule_without_language_is_a_warning_in_the_report(tmp_path):
     for warning in warnings:       # the run report lists them with its warnings
         assert str(markupsafe.escape(warning.message)) in result["report"]  # the page's Jinja2 autoescape
     # the same rule, column and counts from the config object the build loaded
-    from beam_pipeline.config import load_config
+    from beam_pipeline.config.corpus import load_config
 
     again = warnings_from_ledgers(load_config(os.path.join(tmp_path, "corpus.yaml")), result["ledgers"])
     assert again == warnings

@@ -6,7 +6,7 @@ inside Python at interpreter exit, and a command that did all its work aborts
 with SIGABRT ("terminate called without an active exception",
 apache/arrow#34314). Measured here: ``python -m beam_pipeline dead-letter`` on
 a build with one dead letter aborted in 14 of 150 runs (two loops side by
-side); a CI run failed on it (tests/test_newcomer.py). ``beam_pipeline.layers``
+side); a CI run failed on it (tests/test_newcomer.py). ``beam_pipeline.storage.layers``
 has the two readers that pass ``use_threads=False``; this test finds any other
 ``read_table``/``iter_batches`` call in the package that does not.
 """
@@ -19,7 +19,7 @@ import pathlib
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from beam_pipeline.layers import parquet_batches, read_parquet
+from beam_pipeline.storage.layers import parquet_batches, read_parquet
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "beam_pipeline"
 

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from beam_pipeline.layers import Layer
+from beam_pipeline.storage.layers import Layer
 from beam_pipeline.transforms.task_ledger import TaskLedger, files_of, replayed_counts, replayed_dead_letters
 from conftest import IN_PROCESS, dataset_id_from_output, tiny_corpus
 

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from beam_pipeline.layers import Layer
+from beam_pipeline.storage.layers import Layer
 from beam_pipeline.transforms.task_ledger import (SHARD_TASK, TaskLedger, clear_uncommitted, files_of,
                                                   finished_partitions, finished_shards, reuse_summary,
                                                   shard_files)

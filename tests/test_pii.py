@@ -71,7 +71,7 @@ def test_counts_and_unchecked_kinds():
     row = pii.counts(text, ["email", "phone"])
     assert row["email"] == 2 and row["phone"] == 1 and row["total"] == 3
     assert row["ip"] is None and row["secret"] is None   # not checked: absent, not zero
-    from beam_pipeline.schemas import PII
+    from beam_pipeline.storage.schemas import PII
 
     assert set(row) == {f.name for f in PII} - {"doc_id", "source"}
 

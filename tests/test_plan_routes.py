@@ -1,7 +1,7 @@
 """The build's plan stays small enough for Flink's batch optimizer to start it.
 
 Flink's DataSet optimizer walks every source-to-sink route of a bounded job's
-plan (``beam_pipeline/plan_routes.py``). On the sample's build, 1.3e9 routes
+plan (``beam_pipeline/build/plan_routes.py``). On the sample's build, 1.3e9 routes
 (129ca5e) kept the job in the optimizer for more than 30 minutes; 6.0e7
 started it after 52 s; the build today has about 5.3e6. The embedded-Flink
 test (``tests/test_flink_embedded.py``) shows that the job runs; this one
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from beam_pipeline.build import CorpusBuild
-from beam_pipeline.config import load_config
-from beam_pipeline.plan_routes import count_routes, routes_into
+from beam_pipeline.build.corpus_build import CorpusBuild
+from beam_pipeline.config.corpus import load_config
+from beam_pipeline.build.plan_routes import count_routes, routes_into
 from conftest import SAMPLE_CONFIG
 
 #: 4x the sample's routes today: room for a stage or two, not for one more diamond per stage (3^12).
@@ -41,5 +41,5 @@ def test_the_sample_builds_plan_has_few_routes(tmp_path):
     worst = sorted(routes_into(proto).items(), key=lambda item: -item[1])[:10]
     assert found["routes"] <= MAX_SAMPLE_ROUTES, (
         f"{found['routes']:.2e} routes through the build's plan (at most {MAX_SAMPLE_ROUTES:.0e}): Flink's batch "
-        f"optimizer walks each one (beam_pipeline/plan_routes.py); the steps most routes reach: {worst}"
+        f"optimizer walks each one (beam_pipeline/build/plan_routes.py); the steps most routes reach: {worst}"
     )

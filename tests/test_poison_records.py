@@ -12,7 +12,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from beam_pipeline import cli
+from beam_pipeline.cli import commands as cli
 from beam_pipeline.filters import heuristics
 from conftest import IN_PROCESS, stages_by_name, tiny_corpus
 

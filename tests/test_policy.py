@@ -1,5 +1,5 @@
-from beam_pipeline.config import PolicyConfig
-from beam_pipeline.policy import count_words, decide
+from beam_pipeline.policy.rules import PolicyConfig
+from beam_pipeline.policy.decision import count_words, decide
 
 DOC = {"n_chars": 40, "text": "A sentence with exactly seven words here."}
 

@@ -2,8 +2,9 @@
 import pytest
 import yaml
 
-from beam_pipeline.config import ConfigError, PolicyConfig, parse_config
-from beam_pipeline.policy_rules import Plan, RuleConfig, RuleError, parse_condition
+from beam_pipeline.config.corpus import ConfigError, parse_config
+from beam_pipeline.policy.rules import PolicyConfig
+from beam_pipeline.policy.rules import Plan, RuleConfig, RuleError, parse_condition
 from conftest import SAMPLE_CONFIG
 
 COLUMNS = {"quality": {"score": "number"}, "language": {"lang": "string", "confidence": "number"},
@@ -151,7 +152,7 @@ def test_policy_file_referenced_by_the_config(tmp_path):
 
 def plan(rules, overrides=(), cascade=("language", "quality")):
     return Plan(cascade=tuple(cascade), rules=[RuleConfig(**r) for r in rules],
-                overrides=[__import__("beam_pipeline.policy_rules", fromlist=["OverrideConfig"]).OverrideConfig(**o)
+                overrides=[__import__("beam_pipeline.policy.rules", fromlist=["OverrideConfig"]).OverrideConfig(**o)
                            for o in overrides],
                 domains={"web": "general", "wiki": "encyclopedic", "law": "legal"})
 
@@ -210,7 +211,7 @@ def test_gate_spec_only_covers_rules_before_the_stage():
 
 
 def test_builtin_rules_keep_working():
-    from beam_pipeline.policy import decide
+    from beam_pipeline.policy.decision import decide
 
     document = {"n_chars": 40, "text": "A sentence with exactly seven words here."}
     assert decide(document, {"is_duplicate": True}, PolicyConfig()) == "exact_duplicate"

@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from beam_pipeline import cli
+from beam_pipeline.cli import commands as cli
 from conftest import IN_PROCESS, REPO, dataset_id_from_output
 
 SAMPLE = os.path.join(REPO, "sample")

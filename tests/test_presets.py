@@ -7,7 +7,7 @@ import os
 import pytest
 import yaml
 
-from beam_pipeline.config import ConfigError, parse_config
+from beam_pipeline.config.corpus import ConfigError, parse_config
 from beam_pipeline.filters import heuristics
 from beam_pipeline.filters.presets import PRESETS, PRESET_NAMES, expand_presets, preset_rules
 from beam_pipeline.scoring.cascade import plan_of

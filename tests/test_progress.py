@@ -1,4 +1,4 @@
-"""Progress lines while the build's job runs, and that they change nothing (beam_pipeline/progress.py)."""
+"""Progress lines while the build's job runs, and that they change nothing (beam_pipeline/build/progress.py)."""
 from __future__ import annotations
 
 import glob
@@ -16,10 +16,10 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.dataflow.dataflow_runner import DataflowPipelineResult
 from apache_beam.runners.portability.portable_runner import PipelineResult as PortableResult
 
-from beam_pipeline.build import CorpusBuild
-from beam_pipeline.config import load_config
-from beam_pipeline.layers import Layer, commit_layer
-from beam_pipeline.progress import BuildProgress, CountingFnApiRunner, is_local_direct
+from beam_pipeline.build.corpus_build import CorpusBuild
+from beam_pipeline.config.corpus import load_config
+from beam_pipeline.storage.layers import Layer, commit_layer
+from beam_pipeline.build.progress import BuildProgress, CountingFnApiRunner, is_local_direct
 from conftest import IN_PROCESS, SAMPLE_CONFIG
 
 LINE = re.compile(r"^\[(?P<stage>\w+)\] (?P<n>[\d,]+)( of (?P<total>[\d,]+))? records so far( \(\d+%\))?, "

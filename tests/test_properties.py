@@ -29,9 +29,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from beam_pipeline import hashing
-from beam_pipeline.policy_rules import MAX_NESTING, RuleError, parse_condition, parse_reference
-from beam_pipeline.readers import BadRecord, RawRecord, iter_records
+from beam_pipeline.records import hashing
+from beam_pipeline.policy.rules import MAX_NESTING, RuleError, parse_condition, parse_reference
+from beam_pipeline.sources.readers import BadRecord, RawRecord, iter_records
 
 HANG_SECONDS = 20  # one example running this long is a hang, whatever the machine's load
 
@@ -306,7 +306,7 @@ def test_warc_arbitrary_bytes(data, prefix):
 
 HASH_ROWS = r"""
 import numpy as np
-from beam_pipeline import hashing
+from beam_pipeline.records import hashing
 from beam_pipeline.dedup import minhash
 
 

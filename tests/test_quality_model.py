@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from beam_pipeline import cli
+from beam_pipeline.cli import commands as cli
 from beam_pipeline.filters import quality_model as qm
 from conftest import REPO
 
@@ -94,7 +94,7 @@ def test_toxicity_slot_uses_a_model_trained_with_the_same_command(trained):
     license boilerplate, to test the mechanics with real text; no toxic data ships with the project)."""
     import yaml
 
-    from beam_pipeline.config import parse_config
+    from beam_pipeline.config.corpus import parse_config
     from beam_pipeline.transforms.score import SafetyScorer
 
     data = yaml.safe_load(open(os.path.join(REPO, "sample", "corpus.yaml")))

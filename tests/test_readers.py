@@ -1,4 +1,4 @@
-"""Tests for beam_pipeline.readers (pure Python, no pipeline needed).
+"""Tests for beam_pipeline.sources.readers (pure Python, no pipeline needed).
 
 Fixtures come from scripts/make_adversarial_fixtures.py; EXPECTED.json holds
 the counts every reader-level (and end-to-end) test must see.
@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from beam_pipeline.readers import FORMATS, BadRecord, RawRecord, iter_records
+from beam_pipeline.sources.readers import FORMATS, BadRecord, RawRecord, iter_records
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "adversarial"
 EXPECTED = json.loads((FIXTURES / "EXPECTED.json").read_text())

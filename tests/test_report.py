@@ -11,9 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from beam_pipeline import cli
-from beam_pipeline.hashing import stable_hash64
-from beam_pipeline.layers import Layer, commit_layer, write_partition
+from beam_pipeline.cli import commands as cli
+from beam_pipeline.records.hashing import stable_hash64
+from beam_pipeline.storage.layers import Layer, commit_layer, write_partition
 from beam_pipeline.report import locate, write_compare, write_report
 from beam_pipeline.report.compare import compare, compare_data
 from beam_pipeline.report.gather import SAMPLE_TEXT_CHARS, gather, stage_flow, thresholds_for, token_budget
@@ -357,7 +357,7 @@ def test_compare_shows_what_changed(built, run_dir):
     assert passed["b"] - passed["a"] == -10
     assert {"reason": "select:too_few_words", "a": 0, "b": 10} in cmp["drops"]
     version_a = next(s for s in a["stages"] if s["name"] == "select")["version"]
-    assert version_a.startswith("1+code.")  # the stage's version and its code digest (beam_pipeline/code_version.py)
+    assert version_a.startswith("1+code.")  # the stage's version and its code digest (beam_pipeline/build/code_version.py)
     assert any(v["what"] == "select version" and v["a"] == version_a and v["b"] == "2" for v in cmp["versions"])
     docs = next(m for m in cmp["mixture"] if m["bucket"] == "docs")
     assert docs["a_tokens"] - docs["b_tokens"] == 1000
@@ -377,7 +377,7 @@ def test_cli_compare_writes_a_page_and_a_summary(built, run_dir, tmp_path, capsy
 def test_report_config_is_optional_validated_and_not_part_of_the_digest():
     import yaml
 
-    from beam_pipeline.config import ConfigError, load_config, parse_config
+    from beam_pipeline.config.corpus import ConfigError, load_config, parse_config
     from conftest import SAMPLE_CONFIG
 
     raw = yaml.safe_load(open(SAMPLE_CONFIG))

@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from beam_pipeline import cli
+from beam_pipeline.cli import commands as cli
 from beam_pipeline.transforms import score
 from conftest import IN_PROCESS, REPO, dataset_id_from_output
 from test_language import UDHR_FR

@@ -29,8 +29,8 @@ import pytest
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.runners.portability.fn_api_runner import fn_runner
 
-from beam_pipeline import cli
-from beam_pipeline.layers import TEMPORARY_PREFIX
+from beam_pipeline.cli import commands as cli
+from beam_pipeline.storage.layers import TEMPORARY_PREFIX
 from conftest import IN_PROCESS, SAMPLE_CONFIG, layer_digests, stages_by_name
 
 pytestmark = pytest.mark.slow

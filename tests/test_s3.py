@@ -27,9 +27,9 @@ import time
 
 import pytest
 
-from beam_pipeline import cli
-from beam_pipeline.config import load_config
-from beam_pipeline.snapshot import InputChangedError, source_base, take_snapshot, verify_file
+from beam_pipeline.cli import commands as cli
+from beam_pipeline.config.corpus import load_config
+from beam_pipeline.sources.snapshot import InputChangedError, source_base, take_snapshot, verify_file
 from conftest import IN_PROCESS, REPO, dataset_id_from_output
 
 boto3 = pytest.importorskip("boto3")
@@ -194,7 +194,7 @@ def test_build_on_s3_has_the_local_dataset_id(small_local, bucket, moto_endpoint
     # hands its options to FileSystems, as the CLI does) and reuses every layer.
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
-    from beam_pipeline.build import CorpusBuild
+    from beam_pipeline.build.corpus_build import CorpusBuild
 
     FileSystems.set_options(None)  # as in a fresh process
     snapshot_id = snapshot_key.rsplit("/", 1)[1][:-len(".json")]
@@ -402,7 +402,7 @@ def test_an_s3_root_the_credentials_may_not_write_is_refused_before_the_snapshot
     assert access not in line and secret not in line  # no credential in the message
 
 
-# --- the root's lease on S3: a conditional create (issue 43, item 3; beam_pipeline/lease.py) --------------
+# --- the root's lease on S3: a conditional create (issue 43, item 3; beam_pipeline/build/lease.py) --------------
 
 LEASE_KEY = "leased/_BUILD_LEASE.json"
 
@@ -413,7 +413,7 @@ def test_the_lease_on_s3_is_a_conditional_create_renewed_and_released(bucket, mo
     from apache_beam.options.pipeline_options import PipelineOptions
     from botocore.exceptions import ClientError
 
-    from beam_pipeline.lease import Lease, LeaseHeld
+    from beam_pipeline.build.lease import Lease, LeaseHeld
 
     options = PipelineOptions(s3_args(moto_endpoint))
     root = f"s3://{BUCKET}/leased"
@@ -435,7 +435,7 @@ def test_a_stale_lease_on_s3_is_taken_over_by_one_build_only(bucket, moto_endpoi
 
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from beam_pipeline.lease import Holder, Lease, LeaseHeld
+    from beam_pipeline.build.lease import Holder, Lease, LeaseHeld
 
     options = PipelineOptions(s3_args(moto_endpoint))
     root = f"s3://{BUCKET}/leased"

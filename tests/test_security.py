@@ -10,8 +10,8 @@ import shutil
 import pytest
 import yaml
 
-from beam_pipeline import cli
-from beam_pipeline.config import ConfigError, parse_config
+from beam_pipeline.cli import commands as cli
+from beam_pipeline.config.corpus import ConfigError, parse_config
 from conftest import IN_PROCESS, REPO
 
 SAMPLE = os.path.join(REPO, "sample")

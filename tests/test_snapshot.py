@@ -5,9 +5,9 @@ import shutil
 
 import pytest
 
-from beam_pipeline import cli
-from beam_pipeline.config import load_config
-from beam_pipeline.snapshot import (InputChangedError, check_unchanged, load_snapshot, resolve_snapshot, snapshot_id_of,
+from beam_pipeline.cli import commands as cli
+from beam_pipeline.config.corpus import load_config
+from beam_pipeline.sources.snapshot import (InputChangedError, check_unchanged, load_snapshot, resolve_snapshot, snapshot_id_of,
                                     source_base)
 from conftest import IN_PROCESS, REPO
 

@@ -1,4 +1,4 @@
-"""Per-stage execution seconds in the run's metrics.json (beam_pipeline/stage_seconds.py): what the runner's
+"""Per-stage execution seconds in the run's metrics.json (beam_pipeline/build/stage_seconds.py): what the runner's
 workers report per transform, summed by stage."""
 import json
 import time
@@ -6,7 +6,7 @@ import time
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_pipeline.stage_seconds import process_cpu_seconds, record, stage_seconds
+from beam_pipeline.build.stage_seconds import process_cpu_seconds, record, stage_seconds
 
 
 def _busy(x, seconds=0.6):

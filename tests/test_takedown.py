@@ -9,11 +9,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from beam_pipeline import cli
-from beam_pipeline.dataset.lineage import conform, parquet_bytes, read_lineage, shard_placement, sort_lineage
+from beam_pipeline.cli import commands as cli
+from beam_pipeline.dataset.lineage import read_lineage
+from beam_pipeline.transforms.lineage import conform, parquet_bytes, shard_placement, sort_lineage
 from beam_pipeline.dataset.takedown import TAKEDOWN_COLUMNS
-from beam_pipeline.hashing import bucket_of, sha256_bytes
-from beam_pipeline.loader import SupersededDatasetError, TokenLoader
+from beam_pipeline.records.hashing import bucket_of, sha256_bytes
+from beam_pipeline.dataset.loader import SupersededDatasetError, TokenLoader
 from beam_pipeline.dataset.verify import verify_dataset
 
 

@@ -5,10 +5,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from beam_pipeline.config import TokenizeConfig
-from beam_pipeline.hashing import bucket_of
-from beam_pipeline.layers import part_name, write_partition
-from beam_pipeline.schemas import GOLD
+from beam_pipeline.config.corpus import TokenizeConfig
+from beam_pipeline.records.hashing import bucket_of
+from beam_pipeline.storage.layers import part_name, write_partition
+from beam_pipeline.storage.schemas import GOLD
 from conftest import run_stage_job
 from beam_pipeline.transforms import shard_stream
 from beam_pipeline.transforms.shard_stream import SpillSorter, write_packed_shard

@@ -215,7 +215,7 @@ def _source(**fields):
 
 
 def test_extract_config_in_sources():
-    from beam_pipeline.config import ConfigError, parse_config
+    from beam_pipeline.config.corpus import ConfigError, parse_config
 
     base = {"name": "c", "output_root": "out", "tokenize": {"tokenizer": "t.json"}}
     config = parse_config({**base, "sources": [_source(format="warc")]})

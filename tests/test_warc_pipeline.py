@@ -10,8 +10,8 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 
-from beam_pipeline import cli
-from beam_pipeline.normalize import normalize_text
+from beam_pipeline.cli import commands as cli
+from beam_pipeline.records.normalize import normalize_text
 from beam_pipeline.web.extract import html_to_text
 from beam_pipeline.web.records import payload_digest
 from conftest import IN_PROCESS, REPO, deterministic_key_coder, grouping_key_coders, layer_digests, stages_by_name
@@ -212,7 +212,7 @@ def test_output_does_not_depend_on_the_split_size(built, crawl, tmp_path):
 def test_output_does_not_depend_on_the_slices(built, crawl, tmp_path):
     """Ingest groups by slice of a partition (transforms/ingest.py): older captures and repeats are left out
     per slice, the layer is the same bytes for 1 slice per partition (the default here) and for several."""
-    from beam_pipeline.snapshot import estimated_text_bytes
+    from beam_pipeline.sources.snapshot import estimated_text_bytes
     from beam_pipeline.transforms.ingest import slices_per_partition
 
     root, stages, _, _ = built
@@ -239,8 +239,8 @@ def test_web_and_plain_files_in_one_build_group_by_deterministic_keys(crawl, tmp
     deterministic; the build gives the web documents of the crawl-only build plus the plain file."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from beam_pipeline.build import CorpusBuild
-    from beam_pipeline.config import load_config
+    from beam_pipeline.build.corpus_build import CorpusBuild
+    from beam_pipeline.config.corpus import load_config
 
     seen = {}
     base, _ = crawl

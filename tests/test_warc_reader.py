@@ -9,7 +9,7 @@ import zlib
 
 import pytest
 
-from beam_pipeline.readers import BadRecord
+from beam_pipeline.sources.readers import BadRecord
 from beam_pipeline.web.warc import Capture, iter_captures, plan_splits, sniff
 from web_fixtures import cdx_rows, cut_record_in_member, edit_member, pywb_dir  # noqa: F401  (pytest fixture)
 
@@ -246,7 +246,7 @@ def test_record_cut_short_in_its_member_is_dead_lettered_and_the_next_record_is_
 
 def test_the_truncated_page_is_no_document_and_the_next_page_is(pywb_dir, iana):
     """Through the source policy (records.py): no document holds another record's WARC or HTTP headers."""
-    from beam_pipeline.web.config import ExtractConfig
+    from beam_pipeline.config.extract import ExtractConfig
     from beam_pipeline.web.records import WebDocument, iter_web_records
 
     row = iana_response(pywb_dir, "http://www.iana.org/protocols")
@@ -428,7 +428,7 @@ def test_select_skips_payloads(pywb_dir):
 
 
 def test_readers_iter_records_reads_web_archives(pywb_dir):
-    from beam_pipeline.readers import RawRecord, iter_records
+    from beam_pipeline.sources.readers import RawRecord, iter_records
 
     path = pywb_dir / "example.warc"
     items = list(iter_records(lambda: open(path, "rb"), str(path), "warc"))

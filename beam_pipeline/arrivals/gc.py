@@ -28,10 +28,10 @@ import time
 
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline.arrivals.layout import ARRIVALS, TMP, bronze_root, object_path
-from beam_pipeline.arrivals.log import read_log
-from beam_pipeline.layers import join, read_bytes
-from beam_pipeline.snapshot import SnapshotError, snapshot_id_of
+from beam_pipeline.sources.snapshot import SnapshotError, snapshot_id_of
+from beam_pipeline.storage.arrivals_log import read_log
+from beam_pipeline.storage.bronze import ARRIVALS, TMP, bronze_root, object_path
+from beam_pipeline.storage.layers import join, read_bytes
 
 
 @dataclasses.dataclass(frozen=True)

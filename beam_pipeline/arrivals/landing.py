@@ -25,12 +25,12 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from beam_pipeline.arrivals.layout import tmp_dir
-from beam_pipeline.arrivals.log import identity, read_log, summary_lines
 from beam_pipeline.arrivals.stability import is_marker
 from beam_pipeline.arrivals.transforms import LandContinuously, LandNow, landing_uri
-from beam_pipeline.config import ConfigError, CorpusConfig
-from beam_pipeline.layers import join, remove_matching
+from beam_pipeline.config.corpus import ConfigError, CorpusConfig
+from beam_pipeline.storage.arrivals_log import identity, read_log, summary_lines
+from beam_pipeline.storage.bronze import tmp_dir
+from beam_pipeline.storage.layers import join, remove_matching
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,8 +12,8 @@ import json
 
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline.arrivals.log import ArrivalsLogError, identity, read_log, summarize
-from beam_pipeline.layers import join, read_bytes
+from beam_pipeline.storage.arrivals_log import ArrivalsLogError, identity, read_log, summarize
+from beam_pipeline.storage.layers import join, read_bytes
 
 
 def gather_arrivals(root: str, snapshot_id: str) -> dict | None:

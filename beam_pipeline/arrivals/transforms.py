@@ -50,9 +50,6 @@ from apache_beam.transforms import userstate
 from apache_beam.transforms.window import FixedWindows, TimestampedValue
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, Timestamp
 
-from beam_pipeline.arrivals.config import LandingConfig
-from beam_pipeline.arrivals.layout import extension_of, object_key, object_path, segment_pattern, tmp_dir, window_stamp
-from beam_pipeline.arrivals.log import identity, read_log, read_segment, segment_paths, write_segment
 from beam_pipeline.arrivals.stability import (
     LAND,
     WAIT,
@@ -63,7 +60,10 @@ from beam_pipeline.arrivals.stability import (
     replaced_versions,
     stable_versions,
 )
-from beam_pipeline.layers import join, move
+from beam_pipeline.config.landing import LandingConfig
+from beam_pipeline.storage.arrivals_log import identity, read_log, read_segment, segment_paths, write_segment
+from beam_pipeline.storage.bronze import extension_of, object_key, object_path, segment_pattern, tmp_dir, window_stamp
+from beam_pipeline.storage.layers import join, move
 
 LOG = logging.getLogger("beam_pipeline.land")
 NAMESPACE = "land"

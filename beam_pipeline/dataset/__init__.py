@@ -1,7 +1,7 @@
 """The consumer side of a built dataset: checks, exports and questions asked of it.
 
 ``docs/format.md`` is the contract these read. The training loader itself is
-:mod:`beam_pipeline.loader`.
+:mod:`beam_pipeline.dataset.loader`.
 
 * :mod:`.verify`         recompute every digest and the Merkle root; name mismatches
 * :mod:`.megatron`       export to the Megatron-LM indexed dataset (.bin/.idx, MMIDIDX)

@@ -23,8 +23,8 @@ import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.filters.decontamination import INDEX_FORMAT, ngram_hashes, read_items
-from beam_pipeline.layers import Layer, join, read_parquet
-from beam_pipeline.manifest import load_manifest
+from beam_pipeline.storage.layers import Layer, join, read_parquet
+from beam_pipeline.storage.manifest import load_manifest
 
 MAX_DOCS_LISTED = 20
 

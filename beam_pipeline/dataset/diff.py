@@ -217,7 +217,7 @@ def format_diff(d: dict) -> str:
 
 def cli_diff(args) -> int:
     """``python -m beam_pipeline diff A B [--json]``: 0 same, 1 different, 2 unreadable."""
-    from beam_pipeline.manifest import load_manifest
+    from beam_pipeline.storage.manifest import load_manifest
 
     try:
         a, b = load_manifest(args.a), load_manifest(args.b)

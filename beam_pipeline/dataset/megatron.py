@@ -45,9 +45,9 @@ import sys
 
 import numpy as np
 
-from beam_pipeline.hashing import stable_hash64
-from beam_pipeline.layers import join, read_bytes, read_parquet
-from beam_pipeline.usage import EXIT_NOT_WRITABLE
+from beam_pipeline.errors import EXIT_NOT_WRITABLE
+from beam_pipeline.records.hashing import stable_hash64
+from beam_pipeline.storage.layers import join, read_bytes, read_parquet
 
 ORDERS = ("shuffled", "shards")  # the dataset's one shuffle across shards and domains; shard after shard
 WRITE_BUFFER_BYTES = 8 << 20  # tokens gathered per write in the shuffled order
@@ -84,8 +84,8 @@ def export_megatron(
     """Write ``out_prefix.bin``/``.idx``/``.json`` from a dataset in ``order`` (:data:`ORDERS`); return the summary."""
     if order not in ORDERS:
         raise ExportError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
-    from beam_pipeline.dataset.lineage import dataset_dir_of
-    from beam_pipeline.manifest import load_manifest
+    from beam_pipeline.storage.manifest import load_manifest
+    from beam_pipeline.transforms.lineage import dataset_dir_of
 
     dataset_dir = dataset_dir_of(dataset)
     manifest = load_manifest(dataset_dir)

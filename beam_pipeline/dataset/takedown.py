@@ -19,7 +19,7 @@
    ``takedown`` record of this step; the new lineage is the old one with the
    placement updated and ``takedown__removed`` / ``takedown__reason`` columns;
 4. the old version gets ``SUPERSEDED_BY`` (JSON: the new id, the reason), which
-   :class:`beam_pipeline.loader.TokenLoader` refuses unless told otherwise.
+   :class:`beam_pipeline.dataset.loader.TokenLoader` refuses unless told otherwise.
 
 The manifest of the new version is written last; re-running the same
 takedown finds it and only makes sure the old version is marked. The layers
@@ -45,7 +45,11 @@ import pyarrow.compute as pc
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline.dataset.lineage import (
+from beam_pipeline.dataset.lineage import lineage_marker, lineage_parts
+from beam_pipeline.dataset.loader import SUPERSEDED_BY, superseded_by
+from beam_pipeline.storage.layers import join, move, read_bytes, read_parquet, remove_folder, write_json_atomic
+from beam_pipeline.storage.manifest import MANIFEST, dataset_id_of, dataset_path, load_manifest, shard_leaf
+from beam_pipeline.transforms.lineage import (
     PLACEMENT,
     LineageError,
     conform,
@@ -53,8 +57,6 @@ from beam_pipeline.dataset.lineage import (
     empty_placement,
     has_lineage,
     lineage_dir,
-    lineage_marker,
-    lineage_parts,
     read_parts,
     root_of,
     sort_lineage,
@@ -62,9 +64,6 @@ from beam_pipeline.dataset.lineage import (
     write_lineage_marker,
     write_lineage_part,
 )
-from beam_pipeline.layers import join, move, read_bytes, read_parquet, remove_folder, write_json_atomic
-from beam_pipeline.loader import SUPERSEDED_BY, superseded_by
-from beam_pipeline.manifest import MANIFEST, dataset_id_of, dataset_path, load_manifest, shard_leaf
 from beam_pipeline.transforms.shard_stream import write_packed_shard
 
 DOC_ID = re.compile(r"^[0-9a-f]{32}$")

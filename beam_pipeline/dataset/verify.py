@@ -33,9 +33,9 @@ import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline.hashing import merkle_root, sha256_bytes
-from beam_pipeline.layers import join, read_parquet
-from beam_pipeline.manifest import load_manifest, shard_leaf
+from beam_pipeline.records.hashing import merkle_root, sha256_bytes
+from beam_pipeline.storage.layers import join, read_parquet
+from beam_pipeline.storage.manifest import load_manifest, shard_leaf
 
 INDEX_COLUMNS = ("doc_id", "source", "token_start", "token_count")
 
@@ -68,7 +68,7 @@ class Report:
 
 def verify_dataset(dataset: str, *, check_lineage: bool = True) -> Report:
     """Check every file and every claim of a dataset's manifest; collect all problems."""
-    from beam_pipeline.dataset.lineage import dataset_dir_of
+    from beam_pipeline.transforms.lineage import dataset_dir_of
 
     dataset_dir = dataset_dir_of(dataset)
     manifest = load_manifest(dataset_dir)
@@ -238,14 +238,8 @@ def _looks_like_id(name: str) -> bool:
 
 
 def _verify_lineage(dataset_dir: str, manifest: dict, report: Report) -> None:
-    from beam_pipeline.dataset.lineage import (
-        has_lineage,
-        lineage_dir,
-        lineage_marker,
-        lineage_parts,
-        read_parts,
-        spill_placement,
-    )
+    from beam_pipeline.dataset.lineage import lineage_marker, lineage_parts
+    from beam_pipeline.transforms.lineage import has_lineage, lineage_dir, read_parts, spill_placement
 
     if not has_lineage(dataset_dir):
         report.notes.append("no lineage (lineage/_LINEAGE.json): skipped")

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from beam_pipeline.layers import read_partition_rows
+from beam_pipeline.storage.layers import read_partition_rows
 
 #: Largest clusters kept in the near-dedup ledger, whatever the alarm settings (they must not shape the layer).
 LEDGER_CLUSTERS = 20
@@ -185,10 +185,10 @@ def representative_alarm(alarms, ledger: dict) -> str | None:
 
 
 def _near_dedup(config):
-    """The ``near_dedup`` section of a config: a :class:`~beam_pipeline.config.CorpusConfig` or the dict a
+    """The ``near_dedup`` section of a config: a :class:`~beam_pipeline.config.corpus.CorpusConfig` or the dict a
     manifest holds (defaults filled in)."""
     if isinstance(config, dict):
-        from beam_pipeline.config import NearDedupConfig
+        from beam_pipeline.dedup.config import NearDedupConfig
 
         return NearDedupConfig.model_validate(config.get("near_dedup") or {})
     return config.near_dedup

@@ -8,7 +8,7 @@ A signature has ``num_perm`` values. Value ``i`` of a document is
 
 where ``x32`` is the top 32 bits of the shingle's 64-bit hash
 (:mod:`beam_pipeline.dedup.shingling`) and ``a_i``, ``b_i`` are uniform 64-bit
-integers derived from the seed with :func:`beam_pipeline.hashing.stable_hash64`
+integers derived from the seed with :func:`beam_pipeline.records.hashing.stable_hash64`
 (never numpy's RNG, whose streams may change between releases). This is
 Dietzfelbinger's multiply-add-shift scheme: for 32-bit keys and 64-bit
 arithmetic it is a strongly universal family of 32-bit hash functions, and
@@ -48,7 +48,7 @@ import numpy as np
 import xxhash
 
 from beam_pipeline.dedup.compiled import compiled
-from beam_pipeline.hashing import stable_hash64
+from beam_pipeline.records.hashing import stable_hash64
 
 MASK63 = (1 << 63) - 1
 

@@ -42,7 +42,7 @@ import numpy as np
 import xxhash
 
 from beam_pipeline.dedup.compiled import compiled
-from beam_pipeline.hashing import stable_hash64
+from beam_pipeline.records.hashing import stable_hash64
 
 NORMALIZATION_VERSION = f"sh-v1+unicode-{unicodedata.unidata_version}"
 

@@ -25,7 +25,7 @@ import numpy as np
 import xxhash
 
 from beam_pipeline.dedup import shingling
-from beam_pipeline.hashing import stable_hash64
+from beam_pipeline.records.hashing import stable_hash64
 
 MASK63 = (1 << 63) - 1
 BITS = 64

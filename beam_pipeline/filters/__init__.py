@@ -2,7 +2,7 @@
 
 One module per scorer family; the Beam stages that call them are in
 :mod:`beam_pipeline.transforms.score`, the policy that turns their scores into
-keep/drop decisions in :mod:`beam_pipeline.policy_rules`.
+keep/drop decisions in :mod:`beam_pipeline.policy.rules`.
 
 * :mod:`.heuristics`       Gopher quality and repetition, C4, FineWeb line rules (the project's definitions)
 * :mod:`.heuristics_reference`  the same families as datatrove 0.10.1 defines them (``ref_*`` columns),

@@ -32,7 +32,7 @@ import numpy as np
 import xxhash
 
 from beam_pipeline.filters.lowered_words import lowered_words
-from beam_pipeline.hashing import splitmix64
+from beam_pipeline.records.hashing import splitmix64
 
 WORD_SEED = 0x5EED_13
 INDEX_FORMAT = "ngram-xxh3w-poly-splitmix64-v1"

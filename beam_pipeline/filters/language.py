@@ -3,7 +3,7 @@
 The model (``lid.176.ftz``, 176 languages, Joulin et al., "Bag of Tricks for
 Efficient Text Classification", EACL 2017; license CC BY-SA 3.0) is data: it is
 fetched once into the model cache and checked by sha256 before each load
-(``beam_pipeline/models.py``; ``python -m beam_pipeline.models fetch``).
+(``beam_pipeline/filters/models.py``; ``python -m beam_pipeline.filters.models fetch``).
 
 fastText classifies one line at a time, so newlines become spaces. Its cost
 is linear in the text (~4 MB/s per core here for lid.176), so the document
@@ -29,8 +29,8 @@ DECIMALS = 6
 
 
 def builtin_lid_path() -> str:
-    """Path of ``lid.176.ftz`` in the model cache, its sha256 checked (beam_pipeline/models.py)."""
-    from beam_pipeline.models import lid_model_path
+    """Path of ``lid.176.ftz`` in the model cache, its sha256 checked (beam_pipeline/filters/models.py)."""
+    from beam_pipeline.filters.models import lid_model_path
 
     return lid_model_path()
 
@@ -44,7 +44,7 @@ def load_model(path: str):
     gs:// or any Beam filesystem is copied to this machine first (fastText reads local files only)."""
     import fasttext
 
-    from beam_pipeline.layers import local_copy
+    from beam_pipeline.storage.layers import local_copy
 
     fasttext.FastText.eprint = lambda *args, **kwargs: None
     return fasttext.load_model(local_copy(path))

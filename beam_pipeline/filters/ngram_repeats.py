@@ -20,7 +20,7 @@ occurs more than once. Two definitions use the same machinery:
   jumping over it).
 
 n-grams are compared by a 64-bit rolling hash over word (token) ids:
-``splitmix64(id + 0x9E3779B97F4A7C15)`` per word (:func:`beam_pipeline.hashing.splitmix64`),
+``splitmix64(id + 0x9E3779B97F4A7C15)`` per word (:func:`beam_pipeline.records.hashing.splitmix64`),
 then ``h = h * 0x100000001B3 + next`` modulo 2^64 (a collision needs ~2^32
 distinct n-grams in one document). The project's word ids are the positions
 of first occurrences (:func:`word_ids`), the reference's the tokenizer's
@@ -135,7 +135,7 @@ def _ngram_scores(ids, lengths, datatrove, text_length):  # pragma: no cover - c
     s30, s27, s31 = np.uint64(30), np.uint64(27), np.uint64(31)
     mix1, mix2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
     base = np.empty(n_words, dtype=np.uint64)
-    for i in range(n_words):  # splitmix64(id + golden), as beam_pipeline.hashing.splitmix64
+    for i in range(n_words):  # splitmix64(id + golden), as beam_pipeline.records.hashing.splitmix64
         x = np.uint64(ids[i]) + golden
         x ^= x >> s30
         x *= mix1

@@ -2,7 +2,7 @@
 
 Shared by the language identifier (it labels paragraphs) and the heuristics
 (paragraph-level repetition); a module of its own so that each layer's code
-digest (beam_pipeline/code_version.py) holds only what it uses.
+digest (beam_pipeline/build/code_version.py) holds only what it uses.
 """
 
 from __future__ import annotations

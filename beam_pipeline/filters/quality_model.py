@@ -33,7 +33,7 @@ import numpy as np
 import xxhash
 
 from beam_pipeline.filters.language import load_model
-from beam_pipeline.hashing import sha256_file
+from beam_pipeline.records.hashing import sha256_file
 
 POSITIVE, NEGATIVE = "__label__pos", "__label__neg"
 MAX_TOKENS = 1000

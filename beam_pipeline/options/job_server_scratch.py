@@ -25,7 +25,7 @@ import os
 import shutil
 import tempfile
 
-from beam_pipeline.paths import tree_bytes
+from beam_pipeline.storage.paths import tree_bytes
 
 #: The folder, under the system's temporary directory, that holds the job servers' scratch directories.
 ROOT_NAME = "beam_pipeline-flink"

@@ -14,8 +14,8 @@ Modules, in the order the data flows:
 
 from __future__ import annotations
 
-from beam_pipeline.layers import join, write_bytes_atomic
 from beam_pipeline.report.locate import ReportError, RunRef, locate, whatif_report_path
+from beam_pipeline.storage.layers import join, write_bytes_atomic
 
 __all__ = ["ReportError", "RunRef", "locate", "report_numbers", "write_compare", "write_report", "write_report_page"]
 

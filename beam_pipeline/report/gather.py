@@ -40,11 +40,11 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.dedup.cluster_alarms import build_messages as cluster_messages
 from beam_pipeline.dedup.cluster_alarms import representative_report as representative_check
-from beam_pipeline.hashing import bucket_of, stable_hash64
-from beam_pipeline.layers import Layer, join, read_bytes, read_parquet
+from beam_pipeline.records.hashing import bucket_of, stable_hash64
 from beam_pipeline.report.floors import entries_of, run_floor_warnings
 from beam_pipeline.report.locate import RunRef
 from beam_pipeline.report.null_scores import report_warnings
+from beam_pipeline.storage.layers import Layer, join, read_bytes, read_parquet
 
 #: Columns that describe where a record came from, not a property worth a histogram.
 PROVENANCE_COLUMNS = frozenset(
@@ -56,7 +56,7 @@ DROP_RECORD_OUTPUTS = {"repeats": "repeated_record"}
 #: (Others -- gold text, decisions, signatures, indexes -- are not scores.)
 ANNOTATION_OUTPUTS = ("documents",)
 ANNOTATION_SUFFIX = "annotations"
-#: Aliases the policy rule language uses for layers (beam_pipeline.policy_rules): alias -> stage.
+#: Aliases the policy rule language uses for layers (beam_pipeline.policy.rules): alias -> stage.
 LAYER_ALIASES = {"document": "ingest", "exact": "exact_dedup", "near": "near_dedup"}
 _COMPARISON = re.compile(r"\b([a-z_][a-z0-9_]*)\.([a-z_][a-z0-9_]*)\s*(<=|>=|<|>)\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)")
 LANGUAGE_COLUMNS = ("language", "lang", "language_id", "lid_language")
@@ -411,7 +411,7 @@ def _ledgers(ref: RunRef, stages: list[dict]) -> dict[str, dict]:
 def _policy(ledgers: dict[str, dict]) -> dict[str, Any]:
     """The policy the run applied: the config of the stage that wrote ``decisions``, flattened.
 
-    ``drop_if`` rule expressions (:mod:`beam_pipeline.policy_rules`) become
+    ``drop_if`` rule expressions (:mod:`beam_pipeline.policy.rules`) become
     entries ``rule:<reason>`` -> [comparisons of a column with a number].
     """
     for ledger in ledgers.values():

@@ -6,7 +6,7 @@
 * ``<root>/datasets/<dataset_id>`` or its ``manifest.json``;
 * an output root: its latest run, the one whose metrics were written last
   (a first run ``runs/<run_id>`` or a rerun ``runs/<run_id>/rerun-N``:
-  ``beam_pipeline/runs.py``).
+  ``beam_pipeline/storage/runs.py``).
 
 A what-if report (``--target_tokens``, ``--mixture``) is written next to the
 run's own report, never over it: :func:`whatif_report_path`.
@@ -27,10 +27,10 @@ import re
 
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline.hashing import digest_json
-from beam_pipeline.layers import join, read_bytes
-from beam_pipeline.manifest import MANIFEST
-from beam_pipeline.runs import metrics_paths, root_of
+from beam_pipeline.records.hashing import digest_json
+from beam_pipeline.storage.layers import join, read_bytes
+from beam_pipeline.storage.manifest import MANIFEST
+from beam_pipeline.storage.runs import metrics_paths, root_of
 
 METRICS = "metrics.json"
 REPORT = "report.html"
@@ -50,7 +50,9 @@ class RunRef:
     metrics: dict | None
     manifest: dict
     manifest_path: str
-    folder: str | None = None  # the run's folder when it is a rerun's (runs/<run_id>/rerun-N; beam_pipeline/runs.py)
+    folder: str | None = (
+        None  # the run's folder when it is a rerun's (runs/<run_id>/rerun-N; beam_pipeline/storage/runs.py)
+    )
 
     @property
     def run_dir(self) -> str:
@@ -66,7 +68,7 @@ class RunRef:
 
 
 def run_id_of(snapshot_id: str, config_digest: str) -> str:
-    """The run id a build gives (``beam_pipeline.build``): sha256(snapshot, config digest)[:16]."""
+    """The run id a build gives (``beam_pipeline.build.corpus_build``): sha256(snapshot, config digest)[:16]."""
     return digest_json({"snapshot": snapshot_id, "config": config_digest})[:16]
 
 

@@ -1,14 +1,14 @@
 """The scoring cascade inside a build: stage order, gates, layer keys, re-selection.
 
 ``cascade.stages`` in the config is the order (validated, and the dedup
-stages placed, in :mod:`beam_pipeline.scoring.config`). :func:`add_cascade`
+stages placed, in :mod:`beam_pipeline.config.scorers`). :func:`add_cascade`
 adds its members in that order: each run of scorers between dedup stages is
 one fused pass over the text (:func:`add_scorers`), each dedup stage a stage
 of its own over the documents its gate keeps
 (:mod:`beam_pipeline.transforms.gate`). :func:`add_scorers` adds a run of scorer
 stages to the build's job as one fused pass over the text
 (:class:`~beam_pipeline.transforms.score.ScoreCascade`), each stage with its
-own layer (:meth:`beam_pipeline.build.BuildGraph.stage_group`), so a scorer
+own layer (:meth:`beam_pipeline.build.corpus_build.BuildGraph.stage_group`), so a scorer
 layer is reused, resumed and accounted for like every other layer.
 The layer key of stage *k* covers what decides its rows:
 
@@ -38,16 +38,16 @@ from __future__ import annotations
 
 import functools
 
-from beam_pipeline import schemas
-from beam_pipeline.accounting import DEAD_LETTER
-from beam_pipeline.hashing import digest_json
-from beam_pipeline.layers import Layer, join, part_name, read_bytes, write_json_atomic
-from beam_pipeline.policy_rules import ROW_OF_STAGE, Plan
-from beam_pipeline.scoring.config import DEDUP_STAGES
-from beam_pipeline.stage_plan import StagePlan
+from beam_pipeline.config.scorers import DEDUP_STAGES
+from beam_pipeline.policy.rules import ROW_OF_STAGE, Plan
+from beam_pipeline.records.accounting import DEAD_LETTER
+from beam_pipeline.records.hashing import digest_json
+from beam_pipeline.storage import schemas
+from beam_pipeline.storage.layers import Layer, join, part_name, read_bytes, write_json_atomic
 from beam_pipeline.transforms.gate import Gate
 from beam_pipeline.transforms.layer_io import PartitionInputs
 from beam_pipeline.transforms.score import ANNOTATIONS, DOCUMENT_COLUMNS, SCORERS, ScoreCascade, histograms
+from beam_pipeline.transforms.stage_plan import StagePlan
 
 #: Layers with one row per document: a document without its row there was lost upstream.
 ANNOTATE_EVERY_DOCUMENT = ("exact", "near")
@@ -70,7 +70,7 @@ def plan_of(config) -> Plan:
 
 
 def builtin_policy(config) -> dict:
-    """The policy fields evaluated by :func:`beam_pipeline.policy.decide` (and text stripping)."""
+    """The policy fields evaluated by :func:`beam_pipeline.policy.decision.decide` (and text stripping)."""
     return config.policy.model_dump(mode="json", exclude={"rules", "overrides", "redact", "floors"})
 
 
@@ -86,7 +86,7 @@ def select_config(config) -> dict:
 def scoring_digest(config) -> str:
     """Digest of everything that decides the scorer layers except the policy (see module doc).
 
-    Over the config's :meth:`~beam_pipeline.config.CorpusConfig.portable_dump` (paths inside the
+    Over the config's :meth:`~beam_pipeline.config.corpus.CorpusConfig.portable_dump` (paths inside the
     config's folder relative to it): the same config and inputs copied to another folder find the
     same scores, as they get the same snapshot id."""
     dumped = {k: v for k, v in config.portable_dump().items() if k not in ("policy", "tokenize")}
@@ -133,7 +133,7 @@ def add_cascade(graph, config, ingested, snapshot_id: str, add_dedup, pinned: di
     """Every cascade member, in ``cascade.stages`` order, added to the build's job (or its layer reused).
 
     Runs of scorers are one fused pass each (:func:`add_scorers`); a dedup stage between them is added by
-    ``add_dedup(stage, gate, gate_layers, gate_config)`` (:mod:`beam_pipeline.build`), which reads only the
+    ``add_dedup(stage, gate, gate_layers, gate_config)`` (:mod:`beam_pipeline.build.corpus_build`), which reads only the
     documents its gate keeps (:mod:`beam_pipeline.transforms.gate`). ``pinned``: re-selection's layer keys
     of an earlier ``run`` (nothing is computed). Returns (scorer refs, exact ref or None, near ref or None).
     """

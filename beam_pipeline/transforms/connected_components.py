@@ -68,8 +68,8 @@ from typing import Iterable, Iterator
 import apache_beam as beam
 import xxhash
 
-from beam_pipeline.accounting import COUNTS, Tally
 from beam_pipeline.dedup.components import large_star, small_star
+from beam_pipeline.records.accounting import COUNTS, Tally
 from beam_pipeline.transforms.blocks import BlocksFn, GroupBlocks, pieces, windowed
 from beam_pipeline.transforms.keys import IntKeyed, StrKeyed
 

@@ -2,7 +2,7 @@
 
 Input: ``documents`` of the ingest layer (only ``doc_id``, ``content_hash``,
 ``source``, ``source_rank``, ``date`` are read). Output: one ``annotations`` row
-per document (:data:`beam_pipeline.schemas.EXACT_DEDUP`): the group size, the
+per document (:data:`beam_pipeline.storage.schemas.EXACT_DEDUP`): the group size, the
 representative and ``is_duplicate``. Nothing is deleted here; the policy in
 ``select`` decides.
 
@@ -61,10 +61,10 @@ from typing import Iterable, Iterator
 
 import apache_beam as beam
 
-from beam_pipeline.accounting import COUNTS, CountingDoFn
-from beam_pipeline.config import ConfigError
-from beam_pipeline.hashing import content_hash
-from beam_pipeline.layers import EarlierLayerError, earlier_layer, join
+from beam_pipeline.config.corpus import ConfigError
+from beam_pipeline.records.accounting import COUNTS, CountingDoFn
+from beam_pipeline.records.hashing import content_hash
+from beam_pipeline.storage.layers import EarlierLayerError, earlier_layer, join
 from beam_pipeline.transforms.gate import DocumentPartitions, ReadGatedRows
 from beam_pipeline.transforms.keys import StrKeyed
 from beam_pipeline.transforms.layer_io import ReadLayerRows

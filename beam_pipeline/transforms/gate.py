@@ -1,11 +1,11 @@
 """What a cascade stage sees: the documents its gate keeps.
 
 Every member of the cascade (the scorers and the dedup stages, in
-``cascade.stages`` order; :mod:`beam_pipeline.scoring.config`) sees only the
+``cascade.stages`` order; :mod:`beam_pipeline.config.scorers`) sees only the
 documents that the policy, as far as it is known before the stage, keeps:
-the built-in rules of :func:`beam_pipeline.policy.decide` (duplicates of the
+the built-in rules of :func:`beam_pipeline.policy.decision.decide` (duplicates of the
 dedup stages before it, length, words), then the threshold rules over the
-layers before it (:meth:`beam_pipeline.policy_rules.Plan.first_reason`). So
+layers before it (:meth:`beam_pipeline.policy.rules.Plan.first_reason`). So
 each expensive step sees the smallest surviving corpus (DESIGN.md, the
 seed's cascade: language ID and cheap heuristics, then dedup, then the
 learned classifier, then safety and PII), and a duplicate is only ever a copy
@@ -22,12 +22,12 @@ from typing import Iterable, Iterator
 
 import apache_beam as beam
 
-from beam_pipeline.accounting import COUNTS, Tally
-from beam_pipeline.layers import read_partition_rows
+from beam_pipeline.records.accounting import COUNTS, Tally
+from beam_pipeline.storage.layers import read_partition_rows
 from beam_pipeline.transforms.bundle_budget import BudgetedExpandFn, BundleBudget, bundle_budget
 from beam_pipeline.transforms.layer_io import PartitionIndexes, PartitionInputs, ReadLayerRows
 
-#: Document columns a gate reads (:func:`beam_pipeline.policy.decide` and rules over ``document``).
+#: Document columns a gate reads (:func:`beam_pipeline.policy.decision.decide` and rules over ``document``).
 GATE_COLUMNS = ("doc_id", "source", "domain", "url", "license", "date", "n_chars", "text")
 
 
@@ -40,7 +40,7 @@ class Gate:
         self.index = index
 
     def reason(self, document: dict, rows: dict) -> str | None:
-        from beam_pipeline.policy import decide
+        from beam_pipeline.policy.decision import decide
 
         reason = decide(document, rows.get("exact"), self.policy, rows.get("near"))
         if reason is not None:
@@ -85,7 +85,7 @@ class DocumentPartitions:
     ) -> Iterator[dict]:
         """The documents of partition ``index`` (``columns`` of them) that the gate keeps, in doc_id order.
 
-        ``tally`` (a :class:`beam_pipeline.accounting.Tally`) counts each stopped document as entered and
+        ``tally`` (a :class:`beam_pipeline.records.accounting.Tally`) counts each stopped document as entered and
         ``filtered:<reason>``; the caller counts the documents it receives. ``annotation``
         (``<layer>.<column>`` of a layer given at construction) adds that value to each document as
         ``annotation`` (None where the layer has no row or is not given)."""

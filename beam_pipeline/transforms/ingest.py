@@ -1,13 +1,13 @@
 """Stage 1, ingest: snapshot files -> normalized documents with provenance.
 
 Input: the snapshot manifest (files per source). Output: ``documents`` rows
-(:data:`beam_pipeline.schemas.DOCUMENT`) and ``dead_letter`` rows. Each file is
-read by :func:`beam_pipeline.readers.iter_records`, which decodes per record,
+(:data:`beam_pipeline.storage.schemas.DOCUMENT`) and ``dead_letter`` rows. Each file is
+read by :func:`beam_pipeline.sources.readers.iter_records`, which decodes per record,
 so one bad record costs that record only; a truncated compressed file keeps
 every complete record and yields one dead letter for the truncation.
 
 Before a file is parsed its checksum is compared with the snapshot: a changed
-input stops the run (:class:`~beam_pipeline.snapshot.InputChangedError`).
+input stops the run (:class:`~beam_pipeline.sources.snapshot.InputChangedError`).
 
 ``doc_id`` is hash(source, normalized text), so records repeated verbatim
 within one source are one document: ``CollapseRepeatedRecords`` keeps the
@@ -35,13 +35,13 @@ can wait in the runner's memory while the worker handles the first one
 snapshot's estimated text per partition), where a partition's group held the
 whole partition (~85 MB at 1 GB of text). The slices' tasks write their
 documents and repeats to *pieces* in the layer's scratch folder
-(:data:`beam_pipeline.layers.SCRATCH`); the partition's task gets only the
+(:data:`beam_pipeline.storage.layers.SCRATCH`); the partition's task gets only the
 pieces' paths and counts through the runner, reads the pieces, writes the
 partition with the same :func:`write_layer_partition` as before (which sorts
 its rows: the layer's bytes do not depend on the slices) and deletes them.
 
 Web archives (``format: warc``) add the older captures of each URL
-(:class:`~beam_pipeline.web.transforms.NewestCapturePerUrl`), which the task
+(:class:`~beam_pipeline.transforms.web_archives.NewestCapturePerUrl`), which the task
 of their slice leaves out before it collapses repeats. A slice's task holds
 one slice; a partition's task one partition (``layout.target_partition_bytes``
 of text), read from files, as before.
@@ -68,7 +68,7 @@ documents, ``filtered:empty_text`` = records whose text is empty after
 normalization, ``filtered:repeated_record`` = verbatim repeats within the
 source, ``filtered:older_capture`` = web captures of a URL but its newest,
 ``dead_letter`` = records the reader could not decode (and the web filters
-of :mod:`beam_pipeline.web.transforms`).
+of :mod:`beam_pipeline.transforms.web_archives`).
 """
 
 from __future__ import annotations
@@ -82,21 +82,21 @@ import pyarrow as pa
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline import schemas
-from beam_pipeline.accounting import COUNTS, Tally
-from beam_pipeline.config import CorpusConfig, SourceConfig
-from beam_pipeline.documents import make_document
-from beam_pipeline.hashing import bucket_of
-from beam_pipeline.layers import SCRATCH, join, part_name, read_bytes, remove_matching, write_bytes_atomic
-from beam_pipeline.normalize import NORMALIZATION_VERSION
-from beam_pipeline.readers import BadRecord, iter_records
-from beam_pipeline.schemas import dead_letter_row
-from beam_pipeline.snapshot import estimated_text_bytes, verify_file
+from beam_pipeline.config.corpus import CorpusConfig, SourceConfig
+from beam_pipeline.records.accounting import COUNTS, Tally
+from beam_pipeline.records.hashing import bucket_of
+from beam_pipeline.records.normalize import NORMALIZATION_VERSION
+from beam_pipeline.sources.documents import make_document
+from beam_pipeline.sources.readers import BadRecord, iter_records
+from beam_pipeline.sources.snapshot import estimated_text_bytes, verify_file
+from beam_pipeline.storage import schemas
+from beam_pipeline.storage.layers import SCRATCH, join, part_name, read_bytes, remove_matching, write_bytes_atomic
+from beam_pipeline.storage.schemas import dead_letter_row
 from beam_pipeline.transforms.bundle_budget import BundleBudget, ResumableExpandFn, bundle_budget
 from beam_pipeline.transforms.keys import IntKeyed
 from beam_pipeline.transforms.layer_io import WrittenPartitions, row_order, write_layer_partition
 from beam_pipeline.transforms.task_ledger import TaskLedger, finished_partitions, replayed_counts
-from beam_pipeline.web.transforms import OLDER_CAPTURES, ReadWebArchives, older_capture_key
+from beam_pipeline.transforms.web_archives import OLDER_CAPTURES, ReadWebArchives, older_capture_key
 
 STAGE = "ingest"
 VERSION = f"1+{NORMALIZATION_VERSION}"
@@ -214,7 +214,7 @@ class CollapseRepeatedRecords(beam.PTransform):
     """{"records" (and "web_records"): (slice key, row), "older_captures": (slice key, capture)}
     -> {"documents", "repeats": WrittenPartitions under ``layer_path``, "counts"}: one document per
     doc_id (its first occurrence), every other occurrence a ``repeats`` row; older web captures
-    (:class:`~beam_pipeline.web.transforms.NewestCapturePerUrl`) left out.
+    (:class:`~beam_pipeline.transforms.web_archives.NewestCapturePerUrl`) left out.
 
     Two groupings: by slice, whose tasks collapse the repeats and write pieces (a group the runner
     hands a worker as one element is a slice, ~``ingest.slice_bytes``, not a partition: docs/flink.md,

@@ -3,7 +3,7 @@
 A layer output is ``n`` Parquet partitions: row ``r`` lives in partition
 ``xxh3(doc_id) % n`` and rows are sorted by doc_id inside a partition, so the
 bytes do not depend on the runner, the parallelism or bundle boundaries
-(:mod:`beam_pipeline.layers`). Three ways to make one:
+(:mod:`beam_pipeline.storage.layers`). Three ways to make one:
 
 * :class:`WriteLayerOutput`: rows -> ``(partition, block of rows)`` (one block
   per bundle and partition) -> the runner's ``GroupByKey`` on the int
@@ -16,7 +16,7 @@ bytes do not depend on the runner, the parallelism or bundle boundaries
   layer hold the same doc_ids: :class:`PartitionInputs` merge-joins them
   (:func:`merge_join`) without a shuffle.
 * The commit: :class:`CommitLayer` waits for every partition of every output
-  and for the stage's counts (data of the job: :mod:`beam_pipeline.accounting`),
+  and for the stage's counts (data of the job: :mod:`beam_pipeline.records.accounting`),
   checks them, writes the partitions no row reached (empty), and writes the
   ledger last. Its output, one :class:`Committed` element, is what later stages
   wait for: :class:`PartitionIndexes` and :class:`ReadLayerRows` take the
@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple
 import apache_beam as beam
 import pyarrow as pa
 
-from beam_pipeline.accounting import (
+from beam_pipeline.records.accounting import (
     COUNTS,
     DEAD_LETTER,
     LOST_IN_JOIN,
@@ -44,8 +44,8 @@ from beam_pipeline.accounting import (
     check_stage,
     stage_counts,
 )
-from beam_pipeline.hashing import bucket_of
-from beam_pipeline.layers import (
+from beam_pipeline.records.hashing import bucket_of
+from beam_pipeline.storage.layers import (
     Layer,
     commit_layer,
     part_name,
@@ -171,7 +171,7 @@ def write_layer_partition(
     schema: pa.Schema,
     sort_key: Callable[[dict], tuple] = row_order,
 ) -> dict:
-    """Sort one partition's rows and write it atomically (:func:`beam_pipeline.layers.write_partition`)."""
+    """Sort one partition's rows and write it atomically (:func:`beam_pipeline.storage.layers.write_partition`)."""
     return write_partition(directory, index, count, sorted(rows, key=sort_key), schema)
 
 

@@ -5,15 +5,15 @@ Input: ``documents`` of the ingest layer (``doc_id``, ``source``,
 ``signatures`` of earlier near-dedup layers (``near_dedup.against``).
 Outputs:
 
-* ``annotations`` (:data:`~beam_pipeline.schemas.NEAR_DEDUP`): one row per
+* ``annotations`` (:data:`~beam_pipeline.storage.schemas.NEAR_DEDUP`): one row per
   document: its cluster, the cluster's representative, ``is_duplicate``, and
   the boilerplate lines and repeated spans that ``select`` strips. Nothing is
   deleted here; the policy rule ``near_duplicate`` decides.
-* ``signatures`` (:data:`~beam_pipeline.schemas.NEAR_SIGNATURE`): MinHash
+* ``signatures`` (:data:`~beam_pipeline.storage.schemas.NEAR_SIGNATURE`): MinHash
   signature, band keys, SimHash and block keys and distinct shingle count of
   every signed document: the persisted band index that a later snapshot
   dedups against.
-* ``large_clusters`` (:data:`~beam_pipeline.schemas.LARGE_CLUSTER`): clusters
+* ``large_clusters`` (:data:`~beam_pipeline.storage.schemas.LARGE_CLUSTER`): clusters
   above ``max_cluster_size``, with a deterministic sample of members.
 * ``largest_clusters`` (the same schema): the ``LEDGER_CLUSTERS`` largest
   clusters of any size, what the cluster alarms read.
@@ -62,7 +62,7 @@ LSH keys travel in blocks, one per signing task and key group
 (:class:`LshKeyBlocks`), not one runner element per key. Representatives are
 minima over a total order ending in doc_id, and cluster ids are the smallest
 doc_id of the component, so neither depends on the runner, the parallelism or
-the order of delivery. Counts are data (:mod:`beam_pipeline.accounting`): every
+the order of delivery. Counts are data (:mod:`beam_pipeline.records.accounting`): every
 deciding step emits its tallies on a ``counts`` output.
 
 **After a kill** (:mod:`beam_pipeline.transforms.task_ledger`): the build's
@@ -86,16 +86,17 @@ from typing import Any, Iterable, Iterator
 import apache_beam as beam
 import numpy as np
 
-from beam_pipeline.accounting import COUNTS, LOST_IN_JOIN, CountingDoFn, Tally
-from beam_pipeline.config import ConfigError, NearDedupConfig
+from beam_pipeline.config.corpus import ConfigError
 from beam_pipeline.dedup import minhash, simhash, verify
 from beam_pipeline.dedup.cluster_alarms import LEDGER_CLUSTERS, largest_clusters, size_bucket
+from beam_pipeline.dedup.config import NearDedupConfig
 from beam_pipeline.dedup.repetition import LINES_VERSION, SPANS_VERSION, line_keys, merge_ranges
 from beam_pipeline.dedup.shingling import NORMALIZATION_VERSION, shingle_hashes
 from beam_pipeline.dedup.shingling import distinct as distinct_shingles
-from beam_pipeline.hashing import bucket_of, stable_hash64
-from beam_pipeline.layers import EarlierLayerError, earlier_layer, join, part_name, read_partition_rows
-from beam_pipeline.schemas import LARGE_CLUSTER, NEAR_DEDUP, NEAR_SIGNATURE, dead_letter_row
+from beam_pipeline.records.accounting import COUNTS, LOST_IN_JOIN, CountingDoFn, Tally
+from beam_pipeline.records.hashing import bucket_of, stable_hash64
+from beam_pipeline.storage.layers import EarlierLayerError, earlier_layer, join, part_name, read_partition_rows
+from beam_pipeline.storage.schemas import LARGE_CLUSTER, NEAR_DEDUP, NEAR_SIGNATURE, dead_letter_row
 from beam_pipeline.transforms.blocks import BLOCK_BYTES, windowed
 from beam_pipeline.transforms.bundle_budget import (
     WHOLE_ELEMENTS,
@@ -1373,7 +1374,7 @@ def member_sample(doc_ids: list[str], seed: int, count: int) -> list[str]:
 
 
 def cluster_row(representative: str, label: str, size: int, sample: list[str]) -> dict:
-    """A ``large_clusters`` / ``largest_clusters`` row (:data:`~beam_pipeline.schemas.LARGE_CLUSTER`)."""
+    """A ``large_clusters`` / ``largest_clusters`` row (:data:`~beam_pipeline.storage.schemas.LARGE_CLUSTER`)."""
     return {"doc_id": representative, "cluster_id": label, "size": size, "sampled_members": sample}
 
 

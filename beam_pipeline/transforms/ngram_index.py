@@ -6,7 +6,7 @@ cascade. An eval set published *after* a dataset was built is checked with
 which reads this layer instead of re-reading and re-hashing the text.
 
 One Parquet file per gold partition (``index/part-NNNNN-of-MMMMM.parquet``,
-schema :data:`beam_pipeline.schemas.NGRAM_INDEX`): the distinct word n-gram
+schema :data:`beam_pipeline.storage.schemas.NGRAM_INDEX`): the distinct word n-gram
 hashes of the partition's documents (:mod:`beam_pipeline.filters.decontamination`,
 same normalization and hash as the cascade stage), one row per (n-gram,
 document), sorted by (hash, doc_id). Each gold partition is indexed by one
@@ -32,11 +32,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline import schemas
-from beam_pipeline.accounting import Tally
 from beam_pipeline.filters.decontamination import INDEX_FORMAT, index_rows
-from beam_pipeline.hashing import canonical_json, sha256_bytes
-from beam_pipeline.layers import join, part_name, read_bytes, read_partition_rows, write_bytes_atomic
+from beam_pipeline.records.accounting import Tally
+from beam_pipeline.records.hashing import canonical_json, sha256_bytes
+from beam_pipeline.storage import schemas
+from beam_pipeline.storage.layers import join, part_name, read_bytes, read_partition_rows, write_bytes_atomic
 from beam_pipeline.transforms.layer_io import TASK_RECORDS, PartitionIndexes
 from beam_pipeline.transforms.task_ledger import TaskLedger
 

@@ -4,7 +4,7 @@ Once every layer of the build is committed (every stage's ``Committed``
 element, gathered into one list in stage order), a chain of steps::
 
     ledgers ─ WriteManifest: shards moved to datasets/<dataset_id>/shards/, manifest.json written last
-            ─ WriteLineage (dataset/lineage.py): one part per layer partition, marker written last
+            ─ WriteLineage (transforms/lineage.py): one part per layer partition, marker written last
             ─ WriteRunMetrics: runs/<run_id>[/rerun-N]/metrics.json (counts from the ledgers, commit times)
             ─ WriteReport: runs/<run_id>[/rerun-N]/report.html (a failure is logged, never fails the build)
             ─ RemoveTemporaries: half-written files of failed (retried) attempts of these steps
@@ -29,9 +29,9 @@ from typing import Iterator
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline.hashing import digest_json
-from beam_pipeline.layers import join, move, write_json_atomic
-from beam_pipeline.manifest import (
+from beam_pipeline.records.hashing import digest_json
+from beam_pipeline.storage.layers import join, move, write_json_atomic
+from beam_pipeline.storage.manifest import (
     MANIFEST,
     MANIFEST_FORMAT,
     dataset_path,
@@ -63,7 +63,7 @@ class PublishDataset(beam.PTransform):
         run_dir: str | None = None,
     ):
         super().__init__()
-        self._run_dir = run_dir or join(config.output_root, "runs", run_id)  # beam_pipeline/runs.py
+        self._run_dir = run_dir or join(config.output_root, "runs", run_id)  # beam_pipeline/storage/runs.py
         self._config = config
         self._snapshot_id = snapshot_id
         self._tokenizer = tokenizer
@@ -74,7 +74,7 @@ class PublishDataset(beam.PTransform):
         self._started = time.time()  # run metrics only: when the job was built
 
     def expand(self, pbegin):
-        from beam_pipeline.dataset.lineage import WriteLineage
+        from beam_pipeline.transforms.lineage import WriteLineage
 
         committed = (
             tuple(ref.committed for ref in self._stages)
@@ -107,7 +107,7 @@ def publish(committed: list, config, snapshot_id: str, tokenizer) -> dict:
     """Every stage's :class:`Committed`, tokenize last -> the shards moved into
     ``datasets/<dataset_id>/shards/`` and the manifest written last; returns the manifest."""
     from beam_pipeline.dedup.cluster_alarms import check_before_publishing
-    from beam_pipeline.layers import Layer
+    from beam_pipeline.storage.layers import Layer
 
     check_before_publishing(config, {c.stage: c.ledger for c in committed})  # near_dedup.alarms.action: fail
     tokenized = committed[-1]
@@ -243,7 +243,7 @@ def run_metrics(
 def _remove_temporaries(metrics: dict, root: str, run_dir: str) -> dict:
     """Delete the half-written files that failed (retried) attempts of the steps above left in the
     dataset and run folders; every writer there is done by now."""
-    from beam_pipeline.layers import TEMPORARY_PREFIX, remove_matching
+    from beam_pipeline.storage.layers import TEMPORARY_PREFIX, remove_matching
 
     dataset = dataset_path(root, metrics["dataset_id"])
     remove_matching(

@@ -14,10 +14,10 @@ layer partition::
 * Each scorer still writes its own layer (its own key, ledger and counts), so
   a threshold that gates stage *k* re-runs stages *k*.. only, and a scorer
   layer committed by an earlier run is read, not recomputed
-  (:meth:`beam_pipeline.build.BuildGraph.stage_group`).
+  (:meth:`beam_pipeline.build.corpus_build.BuildGraph.stage_group`).
 * The *gate* of stage *k* is the policy as far as it is known before it
-  (:meth:`beam_pipeline.policy_rules.Plan.first_reason` up to the stage, after
-  the built-in rules of :func:`beam_pipeline.policy.decide`). A document the
+  (:meth:`beam_pipeline.policy.rules.Plan.first_reason` up to the stage, after
+  the built-in rules of :func:`beam_pipeline.policy.decision.decide`). A document the
   gate stops is counted ``filtered:<reason>`` and gets no row: its scores are
   absent (null when joined), never invented. With ``cascade.gate: false``
   every document is scored.
@@ -42,9 +42,9 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.utils import shared
 
-from beam_pipeline import schemas
-from beam_pipeline.accounting import Tally
-from beam_pipeline.hashing import digest_json, sha256_stream
+from beam_pipeline.records.accounting import Tally
+from beam_pipeline.records.hashing import digest_json, sha256_stream
+from beam_pipeline.storage import schemas
 from beam_pipeline.transforms.gate import Gate
 from beam_pipeline.transforms.layer_io import (
     TASK_RECORDS,
@@ -429,7 +429,7 @@ def histograms(part_paths: list[str], schema) -> dict:
     the layer's own partitions, never from timings or sampling."""
     import pyarrow as pa
 
-    from beam_pipeline.layers import read_parquet
+    from beam_pipeline.storage.layers import read_parquet
 
     tables = []
     for path in part_paths:

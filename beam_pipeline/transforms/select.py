@@ -6,9 +6,9 @@ by partition without a shuffle (:class:`beam_pipeline.transforms.layer_io.Partit
 Boilerplate lines and repeated spans that near dedup marked are stripped from
 the text before the policy judges it and before it is written
 (``repetition.stripped_document``). Outputs, written by the task of each
-partition: ``gold`` rows (:data:`beam_pipeline.schemas.GOLD`) for kept
+partition: ``gold`` rows (:data:`beam_pipeline.storage.schemas.GOLD`) for kept
 documents and one ``decisions`` row per document
-(:data:`beam_pipeline.schemas.DECISION`) with its reason::
+(:data:`beam_pipeline.storage.schemas.DECISION`) with its reason::
 
     partitions ─┬─────────────────────────────────────────────── judge + write ─> gold, decisions
                 └─ ranking scores ─ quantile thresholds (tiny) ──┘ (side input; only with keep_top rules)
@@ -22,7 +22,7 @@ of the dropped documents' rescue keys give where the rescue stops
 (:mod:`beam_pipeline.transforms.select_floors`), and the second pass keeps the
 dropped documents before that cut with reason ``floor:<slice>``.
 
-The decision itself is :func:`beam_pipeline.policy.decide` and the rules of
+The decision itself is :func:`beam_pipeline.policy.decision.decide` and the rules of
 :class:`~beam_pipeline.transforms.select_rules.PolicyRules`, pure functions;
 this module only carries the data flow. Counts (as data, per source too):
 ``in``, ``passed`` and ``filtered:<reason>``, ``redacted:<kind>``, and with floors ``floor:<slice>`` and
@@ -35,11 +35,11 @@ from typing import Iterator
 
 import apache_beam as beam
 
-from beam_pipeline import schemas
-from beam_pipeline.accounting import Tally
-from beam_pipeline.config import PolicyConfig
 from beam_pipeline.dedup.repetition import stripped_document
-from beam_pipeline.policy import decide
+from beam_pipeline.policy.decision import decide
+from beam_pipeline.policy.rules import PolicyConfig
+from beam_pipeline.records.accounting import Tally
+from beam_pipeline.storage import schemas
 from beam_pipeline.transforms.layer_io import (
     TASK_RECORDS,
     PartitionIndexes,

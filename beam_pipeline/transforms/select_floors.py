@@ -50,7 +50,7 @@ from typing import Iterable
 
 import apache_beam as beam
 
-from beam_pipeline.policy import violations
+from beam_pipeline.policy.decision import violations
 from beam_pipeline.transforms.keys import StrKeyed
 from beam_pipeline.transforms.select_rules import QUANTUM, quantile_reason
 

@@ -2,7 +2,7 @@
 
 ``select`` (:mod:`beam_pipeline.transforms.select`) joins every annotation
 layer on doc_id and asks :class:`PolicyRules` for the first threshold rule
-that fires (:meth:`beam_pipeline.policy_rules.Plan.first_reason`). Documents
+that fires (:meth:`beam_pipeline.policy.rules.Plan.first_reason`). Documents
 that survive go through the quantile rules, if the policy has any. Their
 thresholds are computed from the ranking scores alone (no text)::
 
@@ -38,9 +38,9 @@ from typing import Iterable
 
 import apache_beam as beam
 
-from beam_pipeline.accounting import Tally
-from beam_pipeline.hashing import digest_json
-from beam_pipeline.policy_rules import Plan
+from beam_pipeline.policy.rules import Plan
+from beam_pipeline.records.accounting import Tally
+from beam_pipeline.records.hashing import digest_json
 from beam_pipeline.transforms.keys import StrKeyed
 
 DOCUMENT_GROUPS = "document_groups"

@@ -32,9 +32,9 @@ import numpy as np
 import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline.hashing import canonical_json, sha256_bytes
-from beam_pipeline.layers import arrow_table_bytes, join, write_bytes_atomic
-from beam_pipeline.schemas import SHARD_INDEX
+from beam_pipeline.records.hashing import canonical_json, sha256_bytes
+from beam_pipeline.storage.layers import arrow_table_bytes, join, write_bytes_atomic
+from beam_pipeline.storage.schemas import SHARD_INDEX
 
 #: A spilled document: order hash, doc_id length, source length, token bytes length; then the three.
 _RECORD = struct.Struct("<QHHI")

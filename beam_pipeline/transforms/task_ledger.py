@@ -48,7 +48,7 @@ from typing import Iterable
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline.layers import Layer, join, part_name, read_bytes, write_json_atomic
+from beam_pipeline.storage.layers import Layer, join, part_name, read_bytes, write_json_atomic
 
 TASKS = "_tasks"
 RECORD_FORMAT = 1

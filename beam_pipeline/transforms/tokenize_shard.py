@@ -54,10 +54,10 @@ import numpy as np
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.utils import shared
 
-from beam_pipeline.accounting import COUNTS, Tally
-from beam_pipeline.config import TokenizeConfig
-from beam_pipeline.hashing import sha256_bytes, stable_hash64
-from beam_pipeline.layers import join, parquet_batches, read_bytes
+from beam_pipeline.config.corpus import TokenizeConfig
+from beam_pipeline.records.accounting import COUNTS, Tally
+from beam_pipeline.records.hashing import sha256_bytes, stable_hash64
+from beam_pipeline.storage.layers import join, parquet_batches, read_bytes
 from beam_pipeline.transforms.keys import StrKeyed
 from beam_pipeline.transforms.layer_io import WRITTEN, PartitionIndexes
 from beam_pipeline.transforms.shard_stream import SpillSorter, write_packed_shard
@@ -302,7 +302,7 @@ def collect_shards(layer, _partitions: int) -> dict:
     """The tokenize layer's ledger extras: every shard's sidecar (by name) and the dataset id."""
     from apache_beam.io.filesystems import FileSystems
 
-    from beam_pipeline.manifest import dataset_id_of
+    from beam_pipeline.storage.manifest import dataset_id_of
 
     directory = layer.output_path(SHARDS)
     metas = [

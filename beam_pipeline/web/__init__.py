@@ -5,7 +5,7 @@ Small pure modules, tested without Beam, and one module of transforms:
 ``warc``
     Record framing: every record of a byte range of a WARC/WET/ARC file
     (plain or gzip per record) as a :class:`~beam_pipeline.web.warc.Capture`,
-    or a :class:`~beam_pipeline.readers.BadRecord` for damage (truncated
+    or a :class:`~beam_pipeline.sources.readers.BadRecord` for damage (truncated
     record, bad gzip member, broken headers), after which reading resumes at
     the next record boundary.
 ``charset``

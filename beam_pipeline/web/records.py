@@ -12,7 +12,7 @@ benchmark): every record of a split comes out as exactly one of
   in ``record_types``), ``http_status``, ``content_type``, ``too_small``
   (below ``min_payload_bytes``), ``too_large`` (above ``ingest.max_record_bytes``,
   before or after content decoding);
-* :class:`~beam_pipeline.readers.BadRecord`: damage (see
+* :class:`~beam_pipeline.sources.readers.BadRecord`: damage (see
   :mod:`beam_pipeline.web.warc`), a body whose ``Transfer-Encoding`` or
   ``Content-Encoding`` does not decode, or HTML the parser rejects.
 
@@ -34,9 +34,9 @@ from typing import BinaryIO, Callable, Iterator
 
 from resiliparse.parse.encoding import detect_mime
 
-from beam_pipeline.record_types import BadRecord, RawRecord
+from beam_pipeline.config.extract import ExtractConfig
+from beam_pipeline.records.record_types import BadRecord, RawRecord
 from beam_pipeline.web.charset import decode_page
-from beam_pipeline.web.config import ExtractConfig
 from beam_pipeline.web.extract import html_to_text
 from beam_pipeline.web.urls import normalize_url
 from beam_pipeline.web.warc import Capture, iter_captures

@@ -3,7 +3,7 @@
 :func:`iter_captures` yields every record that *starts* in one byte range of a
 file as a :class:`Capture` (headers, HTTP status and media type, and the
 payload when the caller's ``select`` wants it), or a
-:class:`~beam_pipeline.readers.BadRecord` for damage, and then goes on at the
+:class:`~beam_pipeline.sources.readers.BadRecord` for damage, and then goes on at the
 next record boundary. WARC records are parsed by FastWARC (``ArchiveIterator``
 with HTTP parsing; J. Bevendorff, "FastWARC", ~2x the speed of warcio), ARC
 records (which FastWARC does not read) by :func:`_iter_arc`, a small reader of
@@ -90,7 +90,7 @@ from typing import BinaryIO, Callable, Iterator
 
 from fastwarc.warc import ArchiveIterator, HeaderMap, WarcRecordType
 
-from beam_pipeline.record_types import BadRecord
+from beam_pipeline.records.record_types import BadRecord
 
 GZIP_MAGIC = b"\x1f\x8b\x08"
 _PREFIX_BYTES = 256
@@ -161,7 +161,7 @@ def iter_captures(
     """Every record starting in the split ``[start, end)`` of a file (end None: to its end).
 
     ``open_binary``: zero-argument callable returning a seekable binary file
-    object of the stored bytes (see :func:`beam_pipeline.readers.iter_records`).
+    object of the stored bytes (see :func:`beam_pipeline.sources.readers.iter_records`).
     Gzip and ARC are recognized by the first bytes (:func:`sniff`), not the name.
 
     ``select(capture)`` sees each capture before its payload is read and
