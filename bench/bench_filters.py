@@ -69,7 +69,8 @@ def rate(name: str, docs, fn, repeat: int = 1) -> dict:
 def pure_functions() -> list[dict]:
     import xxhash
 
-    from beam_pipeline.filters import blocklist, decontamination, heuristics, language, pii, quality_model, safety
+    from beam_pipeline.filters import (blocklist, decontamination, heuristics, language, pii, pii_numbers,
+                                       quality_model, safety)
 
     docs = texts_of_sample()
     texts = [t for t, _ in docs]
@@ -82,7 +83,8 @@ def pure_functions() -> list[dict]:
         "passages", decontamination.read_items(str(REPO / "sample" / "evalsets" / "passages.jsonl")), 13)
     lists = blocklist.Blocklist.from_files([str(REPO / "sample" / "blocklists" / "domains.txt")],
                                            [str(REPO / "sample" / "blocklists" / "url_substrings.txt")])
-    bare_pii = [pii._EMAIL, pii._NANP, pii._INTERNATIONAL, pii._IPV4, pii._IPV6_CANDIDATE, pii._CARD, pii._SSN,
+    bare_pii = [pii._EMAIL, pii_numbers._NANP, pii_numbers._INTERNATIONAL, pii_numbers._IPV4,
+                pii_numbers._IPV6_CANDIDATE, pii_numbers._CARD, pii_numbers._SSN,
                 pii._IBAN] + [p for _, p in pii._SECRETS]
     cache: dict = {}
     rows = [

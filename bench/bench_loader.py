@@ -34,7 +34,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from beam_pipeline.dataset.loader import TokenLoader, natural_mixture  # noqa: E402
+from beam_pipeline.dataset.lanes import natural_mixture  # noqa: E402
+from beam_pipeline.dataset.loader import TokenLoader  # noqa: E402
 
 
 def memmap_copy(dataset: str, manifest: dict) -> int:

@@ -59,13 +59,14 @@ from beam_pipeline.config.corpus import NearDedupConfig  # noqa: E402
 from beam_pipeline.dedup.shingling import shingle_hashes  # noqa: E402
 from beam_pipeline.records.hashing import bucket_of  # noqa: E402
 from beam_pipeline.storage.layers import part_name  # noqa: E402
-from beam_pipeline.transforms import near_dedup  # noqa: E402
+from beam_pipeline.transforms import near_dedup, near_dedup_groups, near_dedup_signing  # noqa: E402
 from beam_pipeline.transforms.layer_io import ReadLayerRows, WriteLayerOutput  # noqa: E402
 from beam_pipeline.transforms.connected_components import LABELS, ConnectedComponents  # noqa: E402
 from beam_pipeline.transforms.bundle_budget import UNBOUNDED, BundleBudget  # noqa: E402
 from beam_pipeline.transforms.gate import DocumentPartitions  # noqa: E402
-from beam_pipeline.transforms.near_dedup import NearDedupParams, SignPartitionFn, build_stage, \
-    sign_document  # noqa: E402
+from beam_pipeline.transforms.near_dedup import build_stage  # noqa: E402
+from beam_pipeline.transforms.near_dedup_params import NearDedupParams  # noqa: E402
+from beam_pipeline.transforms.near_dedup_signing import SignPartitionFn, sign_document  # noqa: E402
 
 DATA = os.path.join(REPO, "sample", "data")
 IN_PROCESS = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
@@ -319,7 +320,7 @@ def throughput(documents: list[dict], config: NearDedupConfig, workdir: str) -> 
         return time.process_time() - started
 
     def read():
-        return ReadLayerRows([path], near_dedup.INPUT_COLUMNS)
+        return ReadLayerRows([path], near_dedup_signing.INPUT_COLUMNS)
 
     def sign():
         return _Sign(params, path, os.path.join(workdir, "throughput-layer"))
@@ -344,7 +345,8 @@ class _Sign(beam.PTransform):
 
     def expand(self, pbegin):
         documents = DocumentPartitions.of((self._path,))
-        groups = near_dedup.stage_groups(self._params, documents.count, near_dedup.DOCUMENTS_PER_PARTITION)
+        groups = near_dedup_groups.stage_groups(self._params, documents.count,
+                                                near_dedup_groups.DOCUMENTS_PER_PARTITION)
         signed = (pbegin | beam.Create([0]) | beam.ParDo(SignPartitionFn(
             self._params, documents, os.path.join(self._layer, near_dedup.SIGNATURES), groups,
             BundleBudget(UNBOUNDED, "Sign")))

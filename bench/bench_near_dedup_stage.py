@@ -38,7 +38,7 @@ make of their text, and runs the defaults with the group counts a build
 derives from their size; it adds CPU ms per document, the process's peak RSS
 (the in-process runner holds every shuffle in memory, so this grows with N:
 it is the local runner's ceiling, not a worker's bound), the groups and their
-mean entries (``near_dedup.group_entries``), and the ledger's
+mean entries (``near_dedup_groups.group_entries``), and the ledger's
 ``components_rounds``, ``clusters``, ``clustered_documents`` and
 ``near_duplicates``. Every run prints the MB/s per core of its CPU seconds.
 
@@ -105,7 +105,7 @@ from beam_pipeline.config.corpus import load_config  # noqa: E402
 from beam_pipeline.dedup.config import NearDedupConfig
 from beam_pipeline.records.hashing import bucket_of  # noqa: E402
 from beam_pipeline.storage.layers import Layer, part_name  # noqa: E402
-from beam_pipeline.transforms import layer_io, near_dedup  # noqa: E402
+from beam_pipeline.transforms import layer_io, near_dedup, near_dedup_groups, near_dedup_params  # noqa: E402
 
 IN_PROCESS = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
 #: ``--runner flink``: a job whose tree used less than a tenth of a core this long is stuck (bench_scale's
@@ -804,22 +804,23 @@ def run_in(work: str, args, parser, job_args: list[str], load_start: float) -> i
         else:
             megabytes = text_megabytes(paths)
         for attempt in range(args.repeat):
-            estimate = near_dedup.estimated_documents(int(megabytes * 1e6)) if name.startswith("generated") else None
+            estimate = (near_dedup_groups.estimated_documents(int(megabytes * 1e6)) if name.startswith("generated")
+                        else None)
             result = measure(os.path.join(work, f"run-{index}-{attempt}"), config, paths, estimate, args.profile,
                              job_args, sample_tree=args.runner != "direct")
             result["text_mb"] = round(megabytes, 2)
             result["mb_per_cpu_second"] = round(megabytes / result["cpu_seconds"], 2)
             result["load_average"] = round(os.getloadavg()[0], 1)
             if name.startswith("generated"):
-                params = near_dedup.NearDedupParams.from_config(config)
-                groups = near_dedup.stage_groups(params, len(paths), estimate)
+                params = near_dedup_params.NearDedupParams.from_config(config)
+                groups = near_dedup_groups.stage_groups(params, len(paths), estimate)
                 # on Flink the stage runs in the job server's JVM too: CPU per document of the whole tree
                 cpu = result["tree_cpu_seconds"] if "tree_cpu_seconds" in result else result["cpu_seconds"]
                 result.update(documents=args.generated, estimated_documents=estimate, groups=groups,
                               partitions=len(paths), runner=args.runner, beam_args=job_args,
                               load_average_start=load_start,
-                              mean_group_entries=round(near_dedup.group_entries(
-                                  args.generated, near_dedup.entries_per_document(params), groups)),
+                              mean_group_entries=round(near_dedup_groups.group_entries(
+                                  args.generated, near_dedup_groups.entries_per_document(params), groups)),
                               cpu_ms_per_document=round(1000 * cpu / args.generated, 3),
                               peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
                               **{counter: ledger_counts(Layer(result["root"], near_dedup.STAGE, "bench"), counter)

@@ -358,7 +358,7 @@ def ours_step(step: str, folder: Path, out: Path, near_dedup_defaults: bool = Fa
         import apache_beam as beam
         from apache_beam.options.pipeline_options import PipelineOptions
 
-        from beam_pipeline.build.corpus_build import StageTransform
+        from beam_pipeline.build.build_graph import StageTransform
         from beam_pipeline.config.corpus import TokenizeConfig
         from beam_pipeline.storage.layers import Layer
         from beam_pipeline.transforms.layer_io import LayerSpec

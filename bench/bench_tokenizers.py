@@ -122,7 +122,7 @@ def wheel(pin: str) -> Path:
 
 def tekken_tokenizer_json(data: bytes) -> str:
     """A tiktoken-format tekken vocabulary as a ``tokenizer.json`` (transformers' ``TikTokenConverter`` way)."""
-    from beam_pipeline.transforms.token_encoder import _byte_of_char
+    from beam_pipeline.transforms.tiktoken_encoder import _byte_of_char
 
     tekken = json.loads(data)
     specials_count = tekken["config"]["default_num_special_tokens"]

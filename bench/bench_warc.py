@@ -268,7 +268,7 @@ def _split_worker(args) -> dict:
 
 
 def run_split_pass(path: str, size: int, workers: int = 2) -> dict:
-    from beam_pipeline.web.warc import plan_splits
+    from beam_pipeline.web.archive_streams import plan_splits
 
     splits = plan_splits(size, 32 << 20, gz=True, arc=False)
     wall = time.perf_counter()

@@ -24,7 +24,7 @@ CATEGORIES = [
     ("normalize_text", ("beam_pipeline/records/normalize.py",)),
     ("doc_id / content_hash", ("beam_pipeline/records/hashing.py",)),
     ("json.loads (reader)", ("json/decoder.py", "json/__init__.py", "_record_from_json")),
-    ("zstd + line split (reader)", ("beam_pipeline/sources/readers.py",)),
+    ("zstd + line split (reader)", ("beam_pipeline/sources/byte_streams.py", "beam_pipeline/sources/readers.py")),
     ("sha256 input verification", ("beam_pipeline/sources/snapshot.py",)),
     ("Parquet write (layer partitions, shards)", ("table_bytes", "write_partition", "write_shard")),
     ("Parquet read (layer partitions)", ("read_partition_rows",)),

@@ -235,12 +235,12 @@ def grouping_key_coders(pipeline) -> dict:
 def run_stage_job(root: str, stage: str, expand, outputs: dict, partitions: int, rows_match: dict | None = None,
                   options: list[str] = IN_PROCESS, max_dead_letter_fraction: float = 1.0, finalize=None) -> dict:
     """Run one stage's transforms alone, written, counted and committed exactly as the build does
-    (``build.StageTransform``); return its ledger. ``expand(pbegin, layer)`` returns what the stage
-    produces (``build.BuildGraph.stage``)."""
+    (``build_graph.StageTransform``); return its ledger. ``expand(pbegin, layer)`` returns what the stage
+    produces (``build_graph.BuildGraph.stage``)."""
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from beam_pipeline.build.corpus_build import StageTransform
+    from beam_pipeline.build.build_graph import StageTransform
     from beam_pipeline.storage.layers import Layer
     from beam_pipeline.transforms.layer_io import LayerSpec
 

@@ -1,6 +1,6 @@
 """Running the near-dedup stage in a real pipeline and committing its layer as the build does.
 
-The stage goes through the build's own :class:`beam_pipeline.build.corpus_build.StageTransform`
+The stage goes through the build's own :class:`beam_pipeline.build.build_graph.StageTransform`
 (rows through ``WriteLayerOutput``, partitions the stage's tasks wrote as they
 are, counts and the commit through ``CommitLayer``), so a test sees exactly the
 files and the ledger the build writes, without the rest of the build's graph.
@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from apache_beam.internal.cloudpickle import cloudpickle
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_pipeline.build import corpus_build as build
+from beam_pipeline.build import build_graph as build
 from beam_pipeline.storage import schemas
 from beam_pipeline.records.accounting import DEAD_LETTER
 from beam_pipeline.dedup.config import NearDedupConfig
@@ -35,7 +35,7 @@ MULTI_PROCESS = ["--runner=DirectRunner", "--direct_running_mode=multi_processin
 
 def StageTransform(spec: LayerSpec, expand):  # noqa: N802 - stands for the build's transform
     """pbegin -> PCollection[Committed]: ``expand(pbegin)``'s outputs written and committed by the build's own
-    :class:`beam_pipeline.build.corpus_build.StageTransform`."""
+    :class:`beam_pipeline.build.build_graph.StageTransform`."""
     return build.StageTransform(spec, lambda pbegin, _layer: expand(pbegin))
 
 

@@ -130,7 +130,7 @@ class _Expand(beam.PTransform):
 
 
 def test_an_error_names_its_step_as_beam_does_for_a_plain_dofn():
-    """The driver finds the failed stage by the step in the error (build.failed_stage); Beam leaves it
+    """The driver finds the failed stage by the step in the error (stage_failure.failed_stage); Beam leaves it
     out of a splittable DoFn's errors, so the DoFn adds it."""
     with pytest.raises(LookupError, match=r"no such thing as a \[while running 'Stage[^']*'\]"):
         with beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner", "--direct_running_mode=in_memory"])) as p:

@@ -24,7 +24,8 @@ from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner
 from apache_beam.runners.dataflow.internal import apiclient
 from google.protobuf import json_format
 
-from beam_pipeline.build.corpus_build import CorpusBuild, title
+from beam_pipeline.build.build_graph import title
+from beam_pipeline.build.corpus_build import CorpusBuild
 from beam_pipeline.config.corpus import load_config
 from conftest import IN_PROCESS, SAMPLE_CONFIG
 

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from beam_pipeline.config.corpus import ConfigError, parse_config
-from beam_pipeline.policy.rules import PolicyConfig
+from beam_pipeline.policy.config import PolicyConfig
 from conftest import apply_policy
 
 
@@ -27,7 +27,8 @@ def balanced(counts):
 def test_a_threshold_rule_cannot_push_a_source_below_its_floor(tmp_path):
     """low_quality drops 8 of 10; the floor 0.5 rescues the 3 best-scored dropped documents, recorded as
     decisions with reason floor:source=web; the other source has no floor and keeps its drops."""
-    from beam_pipeline.policy.rules import Plan, RuleConfig
+    from beam_pipeline.policy.config import RuleConfig
+    from beam_pipeline.policy.rules import Plan
 
     docs = [document(f"w{i:02d}", f"web text number {i} " * 2) for i in range(10)] + \
         [document(f"o{i:02d}", f"other text number {i} " * 2, "other") for i in range(4)]
@@ -48,7 +49,8 @@ def test_a_threshold_rule_cannot_push_a_source_below_its_floor(tmp_path):
 def test_the_floor_rescues_documents_dropped_by_dedup_last(tmp_path):
     """Exact duplicates (a copy of a kept document) are rescued only after every other dropped document;
     among the others, fewer firing rules first, then doc_id."""
-    from beam_pipeline.policy.rules import Plan, RuleConfig
+    from beam_pipeline.policy.config import RuleConfig
+    from beam_pipeline.policy.rules import Plan
 
     docs = [document(f"a{i}", f"text number {i} here") for i in range(8)]
     exact = [{"doc_id": d["doc_id"], "content_hash": d["doc_id"], "duplicate_count": 1, "representative": d["doc_id"],
@@ -77,7 +79,8 @@ def test_the_floor_rescues_documents_dropped_by_dedup_last(tmp_path):
 
 def test_a_language_slice_keeps_its_floor(tmp_path):
     """language=de is a slice: the not_english rule would drop every German document."""
-    from beam_pipeline.policy.rules import Plan, RuleConfig
+    from beam_pipeline.policy.config import RuleConfig
+    from beam_pipeline.policy.rules import Plan
 
     docs = [document(f"e{i}", f"english text {i} words") for i in range(6)] + \
         [document(f"g{i}", f"deutscher text {i} worte") for i in range(4)]
@@ -95,7 +98,8 @@ def test_a_language_slice_keeps_its_floor(tmp_path):
 def test_never_rescue_and_a_floor_that_cannot_be_met(tmp_path):
     """Documents dropped for a never_rescue reason stay dropped; the slice's shortfall is counted so that the
     report and the console warn."""
-    from beam_pipeline.policy.rules import Plan, RuleConfig
+    from beam_pipeline.policy.config import RuleConfig
+    from beam_pipeline.policy.rules import Plan
     from beam_pipeline.report.floors import floor_warnings
 
     docs = [document(f"c{i}", f"contaminated text {i} here") for i in range(4)]
@@ -116,7 +120,8 @@ def test_floors_derived_from_the_mixture_and_the_token_budget(tmp_path):
     """Domain big (10 docs of 40 chars = 100 tokens at 4 chars per token) must supply 0.5 * 120 = 60 tokens:
     a floor of 0.6, so 6 documents; domain small (4 docs, 40 tokens) cannot supply 60: all are kept and the
     shortfall is reported."""
-    from beam_pipeline.policy.rules import Plan, RuleConfig
+    from beam_pipeline.policy.config import RuleConfig
+    from beam_pipeline.policy.rules import Plan
     from beam_pipeline.report.floors import floor_warnings
 
     docs = [document(f"b{i}", "x" * 36 + f"b{i:03d}", domain="big") for i in range(10)] + \

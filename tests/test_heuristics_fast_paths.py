@@ -23,7 +23,13 @@ import numpy as np
 import pytest
 
 from beam_pipeline.filters import heuristics as h
-from beam_pipeline.filters import heuristics_reference, ngram_repeats, reference_tokenizer
+from beam_pipeline.filters import (
+    heuristics_reference,
+    ngram_repeats,
+    reference_affixes,
+    reference_sentencizer,
+    reference_tokenizer,
+)
 from beam_pipeline.filters.paragraphs import split_paragraphs
 from beam_pipeline.records.hashing import splitmix64
 from tests.helpers import reference_fixture
@@ -196,7 +202,7 @@ def test_sentence_total_is_the_sum_of_line_counts(texts):
     checked = 0
     for text in texts:
         kept = [line for line, outcome in heuristics_reference._c4_lines(text.splitlines()) if outcome == "kept"]
-        assert reference_tokenizer.sentence_total(kept) == sum(map(reference_tokenizer.sentence_count, kept))
+        assert reference_sentencizer.sentence_total(kept) == sum(map(reference_sentencizer.sentence_count, kept))
         checked += len(kept)
     assert checked > 10_000
     odd = [
@@ -213,7 +219,7 @@ def test_sentence_total_is_the_sum_of_line_counts(texts):
         "(1) one.) two!  ?three",
         "a . . b",
     ]
-    assert reference_tokenizer.sentence_total(odd) == sum(map(reference_tokenizer.sentence_count, odd))
+    assert reference_sentencizer.sentence_total(odd) == sum(map(reference_sentencizer.sentence_count, odd))
 
 
 def plain_c4(lines):
@@ -286,16 +292,16 @@ def test_c4_policy_words_cover_every_phrase():
 
 
 def test_sentence_total_of_joined_lines_equals_the_per_line_search(texts):
-    """The one search over all lines' cached classes (:func:`reference_tokenizer.sentence_total`) counts
+    """The one search over all lines' cached classes (:func:`reference_sentencizer.sentence_total`) counts
     what the per-line search does and what each line's sentencizer count adds up to, on every sample
     document's kept lines and on lines with runs of spaces, tabs, trailing spaces, uncached chunks."""
     fast_path = 0
     for text in texts:
         kept = heuristics_reference._c4_kept_at(text.splitlines(), text)[0]
         reference_tokenizer.word_ids(text)  # the document's chunks cached, as in score()
-        total = reference_tokenizer.sentence_total(kept)
-        assert total == reference_tokenizer._sentence_total_by_line(kept)
-        assert total == sum(map(reference_tokenizer.sentence_count, kept))
+        total = reference_sentencizer.sentence_total(kept)
+        assert total == reference_sentencizer._sentence_total_by_line(kept)
+        assert total == sum(map(reference_sentencizer.sentence_count, kept))
         classes = reference_tokenizer.VOCABULARY.classes
         fast_path += all(piece == "\n" or piece in classes for piece in " \n ".join(kept).split(" "))
     assert fast_path > 500
@@ -316,11 +322,11 @@ def test_sentence_total_of_joined_lines_equals_the_per_line_search(texts):
         for line in lines:  # cached chunks for some, not for others
             if "never" not in line:
                 reference_tokenizer.word_ids(line)
-        total = reference_tokenizer.sentence_total(lines)  # first: before sentence_count caches the chunks
-        expected = sum(map(reference_tokenizer.sentence_count, lines))
+        total = reference_sentencizer.sentence_total(lines)  # first: before sentence_count caches the chunks
+        expected = sum(map(reference_sentencizer.sentence_count, lines))
         assert total == expected, lines
-        assert reference_tokenizer.sentence_total(lines) == expected, lines
-        assert reference_tokenizer._sentence_total_by_line(lines) == expected, lines
+        assert reference_sentencizer.sentence_total(lines) == expected, lines
+        assert reference_sentencizer._sentence_total_by_line(lines) == expected, lines
 
 
 ODD_LINES_TEXTS = [
@@ -342,7 +348,7 @@ ODD_LINES_TEXTS = [
 def test_separator_table_is_str_split_and_splitlines():
     """The compiled sentence loop's separators: ``str.isspace`` and ``str.splitlines``' line breaks, and no
     code point above the table is either."""
-    table = reference_tokenizer._SEPARATORS
+    table = reference_sentencizer._SEPARATORS
     for code in range(0x110000):
         character = chr(code)
         expected = (character.isspace()) + (len(f"a{character}a".splitlines()) == 2)
@@ -362,7 +368,7 @@ def document_tokens(text):
 
 
 def test_line_sentences_from_tokens_equal_the_lines_strings(texts):
-    """The compiled count over a document's tokens (:func:`reference_tokenizer.line_sentences`) equals the
+    """The compiled count over a document's tokens (:func:`reference_sentencizer.line_sentences`) equals the
     sentencizer's count of each chosen line's string: all lines, every other one, C4's kept lines, on every
     sample document and texts with every line break, whitespace that is not a space, runs of spaces."""
     checked = 0
@@ -409,36 +415,36 @@ def plain_suffix_length(string):
 
 
 def test_suffix_length_by_last_character_equals_the_search(texts):
-    """The suffix length decided by the last character (:func:`reference_tokenizer._suffix_endings`) or by
+    """The suffix length decided by the last character (:func:`reference_affixes._suffix_endings`) or by
     the memoized tail search equals a search of the whole string: on every chunk of the sample (and every
     string the affix loop looks at in them), every code point alone and after a word or a number, and
     crafted ones (units, currencies, 's, ellipses, degrees); chunks hold no whitespace, so none here."""
-    assert reference_tokenizer._SUFFIX_ENDS is not None and len(reference_tokenizer._SUFFIX_ONE) > 100
+    assert reference_affixes._SUFFIX_ENDS is not None and len(reference_affixes._SUFFIX_ONE) > 100
     strings = {chunk for text in texts for chunk in text.split()}
     strings |= {chunk[i:] for chunk in list(strings) for i in range(1, min(len(chunk), 4))}
     strings |= {chunk[:-i] for chunk in list(strings) for i in range(1, min(len(chunk), 4))}
     # chunks hold no whitespace (and the pattern's $ would match before a final newline)
     characters = [chr(code) for code in range(0x110000) if not chr(code).isspace()]
     strings.update(characters)
-    for character in set(characters[:0x3000]) | reference_tokenizer._SUFFIX_ENDS:
+    for character in set(characters[:0x3000]) | reference_affixes._SUFFIX_ENDS:
         strings.update(("word" + character, "10" + character, "x." + character, "'" + character))
     strings.update(["", ".", "..", "...", "a..", "…", "……", "x…", "10km", "10km²", "5m/s", "3kg,", "10$", "10US$",
                     "5C$", "US$", "x's", "X'S", "it’s", "IT’S", "°F.", "30°c.", "word.", "Word.", "3.", "10%",
                     "5+", "a+", "x)", "x),", "(x)", "'", "''", "x'", "ok!", "¶", "x¶", "10K", "10M", "ab10km"])
     for chunk in sorted(strings):
-        assert reference_tokenizer._suffix_length(chunk) == plain_suffix_length(chunk), repr(chunk)
-        assert reference_tokenizer._suffix_length_searched(chunk) == plain_suffix_length(chunk), repr(chunk)
+        assert reference_affixes._suffix_length(chunk) == plain_suffix_length(chunk), repr(chunk)
+        assert reference_affixes._suffix_length_searched(chunk) == plain_suffix_length(chunk), repr(chunk)
 
 
 def test_infix_spans_equal_finditer(texts):
     """The infix spans searched from the characters an infix starts with (for an ASCII string, from the
-    class's ASCII characters: :func:`reference_tokenizer._ascii_class`) equal ``re.finditer`` of the infix
+    class's ASCII characters: :func:`reference_affixes._ascii_class`) equal ``re.finditer`` of the infix
     pattern, on every chunk of the sample, each ASCII and non-ASCII character between letters or digits,
     and crafted code-like chunks."""
     infix = re.compile(reference_tokenizer._rules.INFIX)
-    ascii_class = reference_tokenizer._INFIX_START_ASCII
+    ascii_class = reference_affixes._INFIX_START_ASCII
     for code in range(128):
-        expected = reference_tokenizer._INFIX_START.fullmatch(chr(code)) is not None
+        expected = reference_affixes._INFIX_START.fullmatch(chr(code)) is not None
         assert (ascii_class.fullmatch(chr(code)) is not None) == expected, code
     chunks = {chunk for text in texts for chunk in text.split()}
     for code in list(range(33, 0x3000, 7)) + list(range(33, 128)):
@@ -448,7 +454,7 @@ def test_infix_spans_equal_finditer(texts):
                    "a…b", "a--b", "a^b", "a~b", "a<b>c", "re.sub('-{1,2}',", "--stat[=<width>[,<name-width>]]",
                    "naïve-word", "日本-語", "a©b", "x😀y"])
     for chunk in sorted(chunks):
-        assert reference_tokenizer._infix_spans(chunk) == [m.span() for m in infix.finditer(chunk)], repr(chunk)
+        assert reference_affixes._infix_spans(chunk) == [m.span() for m in infix.finditer(chunk)], repr(chunk)
 
 
 def test_chunk_cache_cleared_when_full_gives_the_same_words(texts, monkeypatch):
@@ -483,7 +489,7 @@ def _tokenized_with_renewals(sample, monkeypatch, renew=True):
             for chunk in vocabulary.chunk_ids:  # the carried-over tokens and classes are the chunk's
                 tokens = reference_tokenizer.chunk_tokens(chunk)
                 assert tokens == original(chunk), chunk
-                assert vocabulary.classes[chunk] == "".join(map(reference_tokenizer._token_class, tokens)), chunk
+                assert vocabulary.classes[chunk] == "".join(map(reference_tokenizer.token_class, tokens)), chunk
     assert vocabulary.generation > generation + 1
     return words, len(tokenized), kept
 
@@ -501,7 +507,7 @@ def test_a_new_generation_keeps_the_chunks_met_again(texts, monkeypatch):
 
 def plain_sentences(line):
     """The sentencizer's count of one line from its tokens, each token classed on its own (no cache)."""
-    classes = "".join(map(reference_tokenizer._token_class, reference_tokenizer.tokens(line)))
+    classes = "".join(map(reference_tokenizer.token_class, reference_tokenizer.tokens(line)))
     return 1 + len(re.findall("F[FP]*W", classes))
 
 
@@ -516,8 +522,8 @@ def test_sentence_counts_equal_the_per_token_classes(texts):
     ]
     lines += ["Ünïcode. Line", "日本語。次の文", "a\u2026 b? c", "x\u0964 y", "ascii only? yes! sure. ok"]
     assert len(lines) > 10_000
-    assert [reference_tokenizer.sentence_count(line) for line in lines] == list(map(plain_sentences, lines))
-    assert reference_tokenizer.sentence_total(lines) == sum(map(plain_sentences, lines))
+    assert [reference_sentencizer.sentence_count(line) for line in lines] == list(map(plain_sentences, lines))
+    assert reference_sentencizer.sentence_total(lines) == sum(map(plain_sentences, lines))
 
 
 @pytest.mark.parametrize("cache_size", [reference_tokenizer.CACHE_SIZE, 3_000])
@@ -938,7 +944,7 @@ def test_distinct_stop_words_from_the_vocabulary_mask_equal_the_id_comparisons(t
 
 def plain_split_affixes(string, specials):
     """spaCy's ``_split_affixes`` as written: the whole patterns tried at every iteration, no early exit."""
-    rules, special_cases = reference_tokenizer._rules, reference_tokenizer._SPECIALS
+    rules, special_cases = reference_tokenizer._rules, reference_affixes.SPECIALS
     prefixes, suffixes, last_size = [], [], 0
     while string and len(string) != last_size:
         if specials and string in special_cases:
@@ -975,7 +981,7 @@ def plain_split_affixes(string, specials):
 
 def plain_split_chunk(string, specials):
     """spaCy's ``_split_affixes`` + ``_attach_tokens``: the URL pattern tried before the infixes."""
-    special_cases = reference_tokenizer._SPECIALS
+    special_cases = reference_affixes.SPECIALS
     if specials and string in special_cases:
         return list(special_cases[string])
     tokens, string, suffixes = plain_split_affixes(string, specials)
@@ -1002,7 +1008,7 @@ def plain_split_chunk(string, specials):
 def plain_matcher_patterns():
     """First token -> [(pattern tokens, special case)], in the order of the special cases (spaCy's matcher)."""
     patterns = {}
-    for case in reference_tokenizer._SPECIALS:
+    for case in reference_affixes.SPECIALS:
         tokens = []
         for index, match in enumerate(re.finditer(r"\s+|\S+", case)):
             run = match.group()
@@ -1031,7 +1037,7 @@ def plain_special_cases(tokens, patterns):
         seen.update(range(start, end))
     out, at = [], 0
     for start, end, case in sorted(chosen):
-        out += tokens[at:start] + list(reference_tokenizer._SPECIALS[case])
+        out += tokens[at:start] + list(reference_affixes.SPECIALS[case])
         at = end
     return out + tokens[at:]
 
@@ -1055,18 +1061,18 @@ def test_affix_and_infix_loops_equal_spacys(texts):
     and on every eighth of the ~440,000 distinct chunks of the sample and the reference fixture in sorted order
     (all of them take ~40 s)."""
     patterns = plain_matcher_patterns()
-    assert {first for first, _ in reference_tokenizer._PATTERNS} == set(patterns)
+    assert {first for first, _ in reference_affixes._PATTERNS} == set(patterns)
     chunks = {chunk for text in texts for chunk in text.split()}
     chunks.update(chunk for document in reference_fixture.documents() for chunk in document["text"].split())
     chunks = set(sorted(chunks)[::8]) | set(CRAFTED_CHUNKS)
     exits = 0
     for chunk in sorted(chunks):
         for specials in (True, False):
-            assert reference_tokenizer._split_chunk(chunk, specials) == plain_split_chunk(chunk, specials), chunk
+            assert reference_affixes.split_chunk(chunk, specials) == plain_split_chunk(chunk, specials), chunk
         split = plain_split_chunk(chunk, specials=True)
         expected = tuple(plain_special_cases(split, patterns) if len(split) > 1 else split)
         assert reference_tokenizer._tokenize_chunk(chunk) == expected, chunk
-        exits += chunk[0] not in reference_tokenizer._PREFIX_START and chunk[-1] not in reference_tokenizer._SUFFIX_ENDS
+        exits += chunk[0] not in reference_affixes._PREFIX_START and chunk[-1] not in reference_affixes._SUFFIX_ENDS
     assert len(chunks) > 30_000 and exits > 5_000
 
 

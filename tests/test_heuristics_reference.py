@@ -20,9 +20,16 @@ import unicodedata
 import numpy as np
 import pytest
 
-from beam_pipeline.filters import heuristics, heuristics_reference, reference_tokenizer
+from beam_pipeline.filters import (
+    heuristics,
+    heuristics_reference,
+    reference_affixes,
+    reference_sentencizer,
+    reference_tokenizer,
+)
 from beam_pipeline.filters.presets import PRESET_NAMES, preset_rules
-from beam_pipeline.policy.rules import Plan, RuleConfig
+from beam_pipeline.policy.config import RuleConfig
+from beam_pipeline.policy.rules import Plan
 from tests.helpers import reference_fixture
 
 try:
@@ -174,7 +181,7 @@ def test_sentence_counts_are_spacys_sentencizer():
               "A line .  with spaces ( and \u00a0 odd ) whitespace ."]
     assert len(lines) > 5000
     different = [line for line in lines
-                 if reference_tokenizer.sentence_count(line) != max(1, len(list(nlp(line).sents)))]
+                 if reference_sentencizer.sentence_count(line) != max(1, len(list(nlp(line).sents)))]
     assert different == []
 
 
@@ -187,19 +194,19 @@ def test_rule_data_is_the_pinned_spacy_and_datatrove():
 
     parsed = parser.parse(reference_tokenizer._rules.PREFIX).data    # every alternative starts with ^ (the
     assert parsed[0] == (constants.AT, constants.AT_BEGINNING)       # parser factors it out): .match == .search
-    assert reference_tokenizer._SUFFIX_GEOMETRY is not None
+    assert reference_affixes._SUFFIX_GEOMETRY is not None
 
 
 def test_letters_and_digits_take_the_fast_paths():
     """Chunks of letters only are one token (no affix or infix rule applies), and an infix never consumes
     a letter or digit: checked over every alphabetic and alphanumeric code point of Unicode."""
-    split = reference_tokenizer._split_chunk
-    infix = reference_tokenizer._infix_match
+    split = reference_affixes.split_chunk
+    infix = reference_affixes._infix_match
     alpha = [chr(c) for c in range(0x110000) if chr(c).isalpha()]
     alnum = [chr(c) for c in range(0x110000) if chr(c).isalnum()]
     for c in alpha:
         for chunk in (c, c + c, "a" + c, c + "a", "Z" + c + "z"):
-            if chunk not in reference_tokenizer._SPECIALS:
+            if chunk not in reference_affixes.SPECIALS:
                 assert split(chunk, specials=True) == [chunk], chunk
     contexts = ("a", "A", "0", "\u00e9", "\u4e2d")
     for c in alnum:
@@ -214,7 +221,7 @@ def _affixed_chunks() -> list[str]:
     that end special cases) between every affix the tokenizer knows and other non-word characters."""
     rng = np.random.default_rng(24)
     affix_characters = sorted(
-        {c for c in reference_tokenizer._PREFIX_START if not c.isalnum() and c != "_"}
+        {c for c in reference_affixes._PREFIX_START if not c.isalnum() and c != "_"}
         | set("()[]{}<>\"'`.,;:!?%$#&*+-=/\\|~^@°²…—–‘’“”«»¶§。、，：；！？·")
     )
     affix_characters += ["..", "...", "US$", "C$", "A$", "'s", "’s", "(?", "°F", "°c"]
@@ -243,7 +250,7 @@ def test_affixed_words_split_as_the_general_loop():
         fast = reference_tokenizer._affixed_word(chunk)
         if fast is not None:
             taken += 1
-            assert fast == reference_tokenizer._split_chunk(chunk, specials=True), chunk
+            assert fast == reference_affixes.split_chunk(chunk, specials=True), chunk
     assert taken > 20_000
 
 
@@ -297,11 +304,11 @@ def test_definitions_select_the_columns():
 
 def test_unicode_categories_of_punctuation_tokens():
     """The sentencizer's 'punctuation' is spaCy's is_punct: every character in a Unicode P* category."""
-    assert reference_tokenizer._token_class(".") == "F"
-    assert reference_tokenizer._token_class("(") == "P"
-    assert reference_tokenizer._token_class("«»") == "P"
-    assert reference_tokenizer._token_class("$") == "W" and unicodedata.category("$") == "Sc"
-    assert reference_tokenizer._token_class("\n") == "W"
+    assert reference_tokenizer.token_class(".") == "F"
+    assert reference_tokenizer.token_class("(") == "P"
+    assert reference_tokenizer.token_class("«»") == "P"
+    assert reference_tokenizer.token_class("$") == "W" and unicodedata.category("$") == "Sc"
+    assert reference_tokenizer.token_class("\n") == "W"
 
 
 EDGE_CASES = ["", " ", "\n\n", "...", "a", "x" * 200000, "word " * 50000, "a\r\nb\r\n\r\nc",

@@ -11,10 +11,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from beam_pipeline.dataset.loader import (
-    LoaderError, StateMismatchError, SupersededDatasetError, TokenLoader, merge_states, mixture_draw, pick_pool,
-    read_manifest, shard_order,
+from beam_pipeline.dataset.lanes import (
+    LoaderError, StateMismatchError, merge_states, mixture_draw, pick_pool, shard_order,
 )
+from beam_pipeline.dataset.loader import SupersededDatasetError, TokenLoader, read_manifest
 
 WEIGHTS = {"docs": 0.5, "encyclopedic": 0.3, "legal": 0.2}
 
@@ -244,7 +244,8 @@ def test_no_torch_needed(dataset):
     """
     script = (
         "import sys; sys.modules['torch'] = None  # import torch raises ImportError\n"
-        "from beam_pipeline.dataset.loader import TokenLoader, as_torch_dataset\n"
+        "from beam_pipeline.dataset.loader import TokenLoader\n"
+        "from beam_pipeline.dataset.torch_dataset import as_torch_dataset\n"
         f"loader = TokenLoader({dataset!r})\n"
         "print(sum(1 for _ in loader))\n"
         "try:\n    as_torch_dataset(loader)\nexcept ImportError as err:\n    print(err)\n")

@@ -13,7 +13,9 @@ import os
 import numpy as np
 import pytest
 
-from beam_pipeline.dataset.loader import LoaderError, TokenLoader, as_torch_dataset, merge_states
+from beam_pipeline.dataset.lanes import LoaderError, merge_states
+from beam_pipeline.dataset.loader import TokenLoader
+from beam_pipeline.dataset.torch_dataset import as_torch_dataset
 
 if os.environ.get("BEAM_PIPELINE_REQUIRE_TORCH") == "1":
     import torch  # CI installs it: a missing torch fails there instead of skipping

@@ -17,10 +17,14 @@ from beam_pipeline.dedup.config import NearDedupConfig
 from beam_pipeline.dedup import minhash
 from beam_pipeline.dedup.shingling import shingle_hashes, words
 from beam_pipeline.storage.layers import write_partition
-from beam_pipeline.transforms import near_dedup
+from beam_pipeline.transforms import near_dedup, near_dedup_blocks
 from beam_pipeline.transforms.connected_components import node_group
-from beam_pipeline.transforms.near_dedup import MinHashBucketFn, NearDedupParams, PreviousSignaturesFn, VerifyPairs, \
-    member_of, payload_of, representative_order
+from beam_pipeline.transforms.near_dedup_blocks import payload_of
+from beam_pipeline.transforms.near_dedup_candidates import MinHashBucketFn
+from beam_pipeline.transforms.near_dedup_clusters import member_of, representative_order
+from beam_pipeline.transforms.near_dedup_params import NearDedupParams
+from beam_pipeline.transforms.near_dedup_signing import PreviousSignaturesFn
+from beam_pipeline.transforms.near_dedup_verify import VerifyPairs
 
 OPTIONS = PipelineOptions(["--runner=DirectRunner", "--direct_running_mode=in_memory"])
 WIKI = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sample", "data", "wikipedia",
@@ -112,10 +116,11 @@ def test_key_blocks_bring_every_entry_of_a_shared_key_together(groups):
     expected = {key: sorted(entries) for key, entries in expected.items() if len(entries) > 1}
     by_group = {}
     for keys, entries in tasks:
-        for group, block in near_dedup.key_blocks(keys, entries, groups):
+        for group, block in near_dedup_blocks.key_blocks(keys, entries, groups):
             assert 0 <= group < groups and all(k % groups == group for k in np.frombuffer(block[0], dtype="<i8"))
             by_group.setdefault(group, []).append(block)
-    found = {key: sorted(entries) for blocks in by_group.values() for key, entries in near_dedup.shared_keys(blocks)}
+    found = {key: sorted(entries)
+             for blocks in by_group.values() for key, entries in near_dedup_blocks.shared_keys(blocks)}
     assert found == expected and len(expected) > 10
 
 
@@ -172,7 +177,7 @@ def _signatures(rows_by_layer):
     """Blocks of (doc_id, layer, payload) of signature rows per doc group, as signing and the previous
     versions' reads emit them (one task per layer here)."""
     return [block for layer, rows in enumerate(rows_by_layer)
-            for block in near_dedup.doc_blocks([(row["doc_id"], layer, payload_of(row)) for row in rows],
+            for block in near_dedup_blocks.doc_blocks([(row["doc_id"], layer, payload_of(row)) for row in rows],
                                                      GROUPS)]
 
 
@@ -237,8 +242,8 @@ def _apart(rows_by_layer):
     payloads, shingle_sets = [], []
     for layer, rows in enumerate(rows_by_layer):
         for row in rows:
-            near_dedup.add_payload(payloads, shingle_sets, row["doc_id"], layer, payload_of(row), True)
-    return near_dedup.doc_blocks(payloads, GROUPS), near_dedup.doc_blocks(shingle_sets, GROUPS)
+            near_dedup_blocks.add_payload(payloads, shingle_sets, row["doc_id"], layer, payload_of(row), True)
+    return near_dedup_blocks.doc_blocks(payloads, GROUPS), near_dedup_blocks.doc_blocks(shingle_sets, GROUPS)
 
 
 def test_shingle_sets_travel_apart_and_only_the_pairs_ends_are_put_back():
@@ -250,7 +255,7 @@ def test_shingle_sets_travel_apart_and_only_the_pairs_ends_are_put_back():
     new = [row("n1", b"set n1"), row("n2", b"set n2"), row("alone", b"set alone"), row("both", b"new both")]
     old = [row("o1", b"set o1"), row("both", b"old both")]
     payloads, shingle_sets = _apart([new, old])
-    assert all(p[2] is near_dedup.SHINGLES_APART for block in payloads for _, _, p in block[1])
+    assert all(p[2] is near_dedup_blocks.SHINGLES_APART for block in payloads for _, _, p in block[1])
     pairs = [("n1", "n2", None), ("o1", "n1", None), ("both", "n2", None)]
     with beam.Pipeline(options=OPTIONS) as p:
         verified = ({"pairs": p | "Pairs" >> beam.Create(pairs),
@@ -277,11 +282,13 @@ def test_verification_fails_on_a_missing_shingle_set():
 
 
 def test_shingle_sets_travel_apart_only_where_a_minhash_check_reads_them():
-    assert near_dedup.shingles_apart(NearDedupParams.from_config(NearDedupConfig(enabled=True)))
+    assert near_dedup_blocks.shingles_apart(NearDedupParams.from_config(NearDedupConfig(enabled=True)))
     for config in ({"verify": "signature"}, {"two_tier": {"measure": "estimate"}}, {"method": "simhash"}):
-        assert not near_dedup.shingles_apart(NearDedupParams.from_config(NearDedupConfig(enabled=True, **config)))
+        assert not near_dedup_blocks.shingles_apart(
+            NearDedupParams.from_config(NearDedupConfig(enabled=True, **config)))
     payloads, shingle_sets = [], []
-    near_dedup.add_payload(payloads, shingle_sets, "legacy", 1, (b"m", None, None, None), True)  # a layer without sets
+    # a layer without sets
+    near_dedup_blocks.add_payload(payloads, shingle_sets, "legacy", 1, (b"m", None, None, None), True)
     assert payloads == [("legacy", 1, (b"m", None, None, None))] and shingle_sets == []
 
 
@@ -294,12 +301,13 @@ def test_a_large_key_group_leaves_in_blocks_of_at_most_a_mebibyte(monkeypatch):
     keys = [7 * k for k in range(30_000)] * 2  # 30,000 keys shared by two entries each, all in group 0 of 7
     entries = [(f"{i:032x}", None) for i in range(len(keys))]
     per_entry = 8 + output_bytes(entries[0])
-    by_default = list(near_dedup.key_blocks(keys, entries, 7))  # 60,000 entries of ~56 B: ~3.4 MB
+    by_default = list(near_dedup_blocks.key_blocks(keys, entries, 7))  # 60,000 entries of ~56 B: ~3.4 MB
     assert len(by_default) == -(-len(keys) // (blocks.BLOCK_BYTES // per_entry)) > 1 and all(len(block[1]) * per_entry <= blocks.BLOCK_BYTES for _, block in by_default)
-    monkeypatch.setattr(near_dedup, "BLOCK_BYTES", 10**9)
-    whole = list(near_dedup.key_blocks(keys, entries, 7))
-    monkeypatch.setattr(near_dedup, "BLOCK_BYTES", 64 * 1024)
-    split = list(near_dedup.key_blocks(keys, entries, 7))
+    monkeypatch.setattr(near_dedup_blocks, "BLOCK_BYTES", 10**9)
+    whole = list(near_dedup_blocks.key_blocks(keys, entries, 7))
+    monkeypatch.setattr(near_dedup_blocks, "BLOCK_BYTES", 64 * 1024)
+    split = list(near_dedup_blocks.key_blocks(keys, entries, 7))
     assert len(whole) == 1 and len(split) > 20 and {group for group, _ in split} == {0}
     assert all(len(block[1]) * per_entry <= 64 * 1024 for _, block in split)
-    assert sorted(near_dedup.shared_keys([b for _, b in split])) == sorted(near_dedup.shared_keys([whole[0][1]]))
+    assert sorted(near_dedup_blocks.shared_keys([b for _, b in split])) == sorted(
+        near_dedup_blocks.shared_keys([whole[0][1]]))

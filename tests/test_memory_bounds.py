@@ -18,10 +18,12 @@ from beam_pipeline.build.corpus_build import partition_count
 from beam_pipeline.config.corpus import ConfigError, LayoutConfig, parse_config
 from beam_pipeline.dedup.config import NearDedupConfig
 from beam_pipeline.transforms import near_dedup
-from beam_pipeline.transforms.near_dedup import (
+from beam_pipeline.transforms.connected_components import FLUSH_EDGES
+from beam_pipeline.transforms.near_dedup_candidates import PENDING_PAIRS
+from beam_pipeline.transforms.near_dedup_groups import (
+    DOCUMENTS_PER_PARTITION,
     ESTIMATED_DOCUMENT_BYTES,
     MAX_PARALLEL_GROUPS,
-    NearDedupParams,
     derived_groups,
     entries_per_document,
     estimated_documents,
@@ -29,6 +31,7 @@ from beam_pipeline.transforms.near_dedup import (
     stage_groups,
     worker_bounds,
 )
+from beam_pipeline.transforms.near_dedup_params import NearDedupParams
 
 SCALES = [10**6, 10**9, 10**11]
 
@@ -60,7 +63,7 @@ def test_every_structure_of_the_stage_has_a_bound_that_does_not_grow(documents):
     """Each structure's entries stay at or under max_group_entries or a fixed flush size (docs/scale.md)."""
     params = NearDedupParams.from_config(NearDedupConfig(enabled=True, method="both"))
     bounds = worker_bounds(params, _partitions(documents), documents)
-    fixed = max(near_dedup.PENDING_PAIRS, near_dedup.FLUSH_EDGES)
+    fixed = max(PENDING_PAIRS, FLUSH_EDGES)
     assert set(bounds) >= {"lsh key group", "component node group", "doc group (verification joins, clusters' join)"}
     assert all(0 <= entries <= max(params.max_group_entries, fixed) for entries in bounds.values()), bounds
     assert bounds["component node group"] <= params.max_group_entries
@@ -122,7 +125,7 @@ def test_more_groups_give_the_same_layer(tmp_path):
     config = NearDedupConfig(enabled=True, method="both", max_cluster_size=3)
     small = config.model_copy(update={"max_group_entries": 1 << 14})
     params = NearDedupParams.from_config(small)
-    assert stage_groups(params, 2, 2 * near_dedup.DOCUMENTS_PER_PARTITION) > 400
+    assert stage_groups(params, 2, 2 * DOCUMENTS_PER_PARTITION) > 400
     default = run_stage(tmp_path, documents, config, name="default", partitions=2)
     many = run_stage(tmp_path, documents, small, name="many", partitions=2)
     assert clusters_of(default["annotations"]) == expected

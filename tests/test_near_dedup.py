@@ -17,7 +17,7 @@ from apache_beam.testing.util import assert_that
 from beam_pipeline.records.accounting import COUNTS, DEAD_LETTER, SumCounts, check_stage, stage_counts
 from beam_pipeline.config.corpus import ConfigError, load_config, parse_config
 from beam_pipeline.dedup.config import NearDedupConfig
-from beam_pipeline.policy.rules import PolicyConfig
+from beam_pipeline.policy.config import PolicyConfig
 from beam_pipeline.dedup.components import components
 from beam_pipeline.dedup.minhash import jaccard
 from beam_pipeline.dedup.repetition import line_key
@@ -25,11 +25,14 @@ from beam_pipeline.dedup.shingling import shingle_hashes, words
 from beam_pipeline.records.hashing import bucket_of, canonical_json
 from beam_pipeline.storage.layers import Layer, commit_layer, part_name
 from beam_pipeline.policy.decision import decide
-from beam_pipeline.transforms import near_dedup
+from beam_pipeline.transforms import near_dedup, near_dedup_blocks, near_dedup_clusters, near_dedup_signing, \
+    near_dedup_verify
 from beam_pipeline.transforms.connected_components import node_group
-from beam_pipeline.transforms.near_dedup import (_BOILERPLATE, _DOC_ID, _SIGNED, AssembleFn, NearDedupParams,
-                                                 build_stage, member_of, representative_order, resolve_against,
-                                                 sign_document)
+from beam_pipeline.transforms.near_dedup import build_stage, resolve_against
+from beam_pipeline.transforms.near_dedup_clusters import (BOILERPLATE, _DOC_ID, _SIGNED, AssembleFn, member_of,
+                                                          representative_order)
+from beam_pipeline.transforms.near_dedup_params import NearDedupParams
+from beam_pipeline.transforms.near_dedup_signing import sign_document
 from conftest import SAMPLE_CONFIG, apply_policy, deterministic_key_coder, grouping_key_coders
 from near_dedup_harness import MULTI_PROCESS, add_ingest, add_near_dedup, ingest_spec, ledger, near_dedup_spec, \
     part_digests, read_output, run_near_dedup
@@ -576,7 +579,7 @@ def sample_layers(tmp_path_factory):
 
 
 def test_the_sample_annotations_are_byte_identical_to_the_spill_file_implementation(sample_layers):
-    assert [hashlib.sha256(canonical_json(pq.read_table(path, columns=near_dedup.INPUT_COLUMNS).to_pylist()))
+    assert [hashlib.sha256(canonical_json(pq.read_table(path, columns=near_dedup_signing.INPUT_COLUMNS).to_pylist()))
             .hexdigest() for path in sample_layers["documents"]] == SAMPLE_INGEST_DOCUMENTS  # the same input
     near = sample_layers["near"]
     for output, digests in SAMPLE_NEAR_DEDUP.items():
@@ -613,12 +616,12 @@ def test_short_representative_check_against_the_median_length():
     def member(doc_id, length):
         return member_of(doc(doc_id, "x" * length))
     cluster = [member("a", 700), member("b", 1000), member("c", 1000)]
-    assert near_dedup.short_representative(cluster[0], cluster)  # 700 < 0.8 * 1000
-    assert not near_dedup.short_representative(member("a", 800), [member("a", 800)] + cluster[1:])
+    assert near_dedup_clusters.short_representative(cluster[0], cluster)  # 700 < 0.8 * 1000
+    assert not near_dedup_clusters.short_representative(member("a", 800), [member("a", 800)] + cluster[1:])
     even = [member("a", 790), member("b", 900), member("c", 1100), member("d", 1200)]
-    assert near_dedup.short_representative(even[0], even)  # median 1000
+    assert near_dedup_clusters.short_representative(even[0], even)  # median 1000
     old = member_of({"doc_id": "z", "source": "s", "source_rank": 1, "date": None}, previous=True)
-    assert not near_dedup.short_representative(old, [old] + cluster)  # a previous version's length is unknown
+    assert not near_dedup_clusters.short_representative(old, [old] + cluster)  # a previous version's length is unknown
 
 
 def test_the_quality_term_is_read_from_an_annotation_layer_before_the_stage(tmp_path):
@@ -654,7 +657,7 @@ def test_sign_document_leaves_boilerplate_lines_out():
     footer = "All rights reserved by the example publisher"
     member, row = sign_document(doc("x", f"{body}\n{footer}"), params, np.array([line_key(footer)]))
     _, plain = sign_document(doc("x", body), params)
-    assert row["minhash"] == plain["minhash"] and member[_BOILERPLATE] == (line_key(footer),)
+    assert row["minhash"] == plain["minhash"] and member[BOILERPLATE] == (line_key(footer),)
     member, row = sign_document(doc("y", "too short"), params)
     assert row is None and member[_SIGNED] is False
 
@@ -669,19 +672,20 @@ def test_template_lines_leave_the_signature_only_when_they_are_at_most_half_of_t
     template = np.array([line_key(menu)], dtype=np.int64)
     _, plain = sign_document(doc("x", body), params)
     member, wrapped = sign_document(doc("x", f"{menu}\n{body}"), params, None, template)
-    assert wrapped["minhash"] == plain["minhash"] and member[_BOILERPLATE] == ()  # not boilerplate: the text keeps it
+    assert wrapped["minhash"] == plain["minhash"] and member[BOILERPLATE] == ()  # not boilerplate: the text keeps it
     assert wrapped["shingle_count"] == plain["shingle_count"] == len(np.unique(shingle_hashes(body)))
     mostly_menu = "\n".join([menu] * 3 + [" ".join(body.split()[:3])])
-    kept, _ = near_dedup.signature_text(mostly_menu, None, template)
+    kept, _ = near_dedup_signing.signature_text(mostly_menu, None, template)
     assert kept == mostly_menu  # (almost) only template lines: they are what the document is
     # more than half template, but the rest (20 words) can be signed: it is signed alone (issue 41)
     short_under_menu = "\n".join([menu] * 3 + [" ".join(body.split()[:20])])
-    assert near_dedup.signature_text(short_under_menu, None, template)[0] == " ".join(body.split()[:20])
-    assert near_dedup.signature_text(f"{menu}\n{body}", None, template) == (body, ())
+    assert near_dedup_signing.signature_text(short_under_menu, None, template)[0] == " ".join(body.split()[:20])
+    assert near_dedup_signing.signature_text(f"{menu}\n{body}", None, template) == (body, ())
     # boilerplate lines always leave, and are listed; template lines are judged against what is left
     footer = "All rights reserved by the example publisher of this page"
     text = f"{menu}\n{body}\n{footer}"
-    assert near_dedup.signature_text(text, np.array([line_key(footer)]), template) == (body, (line_key(footer),))
+    assert near_dedup_signing.signature_text(text, np.array([line_key(footer)]), template) == (
+        body, (line_key(footer),))
 
 
 def test_two_tier_pair_check_on_estimates_and_on_exact_sets():
@@ -694,8 +698,8 @@ def test_two_tier_pair_check_on_estimates_and_on_exact_sets():
     other = first_words(articles()[1], 200)
     for measure in ("estimate", "exact"):
         params = NearDedupParams.from_config(NearDedupConfig(enabled=True, two_tier={"measure": measure}))
-        check = near_dedup.PairCheck(params, "minhash")
-        payload = {d: near_dedup.payload_of(sign_document(doc(d, t), params)[1])
+        check = near_dedup_verify.PairCheck(params, "minhash")
+        payload = {d: near_dedup_blocks.payload_of(sign_document(doc(d, t), params)[1])
                    for d, t in (("a", text), ("b", half), ("c", other))}
         assert (payload["a"][2] is not None) == (measure == "exact")
         assert check(payload["a"], payload["b"]) and check(payload["b"], payload["a"]), measure
@@ -703,7 +707,7 @@ def test_two_tier_pair_check_on_estimates_and_on_exact_sets():
     legacy = [p[:2] + (None, None) for p in (payload["a"], payload["b"])]  # no shingle set, no shingle count
     for measure in ("estimate", "exact"):  # exact (the default since issue 41) falls back to the estimate
         params = NearDedupParams.from_config(NearDedupConfig(enabled=True, two_tier={"measure": measure}))
-        assert not near_dedup.PairCheck(params, "minhash")(*legacy), measure
+        assert not near_dedup_verify.PairCheck(params, "minhash")(*legacy), measure
     params = NearDedupParams.from_config(NearDedupConfig(enabled=True))
     assert (params.bands, params.rows) == (28, 4)  # LSH for two_tier.lsh_threshold 0.5, not minhash.threshold
     old = NearDedupParams.from_config(NearDedupConfig(enabled=True, verify="signature"))

@@ -14,7 +14,8 @@ import markupsafe
 import pyarrow.parquet as pq
 
 from beam_pipeline.cli import commands as cli
-from beam_pipeline.policy.rules import Plan, RuleConfig
+from beam_pipeline.policy.config import RuleConfig
+from beam_pipeline.policy.rules import Plan
 from beam_pipeline.report.null_scores import null_score_warnings, warnings_from_ledgers
 from tests.helpers import reference_fixture
 

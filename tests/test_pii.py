@@ -1,7 +1,8 @@
-"""PII detection and redaction (filters/pii.py): true positives and the traps that must not match."""
+"""PII detection and redaction (filters/pii.py, filters/pii_numbers.py): true positives and the traps that must
+not match."""
 import pytest
 
-from beam_pipeline.filters import pii
+from beam_pipeline.filters import pii, pii_numbers
 from beam_pipeline.filters.code_points import code_point_table
 
 
@@ -89,13 +90,13 @@ def test_redaction_tokens_and_overlaps():
 
 
 def test_cheap_prefilters_skip_text_without_candidates():
-    assert pii.number_windows("no digits at all here") == []
-    assert pii.number_windows("call 415-555-2671 now") == [(2, 20)]
+    assert pii_numbers.number_windows("no digits at all here") == []
+    assert pii_numbers.number_windows("call 415-555-2671 now") == [(2, 20)]
     assert list(pii.find_emails("no at sign")) == []
 
 
 def test_luhn_and_iban_checks():
-    assert pii.luhn_valid("4111111111111111") and not pii.luhn_valid("4111111111111112")
+    assert pii_numbers.luhn_valid("4111111111111111") and not pii_numbers.luhn_valid("4111111111111112")
     assert pii.iban_valid("GB82 WEST 1234 5698 7654 32") and not pii.iban_valid("GB82 WEST 1234 5698 7654 33")
     assert not pii.iban_valid("XX82WEST12345698765432")
 
@@ -147,21 +148,24 @@ CRAFTED = _crafted_cases()
 
 def test_email_windows_match_the_whole_text():
     for text in CRAFTED:
-        windowed = [m.span() for m in pii._in_windows(pii._EMAIL, text, pii.email_windows(text))]
+        windowed = [m.span() for m in pii_numbers.in_windows(pii._EMAIL, text, pii.email_windows(text))]
         assert windowed == [m.span() for m in pii._EMAIL.finditer(text)], text
 
 
 def test_number_runs_match_the_whole_text():
     assert code_point_table(r"\d").tolist() == [chr(c).isdecimal() for c in range(0x110000)]
     for text in CRAFTED:
-        assert [m.span() for m in pii._numberish_matches(text)] == [m.span() for m in pii._NUMBERISH.finditer(text)], text
+        whole = [m.span() for m in pii_numbers._NUMBERISH.finditer(text)]
+        assert [m.span() for m in pii_numbers._numberish_matches(text)] == whole, text
 
 
 def test_ipv6_windows_and_hint_match_the_whole_text():
     for text in CRAFTED:
-        assert (pii._IPV6_HINT_AT_COLON.search(text) is None) == (pii._IPV6_HINT.search(text) is None), text
-        windowed = [m.span() for m in pii._in_windows(pii._IPV6_CANDIDATE, text, pii.ipv6_windows(text))]
-        assert windowed == [m.span() for m in pii._IPV6_CANDIDATE.finditer(text)], text
+        no_hint = pii_numbers._IPV6_HINT.search(text) is None
+        assert (pii_numbers._IPV6_HINT_AT_COLON.search(text) is None) == no_hint, text
+        windows = pii_numbers.ipv6_windows(text)
+        windowed = [m.span() for m in pii_numbers.in_windows(pii_numbers._IPV6_CANDIDATE, text, windows)]
+        assert windowed == [m.span() for m in pii_numbers._IPV6_CANDIDATE.finditer(text)], text
 
 
 def test_iban_starts_match_the_whole_text():

@@ -1,4 +1,4 @@
-from beam_pipeline.policy.rules import PolicyConfig
+from beam_pipeline.policy.config import PolicyConfig
 from beam_pipeline.policy.decision import count_words, decide
 
 DOC = {"n_chars": 40, "text": "A sentence with exactly seven words here."}

@@ -1,10 +1,11 @@
-"""The policy rule language (policy_rules.py): parsing, errors, three-valued logic, ordering, overrides."""
+"""The policy rule language (policy/conditions.py, policy/config.py, policy/rules.py): parsing, errors, three-valued logic, ordering, overrides."""
 import pytest
 import yaml
 
 from beam_pipeline.config.corpus import ConfigError, parse_config
-from beam_pipeline.policy.rules import PolicyConfig
-from beam_pipeline.policy.rules import Plan, RuleConfig, RuleError, parse_condition
+from beam_pipeline.policy.conditions import RuleError, parse_condition
+from beam_pipeline.policy.config import PolicyConfig, RuleConfig
+from beam_pipeline.policy.rules import Plan
 from conftest import SAMPLE_CONFIG
 
 COLUMNS = {"quality": {"score": "number"}, "language": {"lang": "string", "confidence": "number"},
@@ -152,7 +153,7 @@ def test_policy_file_referenced_by_the_config(tmp_path):
 
 def plan(rules, overrides=(), cascade=("language", "quality")):
     return Plan(cascade=tuple(cascade), rules=[RuleConfig(**r) for r in rules],
-                overrides=[__import__("beam_pipeline.policy.rules", fromlist=["OverrideConfig"]).OverrideConfig(**o)
+                overrides=[__import__("beam_pipeline.policy.config", fromlist=["OverrideConfig"]).OverrideConfig(**o)
                            for o in overrides],
                 domains={"web": "general", "wiki": "encyclopedic", "law": "legal"})
 

@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from beam_pipeline.records import hashing
-from beam_pipeline.policy.rules import MAX_NESTING, RuleError, parse_condition, parse_reference
+from beam_pipeline.policy.conditions import MAX_NESTING, RuleError, parse_condition, parse_reference
 from beam_pipeline.sources.readers import BadRecord, RawRecord, iter_records
 
 HANG_SECONDS = 20  # one example running this long is a hang, whatever the machine's load

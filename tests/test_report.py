@@ -16,7 +16,11 @@ from beam_pipeline.records.hashing import stable_hash64
 from beam_pipeline.storage.layers import Layer, commit_layer, write_partition
 from beam_pipeline.report import locate, write_compare, write_report
 from beam_pipeline.report.compare import compare, compare_data
-from beam_pipeline.report.gather import SAMPLE_TEXT_CHARS, gather, stage_flow, thresholds_for, token_budget
+from beam_pipeline.report.annotation_scores import thresholds_for
+from beam_pipeline.report.drop_samples import SAMPLE_TEXT_CHARS
+from beam_pipeline.report.gather import gather
+from beam_pipeline.report.mixture import token_budget
+from beam_pipeline.report.stage_counts import stage_flow
 
 
 @pytest.fixture(scope="module")

@@ -29,8 +29,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from beam_pipeline.report import locate, plot_names, plots, write_report
-from beam_pipeline.report.gather import gather, stage_flow
+from beam_pipeline.report import locate, plot_names, plot_style, plots, write_report
+from beam_pipeline.report.gather import gather
+from beam_pipeline.report.stage_counts import stage_flow
 from tests.conftest import SAMPLE_CONFIG
 
 BUDGET = {"target_tokens": 20_000_000, "mixture": {"docs": 5, "encyclopedic": 3, "legal": 2}}
@@ -387,24 +388,24 @@ def test_every_named_section_has_its_plot_and_naming_needs_no_matplotlib():
 
 def test_no_plot_draws_labels_on_top_of_each_other_and_drop_colors_are_distinct(report):
     _, data = report
-    with plots.checking_overlaps():
+    with plot_style.checking_overlaps():
         drawn = plots.run_plots(data)
     every = [p for v in drawn.values() for p in (v if isinstance(v, list) else [v]) if p is not None]
     assert len(every) == 7 + len(data["histograms"]) - 1
     assert all(p.overlaps is not None for p in every)  # each was looked at
     assert {p.id: p.overlaps for p in every if p.overlaps} == {}
     assert plots.draw("funnel", data).overlaps is None  # a build's report does not look
-    colors = plots.palette_for(data)
+    colors = plot_style.palette_for(data)
     reasons = sorted({r for per in data["drops_by_source"].values() for r in per})
     assert len({colors("reason", r) for r in reasons}) == len(reasons)
 
 
 def test_many_drop_reasons_fold_into_other_instead_of_repeating_colors():
     names = [f"stage{i}:reason{i}" for i in range(30)]
-    shown, folded = plots.fold_categories(names, {name: i for i, name in enumerate(names)})
-    assert len(shown) == len(plots.COLORS) - 1 and len(folded) == 30 - len(shown)
+    shown, folded = plot_style.fold_categories(names, {name: i for i, name in enumerate(names)})
+    assert len(shown) == len(plot_style.COLORS) - 1 and len(folded) == 30 - len(shown)
     assert shown == names[30 - len(shown):]  # the largest keep their color, in their order
-    assert plots.fold_categories(names[:5], {}) == (names[:5], [])
+    assert plot_style.fold_categories(names[:5], {}) == (names[:5], [])
 
 
 def test_stage_flow_reads_drops_and_gates_from_the_counts():

@@ -1,4 +1,4 @@
-from beam_pipeline.policy.rules import PolicyConfig
+from beam_pipeline.policy.config import PolicyConfig
 from conftest import apply_policy
 
 
@@ -45,7 +45,8 @@ def test_each_partition_is_sorted_by_doc_id(tmp_path):
 def test_quantile_rules_rank_across_partitions_in_rule_order(tmp_path):
     """keep_top thresholds are global per group, whatever partition a document is in; the second
     quantile rule ranks only what the first one kept."""
-    from beam_pipeline.policy.rules import Plan, RuleConfig
+    from beam_pipeline.policy.config import RuleConfig
+    from beam_pipeline.policy.rules import Plan
 
     docs = [document(f"w{i:02d}", f"web text number {i} " * 2) for i in range(20)] + \
         [document(f"c{i:02d}", f"curated text number {i} " * 2, "curated") for i in range(4)]
@@ -74,7 +75,8 @@ def test_quantile_rules_rank_across_partitions_in_rule_order(tmp_path):
 def test_a_binding_floor_keeps_more_than_keep_top_would(tmp_path):
     """floor 0.4 of 20 web documents = 8 must survive less_safe, where keep_top 0.5 of the 10 that reach it
     would keep 5; curated's floor (ceil(0.4 * 4) = 2) keeps both of its survivors."""
-    from beam_pipeline.policy.rules import Plan, RuleConfig
+    from beam_pipeline.policy.config import RuleConfig
+    from beam_pipeline.policy.rules import Plan
 
     docs = [document(f"w{i:02d}", f"web text number {i} " * 2) for i in range(20)] + \
         [document(f"c{i:02d}", f"curated text number {i} " * 2, "curated") for i in range(4)]

@@ -9,7 +9,7 @@ import pytest
 
 from beam_pipeline.dedup import simhash
 from beam_pipeline.dedup.shingling import shingle_hashes
-from beam_pipeline.transforms.near_dedup import SimHashBucketFn
+from beam_pipeline.transforms.near_dedup_candidates import SimHashBucketFn
 
 WIKI = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sample", "data", "wikipedia",
                     "part-0000.parquet")

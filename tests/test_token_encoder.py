@@ -1,5 +1,6 @@
-"""The tokenize stage's encoders (beam_pipeline/transforms/token_encoder.py): the tiktoken fast path gives the ids
-``tokenizers`` gives, and tokenizers it cannot encode the same way keep ``tokenizers``."""
+"""The tokenize stage's encoders (beam_pipeline/transforms/token_encoder.py and its engine modules): the
+tiktoken fast path gives the ids ``tokenizers`` gives, and tokenizers it cannot encode the same way keep
+``tokenizers``."""
 import glob
 import json
 import os
@@ -9,7 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from beam_pipeline.transforms.token_encoder import TokenizersEncoder, load_encoder, tiktoken_incompatibility
+from beam_pipeline.transforms.tiktoken_encoder import tiktoken_incompatibility
+from beam_pipeline.transforms.token_encoder import load_encoder
+from beam_pipeline.transforms.tokenizers_encoder import TokenizersEncoder
 
 SAMPLE = os.path.join(os.path.dirname(__file__), "..", "sample")
 SAMPLE_TOKENIZER = os.path.join(SAMPLE, "tokenizer", "tokenizer.json")
@@ -161,16 +164,17 @@ def test_truncation_and_padding_are_switched_off():
 
 def test_a_fast_engine_that_disagrees_on_the_probe_is_not_used(monkeypatch):
     from beam_pipeline.transforms import token_encoder
+    from beam_pipeline.transforms.word_cache_encoder import WordCacheEncoder
 
     source = _trained("wordpiece")
     monkeypatch.setattr(token_encoder, "EDGE_PROBES", token_encoder.EDGE_PROBES + ["probe"])
-    original = token_encoder.WordCacheEncoder.encode_batch_engines
+    original = WordCacheEncoder.encode_batch_engines
 
     def wrong(self, texts):
         ids, counts, engines = original(self, texts)
         return ids + (1 if "probe" in texts else 0), counts, engines
 
-    monkeypatch.setattr(token_encoder.WordCacheEncoder, "encode_batch_engines", wrong)
+    monkeypatch.setattr(WordCacheEncoder, "encode_batch_engines", wrong)
     assert load_encoder(source).engine == "tokenizers"
 
 
@@ -210,10 +214,10 @@ def _assert_ids_of_tokenizers(encoder, source: str, batches) -> None:
 
 
 def test_sentencepiece_bpe_as_converted_takes_tiktoken_metaspace_with_the_ids_of_tokenizers():
-    from beam_pipeline.transforms.token_encoder import _metaspace_plan
+    from beam_pipeline.transforms.metaspace_encoder import metaspace_plan
 
     source = _sentencepiece_converted()
-    plan = _metaspace_plan(json.loads(source))
+    plan = metaspace_plan(json.loads(source))
     assert not isinstance(plan, str)
     encoder = load_encoder(source)
     assert encoder.engine == "tiktoken:metaspace"
@@ -248,31 +252,31 @@ def _second_split(spec: dict, to_the_end: bool) -> None:
                                                "prepend_scheme": "always", "split": True}), "SentencePiece-style"),
 ])
 def test_sentencepiece_bpe_tiktoken_would_encode_differently_is_not_planned(change, reason):
-    from beam_pipeline.transforms.token_encoder import _metaspace_plan
+    from beam_pipeline.transforms.metaspace_encoder import metaspace_plan
 
     spec = json.loads(_sentencepiece_converted())
     change(spec)
-    assert reason in _metaspace_plan(spec)
+    assert reason in metaspace_plan(spec)
 
 
 def test_sentencepiece_bpe_trained_by_tokenizers_keeps_the_word_cache():
-    from beam_pipeline.transforms.token_encoder import _metaspace_plan
+    from beam_pipeline.transforms.metaspace_encoder import metaspace_plan
 
     source = _trained("sentencepiece-bpe")  # one merge per piece: tiktoken could merge another split
-    assert "not a merge" in _metaspace_plan(json.loads(source))
+    assert "not a merge" in metaspace_plan(json.loads(source))
     assert load_encoder(source).engine == "word-cache:metaspace"
 
 
 def test_tiktoken_metaspace_that_disagrees_on_the_probe_is_not_used(monkeypatch):
-    from beam_pipeline.transforms import token_encoder
+    from beam_pipeline.transforms.metaspace_encoder import MetaspaceTiktokenEncoder
 
-    original = token_encoder.MetaspaceTiktokenEncoder._ranks
+    original = MetaspaceTiktokenEncoder._ranks
 
     def wrong(self, text):  # reversed on the texts of several lines (the probe's, among others)
         ranks = original(self, text)
         return ranks[::-1].copy() if ranks is not None and text.count("\n") > 100 else ranks
 
-    monkeypatch.setattr(token_encoder.MetaspaceTiktokenEncoder, "_ranks", wrong)
+    monkeypatch.setattr(MetaspaceTiktokenEncoder, "_ranks", wrong)
     assert load_encoder(_sentencepiece_converted()).engine == "word-cache:metaspace"
 
 
@@ -310,6 +314,28 @@ def test_a_kept_verdict_picks_the_probed_engine_without_probing_again(tmp_path, 
     texts = sample_texts()[:200] + EDGE_CASES
     assert all(np.array_equal(a, b) for a, b in zip(first.encode_batch(texts), second.encode_batch(texts)))
     assert [p.name for p in tmp_path.iterdir()] == [f"{probe_verdict_key(source)}.json"]  # no temporary left
+
+
+def test_the_verdict_key_follows_the_code_of_every_engine_module(tmp_path, monkeypatch):
+    """Each engine lives in a module of its own (tiktoken_encoder.py, word_cache_encoder.py, ...): an edit of
+    any of them, as of token_encoder.py, is a new key, so a new probe."""
+    import sys
+
+    from beam_pipeline.transforms import token_encoder
+    from beam_pipeline.transforms.tiktoken_encoder import TiktokenEncoder
+
+    engines = (TokenizersEncoder, TiktokenEncoder, token_encoder.WordCacheEncoder,
+               token_encoder.MetaspaceTiktokenEncoder)
+    assert {sys.modules[engine.__module__] for engine in engines} == set(token_encoder.ENGINE_MODULES)
+    source = open(SAMPLE_TOKENIZER, encoding="utf-8").read()
+    key = token_encoder.probe_verdict_key(source)
+    for module in (token_encoder, *token_encoder.ENGINE_MODULES):
+        edited = tmp_path / f"{module.__name__}.py"
+        edited.write_bytes(open(module.__file__, "rb").read() + b"# edited\n")
+        monkeypatch.setattr(module, "__file__", str(edited))
+        assert token_encoder.probe_verdict_key(source) != key, module.__name__
+        monkeypatch.undo()
+    assert token_encoder.probe_verdict_key(source) == key
 
 
 def test_a_verdict_is_kept_per_tokenizer_and_a_bad_one_means_a_new_probe(tmp_path, monkeypatch):

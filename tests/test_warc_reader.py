@@ -10,7 +10,8 @@ import zlib
 import pytest
 
 from beam_pipeline.sources.readers import BadRecord
-from beam_pipeline.web.warc import Capture, iter_captures, plan_splits, sniff
+from beam_pipeline.web.archive_streams import plan_splits, sniff
+from beam_pipeline.web.warc import Capture, iter_captures
 from web_fixtures import cdx_rows, cut_record_in_member, edit_member, pywb_dir  # noqa: F401  (pytest fixture)
 
 

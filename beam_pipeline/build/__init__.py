@@ -1,6 +1,8 @@
 """One build: a config in, one Beam job, a dataset out (docs/layout.md).
 
-* ``corpus_build``  :class:`~beam_pipeline.build.corpus_build.CorpusBuild`: the stage graph, resume, commit
+* ``corpus_build``  :class:`~beam_pipeline.build.corpus_build.CorpusBuild`: the stages in order, resume, the job's runs
+* ``build_graph``   :class:`~beam_pipeline.build.build_graph.BuildGraph`: each layer reused or computed and committed
+* ``stage_failure`` a failed job's message: the stage and the root cause
 * ``launcher``      the Flex Template's entry (``python -m beam_pipeline.build.launcher``)
 * ``progress``      the build's progress line and its record balance
 * ``code_version``  a stage's version from the code it runs (part of every layer key)

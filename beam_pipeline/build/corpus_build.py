@@ -24,6 +24,12 @@ counts did not balance (a runner lost or repeated records; the commit step
 refuses, the job fails) runs again with the layers committed so far reused, up
 to ``--max_stage_attempts`` times. ``docs/decisions.md`` ("One Beam job per
 build") has the reasons and the costs.
+
+The graph itself (reuse or compute, write, commit) is
+:class:`~beam_pipeline.build.build_graph.BuildGraph`; a failed job's message
+(the stage, the root cause) is made in :mod:`beam_pipeline.build.stage_failure`.
+This module holds the build: the snapshot, the stages in order, the runs of
+the job, and what the build did.
 """
 
 from __future__ import annotations
@@ -32,7 +38,6 @@ import dataclasses
 import functools
 import json
 import math
-import re
 import time
 from typing import Callable
 
@@ -42,14 +47,21 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 
 from beam_pipeline.build import stage_seconds
-from beam_pipeline.build.code_version import stage_version
+from beam_pipeline.build.build_graph import BuildGraph
 from beam_pipeline.build.progress import BuildProgress, is_local_direct
+from beam_pipeline.build.stage_failure import (
+    StageFailed,
+    failed_stage,
+    retryable,
+    root_cause,
+    stage_labels,
+    stage_named,
+)
 from beam_pipeline.config.corpus import CorpusConfig
 from beam_pipeline.options.shared_views import SharedViewOptions
-from beam_pipeline.records.accounting import COUNTS, DEAD_LETTER, LOST_IN_JOIN, RECORDS_LOST
+from beam_pipeline.records.accounting import DEAD_LETTER
 from beam_pipeline.records.hashing import digest_json
 from beam_pipeline.scoring import cascade
-from beam_pipeline.scoring.cascade import ReselectError
 from beam_pipeline.sources.snapshot import (
     check_sources_match,
     check_unchanged,
@@ -58,39 +70,13 @@ from beam_pipeline.sources.snapshot import (
     take_snapshot,
 )
 from beam_pipeline.storage import schemas
-from beam_pipeline.storage.layers import Layer, join, layer_key, read_bytes
+from beam_pipeline.storage.layers import Layer, join, read_bytes
 from beam_pipeline.storage.manifest import MANIFEST, dataset_path
 from beam_pipeline.transforms import exact_dedup, ingest, publish, select, tokenize_shard
 from beam_pipeline.transforms.gate import DocumentPartitions
-from beam_pipeline.transforms.layer_io import (
-    TASK_RECORDS,
-    WRITTEN,
-    CommitLayer,
-    Committed,
-    LayerSpec,
-    PartitionInputs,
-    WriteLayerOutput,
-    WrittenPartitions,
-    dead_letter_order,
-)
+from beam_pipeline.transforms.layer_io import PartitionInputs
 from beam_pipeline.transforms.stage_plan import LayerRef, StagePlan
-from beam_pipeline.transforms.task_ledger import TaskLedger, clear_uncommitted, discard_task_records, reuse_summary
-
-_ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception|RecordsLost): ")
-
-
-class StageFailed(RuntimeError):
-    """The build's job failed; the message names the stage and the root cause where known.
-
-    ``layers``: the layers of the failed stage(s) (their dead letters are kept for inspection)."""
-
-    layers: list = []
-    stage: str | None = None  # the stage (or ``a+b`` of a fused pass) whose step failed, if known
-
-
-def failed_stage_name(failure: BaseException) -> str | None:
-    """The stage a failure names (:attr:`StageFailed.stage`), if any."""
-    return getattr(failure, "stage", None)
+from beam_pipeline.transforms.task_ledger import clear_uncommitted, discard_task_records, reuse_summary
 
 
 @dataclasses.dataclass
@@ -117,226 +103,6 @@ class BuildResult:
     report_path: str | None
     stages: list[StageOutcome]
     manifest: dict
-
-
-# --- the graph ------------------------------------------------------------------------------------
-
-
-def with_code_version(plan: StagePlan) -> StagePlan:
-    """The plan with its version followed by the digest of the stage's code and libraries
-    (:mod:`beam_pipeline.build.code_version`): editing a stage's code gives its layer a new key."""
-    return dataclasses.replace(plan, version=stage_version(plan.stage, plan.version))
-
-
-def title(stage: str) -> str:
-    """A stage's label in the job graph: ``exact_dedup`` -> ``ExactDedup``."""
-    return "".join(part.title() for part in stage.split("_"))
-
-
-class BuildGraph:
-    """The one job of a build, stage by stage: each layer reused (complete) or computed and committed."""
-
-    def __init__(
-        self,
-        pipeline: beam.Pipeline,
-        root: str,
-        partitions: int,
-        max_dead_letter_fraction: float,
-        log: Callable[[str], None] = print,
-        allowed: tuple[str, ...] | None = None,
-    ):
-        self.pipeline = pipeline
-        self.root = root
-        self.partitions = partitions
-        self.max_dead_letter_fraction = max_dead_letter_fraction
-        self.log = log
-        self.inputs_of: dict[str, list[str]] = {}  # stage -> the stages of this job it reads (progress totals)
-        self.allowed = allowed  # stages that may be computed (re-selection); None: any
-        self.refs: list[LayerRef] = []
-        self.groups: dict[str, list[str]] = {}  # label of a pass that computes several layers -> their stages
-
-    @property
-    def computed(self) -> list[str]:
-        return [ref.stage for ref in self.refs if not ref.reused]
-
-    def layer_of(self, plan: StagePlan) -> Layer:
-        # The partition count is part of the key: a layer of another layout is never reused.
-        key = layer_key(
-            plan.stage,
-            plan.version,
-            plan.config,
-            [f"{k}={v}" for k, v in plan.input_keys().items()] + [f"partitions={self.partitions}"],
-        )
-        return Layer(self.root, plan.stage, key)
-
-    def reused(self, plan: StagePlan, layer: Layer) -> LayerRef | None:
-        """The layer's ref if it is complete (an element naming it in the graph), else None."""
-        if not layer.is_complete():
-            return None
-        ledger = layer.ledger()
-        committed = self.pipeline | f"{title(plan.stage)}Reused" >> beam.Create(
-            [Committed(plan.stage, layer.key, ledger, True)]
-        )
-        ref = LayerRef(plan.stage, layer, plan.version, plan.config, self.partitions, committed, True)
-        self.refs.append(ref)
-        return ref
-
-    def stage(self, plan: StagePlan, expand: Callable) -> LayerRef:
-        """Reuse the stage's layer if complete, else add its transforms and its commit to the graph.
-
-        ``expand(pbegin, layer)`` adds the stage's transforms and returns what
-        they produce: ``{output: PCollection[row] | WrittenPartitions,
-        "dead_letter": PCollection[row] (optional), "counts": PCollection or tuple
-        of PCollections of counts, "written": what else the stage's tasks write
-        (optional, waited for)}``. Rows of an output are written by
-        :class:`WriteLayerOutput`; the commit waits for all of it.
-        """
-        plan = with_code_version(plan)
-        layer = self.layer_of(plan)
-        ref = self.reused(plan, layer)
-        if ref is not None:
-            return ref
-        self._check_allowed(plan.stage)
-        committed = self.pipeline | title(plan.stage) >> StageTransform(self._spec(plan, layer), expand)
-        ref = LayerRef(plan.stage, layer, plan.version, plan.config, self.partitions, committed, False)
-        self.refs.append(ref)
-        return ref
-
-    def stage_group(self, plans: list[StagePlan], label: str, expand: Callable) -> list[LayerRef]:
-        """Several layers made by one pass over the data (the fused scorers), each committed on its own.
-
-        ``plans`` are resolved in order; a plan's inputs may name the refs of the
-        plans before it through :func:`~StagePlan` factories: each element of
-        ``plans`` may be a callable ``(refs so far) -> StagePlan``. The first
-        layer that is not complete, and every one after it, are computed by
-        ``expand(pbegin, [(plan, layer), ...] to compute, refs of the complete ones)``,
-        which returns ``{stage: produced}`` (see :meth:`stage`).
-        """
-        refs: list[LayerRef] = []
-        pending: list[tuple[StagePlan, Layer]] = []
-        for make in plans:
-            plan = with_code_version(make(refs) if callable(make) else make)
-            layer = self.layer_of(plan)
-            ref = None if pending else self.reused(plan, layer)
-            if ref is None:
-                self._check_allowed(plan.stage)
-                # a placeholder until the group's pass exists: later plans only need its key
-                ref = LayerRef(plan.stage, layer, plan.version, plan.config, self.partitions, None, False)
-                pending.append((plan, layer))
-            refs.append(ref)
-        if not pending:
-            return refs
-        self.groups[label] = [plan.stage for plan, _ in pending]
-        produced = self.pipeline | label >> _GroupPass(expand, pending, [r for r in refs if r.reused])
-        for plan, layer in pending:
-            ref = next(r for r in refs if r.stage == plan.stage)
-            ref.committed = self.pipeline | f"{title(plan.stage)}Commit" >> _CommitProduced(
-                self._spec(plan, layer), produced[plan.stage]
-            )
-            self.refs.append(ref)
-        return refs
-
-    def _spec(self, plan: StagePlan, layer: Layer) -> LayerSpec:
-        self.inputs_of[plan.stage] = [v.stage for v in plan.inputs.values() if isinstance(v, LayerRef)]  # progress
-        return LayerSpec(
-            layer=layer,
-            version=plan.version,
-            config=plan.config,
-            inputs=plan.input_keys(),
-            outputs=dict(plan.outputs),
-            partitions=self.partitions,
-            rows_match=dict(plan.rows_match),
-            max_dead_letter_fraction=self.max_dead_letter_fraction,
-            finalize=plan.finalize,
-        )
-
-    def _check_allowed(self, stage: str) -> None:
-        if self.allowed is not None and stage not in self.allowed:
-            raise ReselectError(
-                f"re-selection would have to run {stage}: its layer for this config does not exist, so the config "
-                f"changed in more than the policy (or the layers were deleted); use `run`"
-            )
-
-
-class StageTransform(beam.PTransform):
-    """pbegin -> PCollection[Committed]: a stage's transforms, the writers of its outputs, its commit."""
-
-    def __init__(self, spec: LayerSpec, expand: Callable):
-        super().__init__()
-        self._spec = spec
-        self._expand = expand
-
-    def expand(self, pbegin):
-        return commit_produced(self._spec, self._expand(pbegin, self._spec.layer))
-
-
-class _GroupPass(beam.PTransform):
-    """pbegin -> {stage: produced} of several layers made by one pass (:meth:`BuildGraph.stage_group`)."""
-
-    def __init__(self, expand: Callable, pending: list, reused: list):
-        super().__init__()
-        self._expand = expand
-        self._pending = pending
-        self._reused = reused
-
-    def expand(self, pbegin):
-        return self._expand(pbegin, self._pending, self._reused)
-
-
-class _CommitProduced(beam.PTransform):
-    """pbegin -> PCollection[Committed]: a stage's produced rows and partitions written, its dead letters
-    written, all committed. ``produced``: see :meth:`BuildGraph.stage` (collections made elsewhere in
-    the job: this composite only adds the writers and the commit)."""
-
-    def __init__(self, spec: LayerSpec, produced: dict):
-        super().__init__()
-        self._spec = spec
-        self._produced = produced
-
-    def expand(self, pbegin):
-        return commit_produced(self._spec, self._produced)
-
-
-def commit_produced(spec: LayerSpec, produced: dict):
-    """Write what a stage produced (rows through :class:`WriteLayerOutput`; partitions its tasks wrote
-    as they are) and commit the layer: PCollection[Committed]."""
-    if TASK_RECORDS in produced:  # one collection: each partition's sidecars, counts and dead letters
-        return {TASK_RECORDS: produced[TASK_RECORDS]} | "Commit" >> CommitLayer(spec)
-    sidecars = {}
-    for name, schema in spec.outputs.items():
-        value = produced.get(name)
-        if value is None:
-            if name == DEAD_LETTER:
-                continue
-            raise ValueError(f"stage {spec.layer.stage} produced no {name!r} output")
-        if isinstance(value, WrittenPartitions):
-            sidecars[name] = value.sidecars
-        else:
-            sidecars[name] = value | f"Write_{name}" >> WriteLayerOutput(
-                spec.output_directory(name),
-                schema,
-                spec.output_partitions(name),
-                # dead letters: one partition outside the layer's folder, computed again with the stage
-                **(
-                    _DEAD_LETTER_LAYOUT
-                    if name == DEAD_LETTER
-                    else {"ledger": TaskLedger(spec.layer.path, spec.partitions, name)}
-                ),
-            )
-    waits = {COUNTS: _flattened(produced[COUNTS], "AllCounts")}
-    if WRITTEN in produced:
-        waits[WRITTEN] = _flattened(produced[WRITTEN], "AllWritten")
-    outputs = {name: schema for name, schema in spec.outputs.items() if name in sidecars}
-    return {**sidecars, **waits} | "Commit" >> CommitLayer(dataclasses.replace(spec, outputs=outputs))
-
-
-def _flattened(collections, label: str):
-    if isinstance(collections, (tuple, list)):
-        return tuple(collections) | label >> beam.Flatten()
-    return collections
-
-
-_DEAD_LETTER_LAYOUT = {"sort_key": dead_letter_order, "partition_key": lambda row: row["file"] or ""}
 
 
 # --- the build --------------------------------------------------------------------------------------
@@ -399,13 +165,13 @@ class CorpusBuild:
                 self._run_job(graph, progress)
                 break
             except StageFailed as err:
-                if not _retryable(str(err)) or attempt == attempts_allowed:
+                if not retryable(str(err)) or attempt == attempts_allowed:
                     raise
                 for ref in graph.refs:
                     if not ref.layer.is_complete():
                         discard_task_records(ref.layer)  # what a task counted may not be what it wrote
                 self.log(
-                    f"[{_stage_named(str(err)) or 'build'}] WARNING: attempt {attempt} of {attempts_allowed}: "
+                    f"[{stage_named(str(err)) or 'build'}] WARNING: attempt {attempt} of {attempts_allowed}: "
                     f"{err}. Nothing uncommitted is kept; the job runs again and reuses the layers "
                     f"committed so far."
                 )
@@ -621,7 +387,7 @@ class CorpusBuild:
                     )
                 ),
             )
-        from beam_pipeline.transforms import near_dedup
+        from beam_pipeline.transforms import near_dedup, near_dedup_groups
 
         previous = [
             near_dedup.resolve_against(self.root, entry, config.near_dedup) for entry in config.near_dedup.against
@@ -647,7 +413,7 @@ class CorpusBuild:
                 previous,
                 layer.path,
                 after=after,
-                estimated_documents=near_dedup.estimated_documents(self.input_bytes),
+                estimated_documents=near_dedup_groups.estimated_documents(self.input_bytes),
             ),
         )
 
@@ -735,63 +501,3 @@ def partition_count(input_bytes: int, target_partition_bytes: int, min_partition
     """
     per_target = math.ceil(input_bytes / target_partition_bytes)
     return max(1, math.ceil(per_target / min_partitions)) * min_partitions
-
-
-def root_cause(err: BaseException) -> str:
-    """The innermost ``SomeError: message`` line of a (runner-wrapped) exception, in the user's terms
-    (:func:`user_terms`)."""
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    causes = [line for line in lines if _ERROR_LINE.match(line)]
-    return user_terms(causes[-1] if causes else (lines[-1] if lines else type(err).__name__))[:4000]
-
-
-_BEAM_STEP = re.compile(r"\s*\[while running '[^']*'\]")
-_ERROR_PREFIX = re.compile(
-    r"^(?P<module>[a-z_][\w]*(?:\.[a-z_][\w]*)*\.)?(?P<name>\w*(?:Error|Exception|RecordsLost)): "
-)
-
-
-def user_terms(cause: str) -> str:
-    """A runner's error line without what only Beam knows: no ``[while running '<step path>']``, no
-    wrapping exception (``RuntimeError: OSError: ...`` -> ``OSError: ...``), no class path of the
-    project's own errors (their messages are written for the user: the stage, the file, what to do),
-    other classes by their name only."""
-    cause = _BEAM_STEP.sub("", cause).strip()
-    while True:
-        match = _ERROR_PREFIX.match(cause)
-        if match is None:
-            return cause
-        rest = cause[match.end() :]
-        if _ERROR_PREFIX.match(rest) or (match.group("module") or "").startswith("beam_pipeline."):
-            cause = rest
-            continue
-        return f"{match.group('name')}: {rest}"
-
-
-def stage_labels(graph: BuildGraph) -> dict[str, str]:
-    """Top-level label of a step in the job -> its stage (or stages, joined by "+")."""
-    labels = {title(ref.stage): ref.stage for ref in graph.refs}
-    labels.update({f"{title(ref.stage)}Commit": ref.stage for ref in graph.refs})
-    labels.update({label: "+".join(stages) for label, stages in graph.groups.items()})
-    labels["Publish"] = "publish"
-    return labels
-
-
-def failed_stage(message: str, graph: BuildGraph) -> str | None:
-    """The stage whose step failed, from the runner's "while running '<step>'" (None if unknown)."""
-    labels = stage_labels(graph)
-    for step in re.findall(r"while running '([^']+)'", message):
-        stage = labels.get(step.split("/", 1)[0])
-        if stage:
-            return stage
-    return _stage_named(message)
-
-
-def _retryable(message: str) -> bool:
-    """A failure the data cannot cause: the runner lost or repeated records (accounting.RecordsLost)."""
-    return RECORDS_LOST in message or LOST_IN_JOIN in message
-
-
-def _stage_named(message: str) -> str | None:
-    match = re.search(r"\bstage (\w+)", message)
-    return match.group(1) if match else None

@@ -37,7 +37,8 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipeline import errors
-from beam_pipeline.build.corpus_build import CorpusBuild, StageFailed
+from beam_pipeline.build.corpus_build import CorpusBuild
+from beam_pipeline.build.stage_failure import StageFailed
 from beam_pipeline.cli import arrivals as arrivals_commands
 from beam_pipeline.cli import fast_exit, full_disk, usage
 from beam_pipeline.cli import scoring as scoring_commands

@@ -84,7 +84,7 @@ def _line_based(path: str | None) -> bool:
 
 def stop_message(failure) -> list[str]:
     """Lines after a failed build's error: for each failed layer with dead letters, where they are and
-    the first few (``build.StageFailed.layers``)."""
+    the first few (``stage_failure.StageFailed.layers``)."""
     lines = []
     for layer in getattr(failure, "layers", []) or []:
         for folder in folders(layer.root, layer.stage, layer.key):

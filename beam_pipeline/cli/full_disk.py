@@ -107,7 +107,7 @@ def message(root: str, stage: str | None, committed: list[str], input_bytes: int
 def error(build, failure: BaseException):
     """The :class:`~beam_pipeline.errors.UserError` (exit 4) of a build (``CorpusBuild`` or None) that
     failed on a full disk."""
-    from beam_pipeline.build.corpus_build import failed_stage_name
+    from beam_pipeline.build.stage_failure import failed_stage_name
     from beam_pipeline.errors import EXIT_NOT_WRITABLE, UserError
 
     root = getattr(build, "root", None) or getattr(failure, "filename", None) or "."

@@ -6,5 +6,5 @@
 * ``landing``  the landing job's section (arrivals)
 
 A detector's or a rule's own section lives beside it (``dedup/config.py``,
-``policy/rules.py``) and is assembled here.
+``policy/config.py``) and is assembled here.
 """

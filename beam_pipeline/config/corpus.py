@@ -49,7 +49,7 @@ from beam_pipeline.dedup.config import (
     ExactDedupConfig,
     NearDedupConfig,
 )
-from beam_pipeline.policy.rules import PolicyConfig, expand_policy_file
+from beam_pipeline.policy.config import PolicyConfig, expand_policy_file
 from beam_pipeline.records.hashing import digest_json
 from beam_pipeline.records.record_types import field_path_problem
 from beam_pipeline.storage.paths import has_scheme, portable_paths, resolve_path

@@ -247,7 +247,8 @@ def resolved_stages(stages: list[str], exact_enabled: bool, near_enabled: bool) 
 
 def check_scoring(config) -> None:
     """Cross-section checks of a :class:`CorpusConfig` (raises ValueError with the fields named)."""
-    from beam_pipeline.policy.rules import BASE_LAYERS, check_rules, floor_problems
+    from beam_pipeline.policy.conditions import BASE_LAYERS
+    from beam_pipeline.policy.config import check_rules, floor_problems
 
     stages = [s for s in config.cascade.stages if s not in DEDUP_STAGES]
     policy = config.policy
@@ -302,7 +303,7 @@ def check_scoring(config) -> None:
 def _definition_problems(rule, config) -> list[str]:
     """A rule reading heuristics columns of a definition that heuristics.definitions leaves out."""
     from beam_pipeline.filters.heuristics import definition_of
-    from beam_pipeline.policy.rules import parse_condition, references
+    from beam_pipeline.policy.conditions import parse_condition, references
 
     if rule.drop_if is not None:
         refs = references(parse_condition(rule.drop_if).tree)

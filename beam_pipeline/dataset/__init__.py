@@ -1,7 +1,8 @@
 """The consumer side of a built dataset: checks, exports and questions asked of it.
 
 ``docs/format.md`` is the contract these read. The training loader itself is
-:mod:`beam_pipeline.dataset.loader`.
+:mod:`beam_pipeline.dataset.loader` (its lane plan and state: :mod:`.lanes`; its
+PyTorch adapter: :mod:`.torch_dataset`).
 
 * :mod:`.verify`         recompute every digest and the Merkle root; name mismatches
 * :mod:`.megatron`       export to the Megatron-LM indexed dataset (.bin/.idx, MMIDIDX)

@@ -1,8 +1,11 @@
 """Training-side loader: fixed-length token sequences from a published dataset.
 
 Reads the manifest and memory-maps the shard ``.bin`` files with numpy; needs
-neither Beam nor torch (``TorchTokenDataset`` exists when torch is installed).
-Local files only. See "Loader" in ``docs/format.md`` for the state format.
+neither Beam nor torch (``TorchTokenDataset``, in ``dataset/torch_dataset.py``,
+exists when torch is installed). Local files only. See "Loader" in
+``docs/format.md`` for the state format. The rules below are computed by the
+pure functions of ``dataset/lanes.py`` (shard order, lane plan, mixture draw,
+state merging); :class:`TokenLoader` walks their plan and reads the shards.
 
 What a rank reads in an epoch is a pure function of (dataset_id, seed, epoch,
 world size, mixture config) and of the consumption recorded in a loaded state:
@@ -19,9 +22,9 @@ world size, mixture config) and of the consumption recorded in a loaded state:
   of ``world_size * workers``. Per pool, the not-yet-consumed pieces
   ``(shard, v_start, v_end)`` of pass 0 in shard order, then of pass 1, ...,
   are cut into consecutive runs whose sizes differ by at most one, lane 0
-  first (:func:`plan_lanes`), so every lane and every rank gets the same
-  number of sequences within one, also after a world-size change. A lane
-  reads its run in order.
+  first (:func:`~beam_pipeline.dataset.lanes.plan_lanes`), so every lane and
+  every rank gets the same number of sequences within one, also after a
+  world-size change. A lane reads its run in order.
 * **mixture**: at local step ``s`` lane ``l`` draws a pool with probability
   proportional to its weight among the pools it has not exhausted,
   using ``u = stable_hash64(seed, "mixture", epoch, l, s // run_length) / 2**64``
@@ -35,45 +38,46 @@ The state (:meth:`TokenLoader.state_dict`) records, per shard, which virtual
 sequences have been consumed (ranges, and their count), the lane layout and
 each lane's step. Loading a lane's own state on the same world size and
 workers resumes exactly where it stopped. To resume on a different world size
-or number of workers, merge the states of all ranks (:func:`merge_states`):
-every new rank gets the same merged state, the remaining sequences are laid
-out again with the rule above, and no sequence of the epoch is repeated or
-skipped. :class:`TorchTokenDataset` (with torch) serves one rank to a
-``torch.utils.data.DataLoader`` with worker processes and resumes it exactly
-(docs/format.md, "In a torch training loop").
+or number of workers, merge the states of all ranks
+(:func:`~beam_pipeline.dataset.lanes.merge_states`): every new rank gets the
+same merged state, the remaining sequences are laid out again with the rule
+above, and no sequence of the epoch is repeated or skipped.
+:class:`~beam_pipeline.dataset.torch_dataset.TorchTokenDataset` (with torch)
+serves one rank to a ``torch.utils.data.DataLoader`` with worker processes and
+resumes it exactly (docs/format.md, "In a torch training loop").
 """
 
 from __future__ import annotations
 
 import bisect
 import dataclasses
-import functools
 import json
 import math
 import os
-from typing import Iterable, Iterator
+from typing import Iterator
 
 import numpy as np
 
-from beam_pipeline.records.hashing import digest_json, stable_hash64
+from beam_pipeline.dataset.lanes import (
+    STATE_FORMAT,
+    LoaderError,
+    StateMismatchError,
+    complement,
+    consumed_entries,
+    mixture_draw,
+    pick_pool,
+    plan_lanes,
+    union,
+    upgrade_state,
+)
+from beam_pipeline.records.hashing import digest_json
 
-STATE_FORMAT = 2  # format 1 (one lane per rank, "ranks" instead of "lanes") is read too
 ALL = "*"  # the pool holding every shard when no mixture is given
 SUPERSEDED_BY = "SUPERSEDED_BY"  # written into an old dataset folder by a takedown
 MANIFEST = "manifest.json"
 #: Steps per mixture draw (seed 000, R5): a lane reads this many consecutive sequences of one bucket, then draws
 #: again. Why 8 and not 1: docs/decisions.md, "The loader's mixture draws per run of steps".
 DEFAULT_RUN_LENGTH = 8
-
-Piece = list  # [shard name, v_start, v_end): a run of virtual sequence indexes of one shard
-
-
-class LoaderError(ValueError):
-    """The dataset, the arguments or a state cannot be used."""
-
-
-class StateMismatchError(LoaderError):
-    """A state that belongs to another dataset, seed, or layout."""
 
 
 class SupersededDatasetError(LoaderError):
@@ -162,180 +166,6 @@ class _Shard:
             (starts[first:last] - lo).astype(np.int32),
             int(min(self.seq_len, max(0, self.tokens - lo))),
         )
-
-
-# --- pure planning functions ----------------------------------------------------
-
-
-def shard_order(names: Iterable[str], *, dataset_id: str, seed: int, epoch: int, repeat: int = 0) -> list[str]:
-    """Shards in the order of pass ``repeat`` of ``epoch``: a pure function of its arguments."""
-    return sorted(names, key=lambda n: (stable_hash64(seed, "shard-order", dataset_id, epoch, repeat, n), n))
-
-
-def complement(ranges: list[list[int]], lo: int, hi: int) -> list[list[int]]:
-    """Sub-ranges of [lo, hi) not covered by sorted disjoint ``ranges``."""
-    out, cursor = [], lo
-    for a, b in ranges:
-        if b <= cursor:
-            continue
-        if a >= hi:
-            break
-        if a > cursor:
-            out.append([cursor, a])
-        cursor = max(cursor, b)
-    if cursor < hi:
-        out.append([cursor, hi])
-    return out
-
-
-def union(*range_lists: list[list[int]]) -> list[list[int]]:
-    """Sorted, merged union of ranges ``[a, b)``."""
-    merged: list[list[int]] = []
-    for a, b in sorted(r for ranges in range_lists for r in ranges if r[1] > r[0]):
-        if merged and a <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], b)
-        else:
-            merged.append([a, b])
-    return merged
-
-
-def plan_lanes(
-    pools: dict[str, list[tuple[str, int, int]]],
-    consumed: dict[str, list[list[int]]],
-    *,
-    dataset_id: str,
-    seed: int,
-    epoch: int,
-    world_size: int,
-    workers: int = 1,
-) -> dict[str, list[list[Piece]]]:
-    """{pool: [lane 0, ..., lane L-1]}, ``L = world_size * workers``; pools map to (shard, sequences, repeats).
-
-    The lane of worker ``k`` of rank ``r`` is ``r * workers + k``. A pool's
-    unconsumed pieces, pass after pass (each pass in its shard order), are cut
-    into ``L`` consecutive runs, lane 0 first, whose sizes differ by at most
-    one. The runs that get the one more sequence go round the lanes in the
-    order worker 0 of every rank, then worker 1 of every rank, ..., and the
-    round goes on from pool to pool (in pool name order): every lane's total
-    and every rank's total differ from the others' by at most one sequence, so
-    ranks kept in step lose at most one step of the epoch.
-    """
-    lanes_n = world_size * workers
-    extra_order = [rank * workers + k for k in range(workers) for rank in range(world_size)]
-    offset = 0
-    lanes = {}
-    for pool, shards in sorted(pools.items()):
-        size = {name: n for name, n, _ in shards}
-        pieces = [
-            [name, a, b]
-            for p in range(max((r for _, _, r in shards), default=0))
-            for name in shard_order(
-                [name for name, _, r in shards if r > p], dataset_id=dataset_id, seed=seed, epoch=epoch, repeat=p
-            )
-            for a, b in complement(consumed.get(name, []), p * size[name], (p + 1) * size[name])
-        ]
-        base, extra = divmod(sum(b - a for _, a, b in pieces), lanes_n)
-        longer = {extra_order[(offset + i) % lanes_n] for i in range(extra)}
-        offset = (offset + extra) % lanes_n
-        lanes[pool] = cut_pieces(pieces, [base + (lane in longer) for lane in range(lanes_n)])
-    return lanes
-
-
-def cut_pieces(pieces: list[Piece], sizes: list[int]) -> list[list[Piece]]:
-    """Consecutive runs of ``sizes[i]`` sequences of ``pieces`` (which hold ``sum(sizes)``), pieces split as needed."""
-    runs, queue, at = [], [list(p) for p in pieces], 0
-    for size in sizes:
-        run = []
-        while size > 0:
-            name, a, b = queue[at]
-            take = min(size, b - a)
-            run.append([name, a, a + take])
-            size -= take
-            if a + take == b:
-                at += 1
-            else:
-                queue[at] = [name, a + take, b]
-        runs.append(run)
-    return runs
-
-
-def mixture_draw(seed: int, epoch: int, rank: int, block: int) -> float:
-    """The uniform number in [0, 1) that picks the pool of block ``step // run_length``."""
-    return stable_hash64(seed, "mixture", epoch, rank, block) / 2.0**64
-
-
-def pick_pool(u: float, weights: list[tuple[str, float]]) -> str:
-    """The pool whose cumulative weight interval (in the given order) holds ``u * total``."""
-    total = sum(w for _, w in weights)
-    target, acc = u * total, 0.0
-    for pool, w in weights:
-        acc += w
-        if target < acc:
-            return pool
-    return weights[-1][0]
-
-
-def natural_mixture(manifest: dict, repeats: dict[str, int] | None = None) -> dict[str, float]:
-    """Weights proportional to each bucket's tokens times its repeats: every bucket ends together."""
-    repeats = repeats or {}
-    weights: dict[str, float] = {}
-    for shard in manifest["shards"]:
-        weights[shard["domain"]] = weights.get(shard["domain"], 0.0) + shard["tokens"] * repeats.get(shard["domain"], 1)
-    return weights
-
-
-def merge_states(states: list[dict]) -> dict:
-    """One state from the states of several lanes (ranks, workers) of the same run: the union of their consumption."""
-    if not states:
-        raise LoaderError("merge_states needs at least one state")
-    states = [upgrade_state(s) for s in states]
-    first = states[0]
-    for state in states[1:]:
-        for field in ("format", "dataset_id", "seed", "epoch", "world_size", "workers"):
-            if state[field] != first[field]:
-                raise StateMismatchError(
-                    f"cannot merge states with different {field}: {first[field]} vs {state[field]}"
-                )
-        if state["layout"]["key"] != first["layout"]["key"] or state["layout"]["lanes"] != first["layout"]["lanes"]:
-            raise StateMismatchError("cannot merge states with different lane layouts")
-    consumed: dict[str, list[list[int]]] = {}
-    for state in states:
-        for shard, entry in state["consumed"].items():
-            consumed[shard] = union(consumed.get(shard, []), entry["ranges"])
-    steps: dict[str, int] = {}
-    batches: dict[str, int] = {}
-    for state in states:
-        for lane, step in state["steps"].items():
-            steps[lane] = max(step, steps.get(lane, 0))
-        for lane, n in state.get("batches", {}).items():
-            batches[lane] = max(n, batches.get(lane, 0))
-    merged = {
-        **first,
-        "lanes": sorted({lane for s in states for lane in s["lanes"]}),
-        "steps": dict(sorted(steps.items(), key=lambda kv: int(kv[0]))),
-        "consumed": _consumed_entries(consumed),
-    }
-    if batches:
-        merged["batches"] = dict(sorted(batches.items(), key=lambda kv: int(kv[0])))
-    return merged
-
-
-def upgrade_state(state: dict) -> dict:
-    """A state of format 1 (one lane per rank: ``ranks``) in format 2 (``workers`` lanes per rank: ``lanes``)."""
-    if state.get("format") == 1:
-        state = {k: v for k, v in state.items() if k != "ranks"}
-        return {**state, "format": STATE_FORMAT, "workers": 1, "lanes": sorted(int(r) for r in state["steps"])}
-    if state.get("format") != STATE_FORMAT:
-        raise StateMismatchError(f"unknown loader state format {state.get('format')!r}")
-    return state
-
-
-def _consumed_entries(consumed: dict[str, list[list[int]]]) -> dict:
-    return {
-        shard: {"sequences": sum(b - a for a, b in ranges), "ranges": ranges}
-        for shard, ranges in sorted(consumed.items())
-        if ranges
-    }
 
 
 # --- the loader ---------------------------------------------------------------
@@ -607,7 +437,7 @@ class TokenLoader:
             "workers": self.workers,
             "lanes": [self.lane],
             "steps": {str(self.lane): self.step},
-            "consumed": _consumed_entries(self.consumed()),
+            "consumed": consumed_entries(self.consumed()),
             "layout": {"key": self._layout_key(), "lanes": self._lanes},
             "mixture": {"weights": dict(self._order), "repeats": self.repeats, "run_length": self.run_length},
         }
@@ -688,150 +518,3 @@ def _resolve_weights(mixture: dict[str, float] | None, buckets: list[str], repea
     if not any(w > 0 and repeats[b] > 0 for b, w in weights.items()):
         raise LoaderError(f"no bucket has a positive weight and repeats: {mixture}, repeats {repeats}")
     return weights
-
-
-# --- torch ------------------------------------------------------------------------
-
-
-def as_torch_dataset(loader: TokenLoader, num_workers: int = 0):
-    """Wrap a loader as a ``torch.utils.data.IterableDataset`` (needs torch); see :class:`TorchTokenDataset`."""
-    return _torch_dataset_class()(loader, num_workers)
-
-
-def torch_item(item: TokenSequence, lane: int) -> dict:
-    """One sequence as fixed-shape fields (torch's default collate stacks them into a batch).
-
-    ``input_ids`` int64 ``(seq_len,)``; ``document_starts`` bool ``(seq_len,)``,
-    true where a document starts; ``n_tokens`` tokens before the padding;
-    ``shard``, ``repeat``, ``sequence``, ``bucket`` as in :class:`TokenSequence`
-    (strings collate to lists); ``lane`` and ``lane_step`` say which lane gave
-    it at which of its steps (:meth:`TorchTokenDataset.advance` reads them).
-    """
-    import torch
-
-    starts = np.zeros(len(item.tokens), dtype=bool)
-    starts[item.doc_starts] = True
-    return {
-        "input_ids": torch.from_numpy(item.tokens.astype(np.int64)),
-        "document_starts": torch.from_numpy(starts),
-        "n_tokens": item.n_tokens,
-        "shard": item.shard,
-        "repeat": item.repeat,
-        "sequence": item.sequence,
-        "bucket": item.bucket,
-        "lane": lane,
-        "lane_step": item.step,
-    }
-
-
-@functools.cache
-def _torch_dataset_class():
-    try:
-        from torch.utils.data import IterableDataset, get_worker_info
-    except ImportError as err:
-        raise ImportError("TorchTokenDataset needs PyTorch (pip install torch); TokenLoader itself does not") from err
-
-    class TorchTokenDataset(IterableDataset):
-        """One rank's sequences for ``torch.utils.data.DataLoader``, with ``num_workers`` worker processes.
-
-        Give it the rank's :class:`TokenLoader` (one lane per rank) and the
-        ``num_workers`` of the DataLoader. With 0 the main process reads the
-        loader itself. With ``K >= 1`` workers the rank's sequences are split
-        into ``K`` lanes (:func:`plan_lanes` with ``workers=K``: every worker
-        its own lane, lanes and ranks equal within one sequence) and worker
-        ``w`` reads lane ``(w + rotation) % K``.
-
-        The trainer tells the dataset what it received: ``dataset.advance(batch)``
-        after each batch (a no-op with 0 workers, where the loader moves by
-        itself). :meth:`state_dict` is then exactly what was delivered, not
-        what the workers prefetched. The DataLoader hands out batches from its
-        workers in turn; the state counts each lane's batches, and a resumed
-        dataset rotates which worker reads which lane so that the batches
-        follow each other as if there had been no stop (same sequences, same
-        order, same batches, for the same ``batch_size``).
-        """
-
-        def __init__(self, loader: TokenLoader, num_workers: int = 0):
-            super().__init__()
-            if num_workers < 0:
-                raise LoaderError(f"num_workers must be >= 0, got {num_workers}")
-            if loader.workers != 1:
-                raise LoaderError("wrap the rank's loader (workers=1): the dataset makes the workers' lanes")
-            self.num_workers = num_workers
-            self.rank = loader.rank
-            lanes = max(num_workers, 1)
-            if lanes > 1 and (loader.step or loader.consumed()):
-                raise LoaderError(
-                    "with num_workers > 1 resume through TorchTokenDataset.load_state_dict, "
-                    "not a loader that has read or loaded a state"
-                )
-            self.loaders = [loader] if lanes == 1 else [loader.lane_loader(lanes, k) for k in range(lanes)]
-            self.batches = [0] * lanes  # batches of each lane the trainer received this epoch
-            self._advanced = [lane.step for lane in self.loaders]  # each lane's next step to advance
-
-        def __iter__(self):
-            info = get_worker_info()
-            workers = info.num_workers if info is not None else 0
-            if max(workers, 1) != len(self.loaders) or (workers == 0 and self.num_workers > 0):
-                raise RuntimeError(
-                    f"TorchTokenDataset(num_workers={self.num_workers}) is read by a DataLoader with "
-                    f"num_workers={workers}: give both the same number"
-                )
-            lane = (info.id if info is not None else 0) + self.rotation()
-            lane %= len(self.loaders)
-            for item in self.loaders[lane]:  # in a worker: its own copy of the loader, made when it started
-                yield torch_item(item, lane)
-
-        def rotation(self) -> int:
-            """The lane that delivers next: the fewest batches so far, then the lowest lane, among lanes not done."""
-            live = [(n, lane) for lane, n in enumerate(self.batches) if self.loaders[lane].remaining()]
-            return min(live)[1] if live else 0
-
-        def advance(self, batch: dict) -> None:
-            """Record a batch the trainer received (its ``lane`` and ``lane_step`` fields), in delivery order."""
-            lanes, steps = batch["lane"], batch["lane_step"]
-            lanes = lanes.tolist() if hasattr(lanes, "tolist") else list(lanes)
-            steps = steps.tolist() if hasattr(steps, "tolist") else list(steps)
-            for lane in sorted(set(lanes)):
-                mine = [step for lane_of, step in zip(lanes, steps) if lane_of == lane]
-                loader, expected = self.loaders[lane], self._advanced[lane]
-                if mine != list(range(expected, expected + len(mine))):
-                    raise LoaderError(
-                        f"lane {lane}: got steps {mine[0]}..{mine[-1]}, expected {expected}: "
-                        "advance every batch, in the order the DataLoader delivers them"
-                    )
-                self._advanced[lane] = expected + len(mine)
-                if loader.step < self._advanced[lane]:
-                    loader.skip(self._advanced[lane] - loader.step)  # read in a worker: move this process's copy
-                self.batches[lane] += 1
-
-        def set_epoch(self, epoch: int) -> None:
-            for loader in self.loaders:
-                loader.set_epoch(epoch)
-            self.batches = [0] * len(self.loaders)
-            self._advanced = [0] * len(self.loaders)
-
-        def state_dict(self) -> dict:
-            state = merge_states([loader.state_dict() for loader in self.loaders])
-            workers = len(self.loaders)
-            state["batches"] = {str(self.rank * workers + k): n for k, n in enumerate(self.batches)}
-            return state
-
-        def load_state_dict(self, state: dict) -> None:
-            state = upgrade_state(state)
-            for loader in self.loaders:
-                loader.load_state_dict(state)
-            same = state["world_size"] == self.loaders[0].world_size and state["workers"] == len(self.loaders)
-            batches = state.get("batches", {}) if same else {}
-            self.batches = [batches.get(str(loader.lane), 0) for loader in self.loaders]
-            self._advanced = [loader.step for loader in self.loaders]
-
-    TorchTokenDataset.__qualname__ = "TorchTokenDataset"  # pickled by name (spawned workers): module __getattr__
-    return TorchTokenDataset
-
-
-def __getattr__(name: str):
-    """``from beam_pipeline.dataset.loader import TorchTokenDataset`` works when torch is installed."""
-    if name == "TorchTokenDataset":
-        return _torch_dataset_class()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -147,7 +147,7 @@ def large_cluster_line(ledger: dict) -> str | None:
 
 
 #: The counter of clusters whose representative is more than 20% shorter than the cluster's median length
-#: (``transforms/near_dedup.py``, ``SHORT_REPRESENTATIVE``).
+#: (``transforms/near_dedup_clusters.py``, ``SHORT_REPRESENTATIVE``).
 SHORT_REPRESENTATIVE = "representative_short"
 
 

@@ -37,10 +37,10 @@ from typing import Iterable
 
 import numpy as np
 
-from beam_pipeline.filters import ngram_repeats, reference_tokenizer
+from beam_pipeline.filters import ngram_repeats, reference_sentencizer, reference_tokenizer
 from beam_pipeline.filters import reference_rules as _rules
 from beam_pipeline.filters.ngram_repeats import DUP_NGRAM_SIZES, TOP_NGRAM_SIZES
-from beam_pipeline.filters.reference_tokenizer import sentence_total
+from beam_pipeline.filters.reference_sentencizer import sentence_total
 
 GOPHER_QUALITY_COLUMNS = (
     "ref_gopher_words",
@@ -90,7 +90,7 @@ def _fraction(part: float, whole: float) -> float | None:
 
 class _TokenProperties:
     """Length, "symbolic" (only datatrove punctuation), "alphabetic" and sentence class
-    (:data:`.reference_tokenizer.SENTENCE_CODES`) of every interned token, as arrays indexed by token id;
+    (:data:`.reference_sentencizer.SENTENCE_CODES`) of every interned token, as arrays indexed by token id;
     extended as the vocabulary grows, reset with its generation."""
 
     def __init__(self):
@@ -124,7 +124,7 @@ class _TokenProperties:
                 (token.isalpha() or any(map(str.isalpha, token)) for token in new), bool, len(new)
             )
             classes = vocabulary.token_classes[self.size : end]
-            codes = reference_tokenizer.SENTENCE_CODES
+            codes = reference_sentencizer.SENTENCE_CODES
             self.sentence[self.size : end] = np.fromiter(map(codes.__getitem__, classes), np.uint8, len(classes))
             self.size = end
         return self.lengths, self.symbolic, self.alpha, self.sentence
@@ -175,11 +175,11 @@ class _Tokens:
         self.sentence = sentence[self.ids] if chunk_ends is not None else None
 
     def line_sentences(self, text: str, numbers: list[int]) -> int | None:
-        """:func:`.reference_tokenizer.line_sentences` of the lines numbered ``numbers`` of ``text`` (these
+        """:func:`.reference_sentencizer.line_sentences` of the lines numbered ``numbers`` of ``text`` (these
         tokens' text), or None when the chunk ends are not known or do not match."""
         if self.chunk_ends is None or self.sentence is None:  # both known, or neither
             return None
-        return reference_tokenizer.line_sentences(text, numbers, self.sentence, self.chunk_ends)
+        return reference_sentencizer.line_sentences(text, numbers, self.sentence, self.chunk_ends)
 
     def distinct_members(self, words: Iterable[str]) -> int:
         """How many distinct tokens of ``words`` occur (their ids compared one by one in the tests), from one pass

@@ -1,6 +1,6 @@
 """Phone numbers in running text: cheap candidates, validated by libphonenumber's metadata.
 
-:mod:`.pii`'s compiled scan finds the runs of digits and separators (``[\\d .()+\\-/]``, no-break
+:mod:`.pii_numbers`' compiled scan finds the runs of digits and separators (``[\\d .()+\\-/]``, no-break
 spaces, fullwidth ``（）－``) with at least 7 characters between their first and last digit; only those runs
 reach this module, so text without such a run costs nothing here. Each run is cut into candidates, and a
 candidate is a phone number when `phonenumbers <https://github.com/daviddrysdale/python-phonenumbers>`_
@@ -13,7 +13,7 @@ candidate is a phone number when `phonenumbers <https://github.com/daviddrysdale
   ``0521 6340953``, ``030/12345678``, ``01 23 45 67 89``, ``02 1234 5678``, ``020-123 4567``,
   ``03-1234-5678``).
 * A national number that starts with another digit (Spain, Italian mobiles, a US number outside the
-  North-American shapes of :data:`.pii._NANP`): after a phone label (``Tel``, ``Telefon``, ``móvil``,
+  North-American shapes of :data:`.pii_numbers._NANP`): after a phone label (``Tel``, ``Telefon``, ``móvil``,
   ``電話``, ... :data:`_LABEL`), or grouped as Spain (``612 34 56 78``) and Italy's mobiles
   (``333 123 4567``) write them, since ``912 345 678`` is also a thousands-grouped amount.
 
@@ -37,7 +37,7 @@ from typing import Iterator
 #: for a national number that does (the first that validates wins).
 NATIONAL_REGIONS = ("GB", "DE", "FR", "IT", "NL", "JP", "BR")
 #: Regions tried for a national number that does not start with 0 (and has a phone label before it). The
-#: US is found by :data:`.pii._NANP`'s shapes, and here after a label.
+#: US is found by :data:`.pii_numbers._NANP`'s shapes, and here after a label.
 UNPREFIXED_REGIONS = ("ES", "IT", "US", "BR")
 
 #: A word character of a language written with spaces: ``\w`` less CJK ideographs, kana, hangul and

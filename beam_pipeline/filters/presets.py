@@ -10,7 +10,7 @@ A policy may list presets instead of writing the rules out::
 
 An item is a preset name or a mapping ``{name, definition, disable}``
 (``disable``: reasons of the preset's rules to leave out). When the config is
-loaded (:func:`beam_pipeline.policy.rules.expand_policy_file`) the presets
+loaded (:func:`beam_pipeline.policy.config.expand_policy_file`) the presets
 become ordinary ``policy.rules``, so a preset gives exactly the keep/drop (and
 the config digest) of the same rules written by hand.
 

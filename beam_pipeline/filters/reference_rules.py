@@ -2,10 +2,14 @@
 
 spaCy 3.8.18's English tokenizer rules and sentencizer punctuation
 (``spacy.blank('en')``; MIT License, Copyright (C) 2016-2024 ExplosionAI GmbH, 2016 spaCy
-GmbH, 2015 Matthew Honnibal), read by :mod:`beam_pipeline.filters.reference_tokenizer`;
-the constants of datatrove 0.10.1's filters (Apache License 2.0, Copyright
-Hugging Face), read by :mod:`beam_pipeline.filters.heuristics_reference`. Written by
-``python -m tests.helpers.reference_rules``; a test checks it against the pinned packages.
+GmbH, 2015 Matthew Honnibal), read by :mod:`beam_pipeline.filters.reference_affixes` and
+:mod:`beam_pipeline.filters.reference_tokenizer`; the constants of datatrove
+0.10.1's filters (Apache License 2.0, Copyright Hugging Face), read by
+:mod:`beam_pipeline.filters.heuristics_reference`. Written by ``python -m tests.helpers.reference_rules``;
+a test checks it against the pinned packages.
+
+Why one long module: it is generated data, rewritten whole by the generator and compared with its
+output byte for byte; most of its lines are spaCy's special cases, one per line.
 """
 # flake8: noqa
 

@@ -17,7 +17,7 @@ the reason, so every dropped document has exactly one reason:
 
 from __future__ import annotations
 
-from beam_pipeline.policy.rules import PolicyConfig
+from beam_pipeline.policy.config import PolicyConfig
 
 REASONS = ("exact_duplicate", "near_duplicate", "too_short", "too_long", "too_few_words")
 

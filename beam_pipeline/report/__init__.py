@@ -3,9 +3,12 @@
 Modules, in the order the data flows:
 
 * :mod:`~beam_pipeline.report.locate`   what the user pointed at -> the run's files;
-* :mod:`~beam_pipeline.report.gather`   metrics, ledgers, layers, manifest -> numbers;
+* :mod:`~beam_pipeline.report.gather`   metrics, ledgers, layers, manifest -> numbers, one
+  module per section (``stage_counts``, ``mixture``, ``funnel``, ``annotation_scores``,
+  ``duplicate_clusters``, ``drop_samples``), reading the layers through ``run_layers``;
 * :mod:`~beam_pipeline.report.plots`    numbers -> PNG plots (matplotlib, Agg), named by
-  :mod:`~beam_pipeline.report.plot_names`;
+  :mod:`~beam_pipeline.report.plot_names`, colored and saved by
+  :mod:`~beam_pipeline.report.plot_style`;
 * :mod:`~beam_pipeline.report.html`     numbers + plots -> the page;
 * :mod:`~beam_pipeline.report.compare`  two runs -> the side-by-side page.
 

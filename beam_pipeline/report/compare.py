@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from beam_pipeline.report.gather import drop_reasons, gather
+from beam_pipeline.report.gather import gather
 from beam_pipeline.report.locate import RunRef
+from beam_pipeline.report.stage_counts import drop_reasons
 
 #: Config fields that say where or how a run is shown, not what data it makes.
 NOT_DATA = ("output_root", "report")

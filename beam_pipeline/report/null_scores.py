@@ -1,7 +1,7 @@
 """Rules that could not judge a source: a score they read is null for every document of it.
 
 A comparison with an absent score is *unknown* and never drops a document
-(:mod:`beam_pipeline.policy.rules`), so a rule over a score that a stage could
+(:mod:`beam_pipeline.policy.conditions`), so a rule over a score that a stage could
 not compute for a whole source silently never fires there: the Gopher
 stop-word rule with the ``language`` stage off (no language, no stop-word
 list), a bad-word rule on a language without a list, a URL rule on documents
@@ -18,7 +18,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from beam_pipeline.policy.rules import OverrideConfig, Plan, RuleConfig, parse_reference, references
+from beam_pipeline.policy.conditions import parse_reference, references
+from beam_pipeline.policy.config import OverrideConfig, RuleConfig
+from beam_pipeline.policy.rules import Plan
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,20 +1,18 @@
 """The report's plots: matplotlib (Agg backend) figures as PNG bytes.
 
 Each function takes the gathered numbers (:mod:`beam_pipeline.report.gather`)
-and returns a :class:`Plot`, or None when there is nothing to draw (the page
-then says why instead of showing an empty chart). Colors are fixed per
-category across every plot of a page: one color per source, one per domain
-bucket, one per drop reason (:class:`Palette`). PNGs carry no timestamp or
-version metadata, so the same numbers give the same bytes.
+and returns a :class:`~beam_pipeline.report.plot_style.Plot`, or None when
+there is nothing to draw (the page then says why instead of showing an empty
+chart). Colors are fixed per category across every plot of a page: one color
+per source, one per domain bucket, one per drop reason
+(:class:`~beam_pipeline.report.plot_style.Palette`). PNGs carry no timestamp
+or version metadata, so the same numbers give the same bytes. What the plots
+share (colors, style, number formatting, saving to PNG) is in
+:mod:`beam_pipeline.report.plot_style`.
 """
 
 from __future__ import annotations
 
-import base64
-import contextlib
-import contextvars
-import dataclasses
-import io
 import math
 
 import matplotlib
@@ -24,29 +22,21 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend is chosen first)
 from matplotlib.collections import PolyCollection  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
-from matplotlib.text import Text  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter  # noqa: E402
 
 from beam_pipeline.report.plot_names import by_section, histogram_index, plot_names  # noqa: E402
+from beam_pipeline.report.plot_style import (  # noqa: E402
+    COLORS,
+    HUMAN,
+    STYLE,
+    Palette,
+    Plot,
+    finish,
+    fold_categories,
+    human,
+    palette_for,
+)
 
-#: Okabe & Ito's colour-blind-safe palette, then a few more distinct hues.
-COLORS = [
-    "#0072B2",
-    "#E69F00",
-    "#009E73",
-    "#CC79A7",
-    "#56B4E9",
-    "#D55E00",
-    "#F0E442",
-    "#332288",
-    "#44AA99",
-    "#882255",
-    "#999933",
-    "#AA4499",
-    "#117733",
-    "#6699CC",
-    "#888888",
-]
 KEPT_COLOR = "#4C72B0"
 SCORED_COLOR = "#E69F00"
 OTHER_COLOR = "#BBBBBB"  # the folded rest when a plot has more categories than COLORS
@@ -62,136 +52,12 @@ THRESHOLD_STYLES = [
     ("#332288", (0, (2, 1.5))),
     ("#882255", (0, (8, 2, 2, 2))),
 ]
-DPI = 100
-
-_STYLE = {
-    "font.family": "DejaVu Sans",
-    "font.size": 10,
-    "axes.titlesize": 12,
-    "axes.titleweight": "bold",
-    "axes.titley": 1.0,
-    "axes.labelsize": 10,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.grid": True,
-    "grid.color": "#E5E5E5",
-    "grid.linewidth": 0.8,
-    "axes.axisbelow": True,
-    "legend.fontsize": 9,
-    "legend.frameon": False,
-    "figure.facecolor": "white",
-    "axes.facecolor": "white",
-}
-
-
-@dataclasses.dataclass
-class Plot:
-    id: str
-    title: str
-    png: bytes
-    alt: str
-    #: Pairs of texts drawn on top of each other; None when not looked for (see :func:`checking_overlaps`).
-    overlaps: list | None = None
-
-    @property
-    def data_uri(self) -> str:
-        return "data:image/png;base64," + base64.b64encode(self.png).decode("ascii")
-
-
-class Palette:
-    """Stable colors: the i-th name of a sorted category gets the i-th color."""
-
-    def __init__(self, **categories: list[str]):
-        self._maps = {
-            kind: {name: COLORS[i % len(COLORS)] for i, name in enumerate(sorted(set(names)))}
-            for kind, names in categories.items()
-        }
-
-    def __call__(self, kind: str, name: str) -> str:
-        mapping = self._maps.setdefault(kind, {})
-        if name not in mapping:
-            mapping[name] = COLORS[len(mapping) % len(COLORS)]
-        return mapping[name]
-
-
-def palette_for(data: dict) -> Palette:
-    reasons = {r for per_source in data.get("drops_by_source", {}).values() for r in per_source}
-    if len(reasons) > len(COLORS) - 1:  # only the reasons drawn in a color of their own (fold_categories)
-        drops = data.get("drops_by_source", {})
-        ordered = sorted(reasons)
-        reasons = set(fold_categories(ordered, {r: sum(p.get(r, 0) for p in drops.values()) for r in ordered})[0])
-    return Palette(
-        source=data.get("sources", []), bucket=list(data.get("mixture", {}).get("buckets", {})), reason=sorted(reasons)
-    )
-
-
-def human(n: float) -> str:
-    """1234567 -> '1.23M'."""
-    n = float(n)
-    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(n) >= scale:
-            return f"{n / scale:.3g}{unit}"
-    return f"{n:.0f}" if n == int(n) else f"{n:.3g}"
-
-
-_HUMAN = FuncFormatter(lambda v, _pos: human(v))
-
-
-_CHECKING_OVERLAPS = contextvars.ContextVar("checking_overlaps", default=False)
-
-
-@contextlib.contextmanager
-def checking_overlaps():
-    """Plots drawn inside this block list their overlapping texts (:attr:`Plot.overlaps`).
-
-    A check for the tests (no plot may draw labels on top of each other), not part of the page: it
-    measures every text of the figure again, ~7% of a histogram's cost, so a build's report skips it.
-    """
-    token = _CHECKING_OVERLAPS.set(True)
-    try:
-        yield
-    finally:
-        _CHECKING_OVERLAPS.reset(token)
-
-
-def _finish(fig, plot_id: str, title: str, alt: str) -> Plot:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
-    overlaps = overlapping_texts(fig) if _CHECKING_OVERLAPS.get() else None
-    plt.close(fig)
-    return Plot(plot_id, title, buffer.getvalue(), alt, overlaps)
-
-
-def overlapping_texts(fig) -> list[tuple[str, str]]:
-    """Pairs of drawn texts whose boxes overlap (labels on top of each other), from the last draw.
-
-    Every visible, non-empty text of the figure counts: titles, tick labels
-    inside the axis limits, bar labels, legend entries. The tests require none.
-    """
-    renderer = fig.canvas.get_renderer()
-    frame = fig.bbox
-    boxes = []
-    for text in fig.findobj(Text):
-        if not text.get_visible() or not text.get_text().strip():
-            continue
-        box = text.get_window_extent(renderer)
-        if box.width <= 0 or box.height <= 0 or not box.overlaps(frame):
-            continue
-        axes = text.axes
-        if (
-            axes is not None
-            and text in axes.get_xticklabels() + axes.get_yticklabels()
-            and not box.overlaps(axes.bbox.expanded(1.5, 1.5))
-        ):
-            continue
-        boxes.append((text.get_text(), box.shrunk(0.98, 0.9)))
-    return [(a, b) for i, (a, box_a) in enumerate(boxes) for b, box_b in boxes[i + 1 :] if box_a.overlaps(box_b)]
 
 
 def _log_axis(axis) -> None:
     """Decades labelled 1, 10, 100, 1k, ... instead of powers of ten."""
     axis.set_major_locator(LogLocator(base=10))
-    axis.set_major_formatter(_HUMAN)
+    axis.set_major_formatter(HUMAN)
     axis.set_minor_formatter(NullFormatter())
 
 
@@ -215,7 +81,7 @@ def funnel(data: dict, colors: Palette) -> Plot | None:
     steps = data.get("funnel", {}).get("steps") or []
     if not steps:
         return None
-    with plt.rc_context(_STYLE):
+    with plt.rc_context(STYLE):
         fig, (ax_docs, ax_tokens) = plt.subplots(1, 2, figsize=(9.6, 0.55 * len(steps) + 2.1), sharey=True)
         labels = [s["label"] for s in steps]
         y = list(range(len(steps)))[::-1]
@@ -234,7 +100,7 @@ def funnel(data: dict, colors: Palette) -> Plot | None:
         ax_docs.set_title("Documents in the flow")
         ax_docs.set_xlim(0, max(docs) * (1.9 if scored else 1.45) if max(docs) else 1)
         ax_docs.xaxis.set_major_locator(MaxNLocator(nbins=4))
-        ax_docs.xaxis.set_major_formatter(_HUMAN)
+        ax_docs.xaxis.set_major_formatter(HUMAN)
         tokens = [s.get("tokens") or 0 for s in steps]
         estimated = [s.get("estimated", False) for s in steps]
         for yi, t, est in zip(y, tokens, estimated):
@@ -251,7 +117,7 @@ def funnel(data: dict, colors: Palette) -> Plot | None:
         ax_tokens.set_title("Tokens in the flow")
         ax_tokens.set_xlim(0, max(tokens) * 1.3 if max(tokens) else 1)
         ax_tokens.xaxis.set_major_locator(MaxNLocator(nbins=4))
-        ax_tokens.xaxis.set_major_formatter(_HUMAN)
+        ax_tokens.xaxis.set_major_formatter(HUMAN)
         for ax in (ax_docs, ax_tokens):
             ax.grid(axis="y", visible=False)
         handles = [Patch(color=KEPT_COLOR, label="in the flow after the step")]
@@ -262,7 +128,7 @@ def funnel(data: dict, colors: Palette) -> Plot | None:
         fig.legend(handles=handles, loc="lower center", ncol=len(handles), bbox_to_anchor=(0.5, 0.0))
         fig.suptitle("Cascade funnel: what each stage passed on", fontweight="bold", fontsize=13)
         fig.tight_layout(rect=(0, 0.06, 1, 1), w_pad=2.5)
-    return _finish(fig, "funnel", "Cascade funnel", "Documents and tokens remaining after each stage of the cascade")
+    return finish(fig, "funnel", "Cascade funnel", "Documents and tokens remaining after each stage of the cascade")
 
 
 def drops_by_source(data: dict, colors: Palette) -> Plot | None:
@@ -274,7 +140,7 @@ def drops_by_source(data: dict, colors: Palette) -> Plot | None:
     if not sources or not reasons:
         return None
     shown, folded = fold_categories(reasons, {r: sum(drops[s].get(r, 0) for s in sources) for r in reasons})
-    with plt.rc_context(_STYLE):
+    with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(9.6, max(0.5 * len(sources) + 1.9, 0.24 * len(shown) + 1.6)))
         y = list(range(len(sources)))[::-1]
         left = [0] * len(sources)
@@ -296,11 +162,11 @@ def drops_by_source(data: dict, colors: Palette) -> Plot | None:
         ax.set_xlabel("records dropped (stage:reason)")
         ax.set_title("Drops by reason per source")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=6))
-        ax.xaxis.set_major_formatter(_HUMAN)
+        ax.xaxis.set_major_formatter(HUMAN)
         ax.grid(axis="y", visible=False)
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), title="stage:reason")
         fig.tight_layout()
-    return _finish(
+    return finish(
         fig,
         "drops",
         "Drops by reason per source",
@@ -317,24 +183,11 @@ def drop_bar_labels(data: dict) -> dict[str, str]:
     return labels
 
 
-def fold_categories(names: list[str], sizes: dict[str, float], limit: int | None = None) -> tuple[list, list]:
-    """(shown, folded): at most ``limit`` names keep a color of their own (default: every color but one).
-
-    The largest are shown, in their given order; the rest are folded into one
-    grey "other", so no two categories of a plot ever share a color.
-    """
-    limit = len(COLORS) - 1 if limit is None else limit
-    if len(names) <= limit + 1:
-        return list(names), []
-    keep = set(sorted(names, key=lambda n: (-sizes.get(n, 0), names.index(n)))[:limit])
-    return [n for n in names if n in keep], [n for n in names if n not in keep]
-
-
 def histogram(h: dict, index: int) -> Plot:
     edges, counts = h["edges"], h["counts"]
     thresholds = sorted(h["thresholds"], key=lambda t: (t["kind"] != "min", t["value"]))[: len(THRESHOLD_STYLES)]
     legend_height = 0.24 * len(thresholds) + (0.1 if thresholds else 0)
-    with plt.rc_context(_STYLE):
+    with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(6.8, 3.4 + legend_height))
         ax.add_collection(_bars(edges, counts))
         if h["log"]:
@@ -365,9 +218,9 @@ def histogram(h: dict, index: int) -> Plot:
         ax.set_xlabel(f"{h['column']}{' (log scale)' if h['log'] else ''}")
         ax.set_ylabel("documents")
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.yaxis.set_major_formatter(_HUMAN)
+        ax.yaxis.set_major_formatter(HUMAN)
         if not h["log"]:
-            ax.xaxis.set_major_formatter(_HUMAN)
+            ax.xaxis.set_major_formatter(HUMAN)
             ax.xaxis.set_major_locator(MaxNLocator(nbins=7, integer=bool(h.get("integer"))))
         ax.set_title(f"{h['column']}  ·  {h['layer']}")
         height = 3.4 + legend_height
@@ -376,7 +229,7 @@ def histogram(h: dict, index: int) -> Plot:
         fig.subplots_adjust(
             left=0.1, right=0.98, top=1 - 0.34 / height, bottom=(0.51 + legend_height) / height
         )  # fixed: many histograms, no layout solve
-    return _finish(
+    return finish(
         fig,
         f"hist-{index}",
         f"{h['layer']} {h['column']}",
@@ -390,7 +243,7 @@ def language(data: dict, colors: Palette) -> Plot | None:
         return None
     names = list(mix["documents"])
     values = [mix["documents"][n] for n in names]
-    with plt.rc_context(_STYLE):
+    with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(7.2, 0.35 * len(names) + 1.6))
         y = list(range(len(names)))[::-1]
         ax.barh(y, values, color=[colors("language", n) for n in names], height=0.65)
@@ -400,17 +253,17 @@ def language(data: dict, colors: Palette) -> Plot | None:
         ax.set_xlim(0, max(values) * 1.35)
         ax.set_xlabel(f"documents ({mix['column']} in {mix['layer']})")
         ax.set_title("Language mix")
-        ax.xaxis.set_major_formatter(_HUMAN)
+        ax.xaxis.set_major_formatter(HUMAN)
         ax.grid(axis="y", visible=False)
         fig.tight_layout()
-    return _finish(fig, "language", "Language mix", "Documents per detected language")
+    return finish(fig, "language", "Language mix", "Documents per detected language")
 
 
 def cluster_sizes(data: dict, colors: Palette) -> Plot | None:
     found = [c for c in data.get("clusters") or [] if c["sizes"]]
     if not found:
         return None
-    with plt.rc_context(_STYLE):
+    with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(7.2, 3.6))
         markers = "os^Dv"
         for i, c in enumerate(found):
@@ -444,7 +297,7 @@ def cluster_sizes(data: dict, colors: Palette) -> Plot | None:
         ys = [n for c in found for n in c["sizes"].values()]
         ax.set_ylim(0.7, max(ys) * 3)
         fig.tight_layout()
-    return _finish(fig, "clusters", "Duplicate cluster sizes", "Number of clusters per cluster size, log-log")
+    return finish(fig, "clusters", "Duplicate cluster sizes", "Number of clusters per cluster size, log-log")
 
 
 def mixture(data: dict, colors: Palette) -> Plot | None:
@@ -455,7 +308,7 @@ def mixture(data: dict, colors: Palette) -> Plot | None:
     names = list(buckets)
     budget = data.get("budget") or {}
     with_budget = bool(budget.get("target_tokens"))
-    with plt.rc_context(_STYLE):
+    with plt.rc_context(STYLE):
         if with_budget:
             fig, (ax, ax_epochs) = plt.subplots(1, 2, figsize=(10.4, 3.9), gridspec_kw={"width_ratios": [3, 2]})
         else:
@@ -531,7 +384,7 @@ def mixture(data: dict, colors: Palette) -> Plot | None:
             ax_epochs.legend(loc="upper left")
             ax_epochs.grid(axis="x", visible=False)
         fig.tight_layout()
-    return _finish(
+    return finish(
         fig,
         "mixture",
         "Tokens per domain bucket",
@@ -545,7 +398,7 @@ def shard_sizes(data: dict, colors: Palette) -> Plot | None:
         return None
     target = data.get("shard_tokens_target")
     domains = sorted({s["domain"] for s in shards})
-    with plt.rc_context(_STYLE):
+    with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(8.4, 0.45 * len(domains) + 2.0))
         if len(shards) <= 400:
             for i, domain in enumerate(domains):
@@ -583,11 +436,11 @@ def shard_sizes(data: dict, colors: Palette) -> Plot | None:
             )
         ax.set_xlim(0, max([s["tokens"] for s in shards] + [target or 0]) * 1.08)
         ax.set_xlabel("tokens per shard (documents + EOS, without padding)")
-        ax.xaxis.set_major_formatter(_HUMAN)
+        ax.xaxis.set_major_formatter(HUMAN)
         ax.set_title(f"Shard sizes ({len(shards)} shards)")
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
         fig.tight_layout()
-    return _finish(fig, "shards", "Shard sizes", "Tokens per shard, by domain bucket")
+    return finish(fig, "shards", "Shard sizes", "Tokens per shard, by domain bucket")
 
 
 #: The run report's plots other than the histograms, by section (``plot_names.SECTION_NAMES``, in that order).
@@ -630,7 +483,7 @@ def compare_bars(
 ) -> Plot | None:
     if not categories:
         return None
-    with plt.rc_context(_STYLE):
+    with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(9.6, 0.5 * len(categories) + 1.8))
         y = list(range(len(categories)))[::-1]
         h = 0.38
@@ -642,9 +495,9 @@ def compare_bars(
         top = max(a + b) if (a or b) else 1
         ax.set_xlim(0, (top or 1) * 1.25)
         ax.set_xlabel(xlabel)
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:.0%}") if percent else _HUMAN)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:.0%}") if percent else HUMAN)
         ax.set_title(title)
         ax.grid(axis="y", visible=False)
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
         fig.tight_layout()
-    return _finish(fig, plot_id, title, title)
+    return finish(fig, plot_id, title, title)

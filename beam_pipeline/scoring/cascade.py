@@ -8,7 +8,7 @@ of its own over the documents its gate keeps
 (:mod:`beam_pipeline.transforms.gate`). :func:`add_scorers` adds a run of scorer
 stages to the build's job as one fused pass over the text
 (:class:`~beam_pipeline.transforms.score.ScoreCascade`), each stage with its
-own layer (:meth:`beam_pipeline.build.corpus_build.BuildGraph.stage_group`), so a scorer
+own layer (:meth:`beam_pipeline.build.build_graph.BuildGraph.stage_group`), so a scorer
 layer is reused, resumed and accounted for like every other layer.
 The layer key of stage *k* covers what decides its rows:
 

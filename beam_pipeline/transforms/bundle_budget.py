@@ -85,7 +85,7 @@ def bundle_budget(pipeline) -> BundleBudget:
 
     The label: a :class:`BudgetedExpandFn`'s errors carry it the way Beam's own DoFns' errors carry
     their step (``[while running '<step>']``, which names the failed stage to the driver,
-    ``build.failed_stage``); Beam (2.77) does not add it to a splittable DoFn's errors
+    ``stage_failure.failed_stage``); Beam (2.77) does not add it to a splittable DoFn's errors
     (``DoFnRunner.process_with_sized_restriction``).
     """
     megabytes = pipeline.options.view_as(BundleOptions).bundle_output_mb

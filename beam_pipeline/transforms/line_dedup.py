@@ -73,7 +73,7 @@ class RepeatedLines(beam.PTransform):
     One count serves both: the near-dedup
     stage strips boilerplate lines from the text and the signatures, and
     leaves the second class out of a document's signature only
-    (:func:`beam_pipeline.transforms.near_dedup.sign_document`).
+    (:func:`beam_pipeline.transforms.near_dedup_signing.sign_document`).
     """
 
     def __init__(

@@ -14,7 +14,7 @@ layer partition::
 * Each scorer still writes its own layer (its own key, ledger and counts), so
   a threshold that gates stage *k* re-runs stages *k*.. only, and a scorer
   layer committed by an earlier run is read, not recomputed
-  (:meth:`beam_pipeline.build.corpus_build.BuildGraph.stage_group`).
+  (:meth:`beam_pipeline.build.build_graph.BuildGraph.stage_group`).
 * The *gate* of stage *k* is the policy as far as it is known before it
   (:meth:`beam_pipeline.policy.rules.Plan.first_reason` up to the stage, after
   the built-in rules of :func:`beam_pipeline.policy.decision.decide`). A document the

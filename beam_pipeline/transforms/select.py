@@ -36,8 +36,8 @@ from typing import Iterator
 import apache_beam as beam
 
 from beam_pipeline.dedup.repetition import stripped_document
+from beam_pipeline.policy.config import PolicyConfig
 from beam_pipeline.policy.decision import decide
-from beam_pipeline.policy.rules import PolicyConfig
 from beam_pipeline.records.accounting import Tally
 from beam_pipeline.storage import schemas
 from beam_pipeline.transforms.layer_io import (

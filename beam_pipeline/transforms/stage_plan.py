@@ -1,7 +1,8 @@
 """A stage of the build's job before it is added to the graph (:class:`StagePlan`), and its layer as later stages see it (:class:`LayerRef`).
 
-:mod:`beam_pipeline.build.corpus_build` adds plans to its ``BuildGraph``; the scoring
-cascade (:mod:`beam_pipeline.scoring.cascade`) writes the plans of its
+:mod:`beam_pipeline.build.corpus_build` adds plans to its
+:class:`~beam_pipeline.build.build_graph.BuildGraph`; the scoring cascade
+(:mod:`beam_pipeline.scoring.cascade`) writes the plans of its
 stages, so both use these types without importing each other.
 """
 

@@ -62,7 +62,8 @@ from beam_pipeline.transforms.keys import StrKeyed
 from beam_pipeline.transforms.layer_io import WRITTEN, PartitionIndexes
 from beam_pipeline.transforms.shard_stream import SpillSorter, write_packed_shard
 from beam_pipeline.transforms.task_ledger import SHARD_TASK, TaskLedger, finished_shards, shard_files, unfinished
-from beam_pipeline.transforms.token_encoder import Encoder, load_encoder, probe_verdicts_folder
+from beam_pipeline.transforms.token_encoder import load_encoder, probe_verdicts_folder
+from beam_pipeline.transforms.tokenizers_encoder import Encoder
 
 STAGE = "tokenize"
 VERSION = "1"

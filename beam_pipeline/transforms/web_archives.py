@@ -41,8 +41,8 @@ from beam_pipeline.sources.snapshot import verify_file
 from beam_pipeline.storage.schemas import dead_letter_row
 from beam_pipeline.transforms.bundle_budget import BudgetedExpandFn, BundleBudget, bundle_budget
 from beam_pipeline.transforms.keys import IntKeyed, StrKeyed
+from beam_pipeline.web.archive_streams import plan_splits, sniff
 from beam_pipeline.web.records import Filtered, Revisit, iter_web_records, newest_capture
-from beam_pipeline.web.warc import plan_splits, sniff
 
 DOCUMENTS, DEAD_LETTER, CAPTURES, REVISITS = "documents", "dead_letter", "captures", "revisits"
 OLDER_CAPTURES = "older_captures"

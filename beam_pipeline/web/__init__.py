@@ -8,6 +8,9 @@ Small pure modules, tested without Beam, and one module of transforms:
     or a :class:`~beam_pipeline.sources.readers.BadRecord` for damage (truncated
     record, bad gzip member, broken headers), after which reading resumes at
     the next record boundary.
+``archive_streams``
+    The bytes under ``warc``: gzip or ARC by the first bytes, byte-range
+    splits and record boundaries, gzip members read one at a time.
 ``charset``
     Bytes to text: BOM, HTTP header, meta tag, then detection.
 ``extract``

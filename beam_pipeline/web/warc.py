@@ -23,8 +23,9 @@ member holds several records (a whole-file gzip; never the case for
 per-record gzip, the standard). Both are independent of how the file was
 split, so the output does not depend on parallelism.
 
-Gzip is decoded here (``_GzipMembers``, zlib member by member, FastWARC gets
-the plain bytes of one member at a time): only so does the reader know where
+Gzip is decoded by the reader itself (``GzipMembers`` of
+``web/archive_streams.py``, zlib member by member, FastWARC gets the plain
+bytes of one member at a time): only so does the reader know where
 every member starts and ends, and whether a member was cut short or does not
 decode. FastWARC's own gzip reader ends a file at a truncated member
 *silently*, and reads a record on into the next member.
@@ -33,22 +34,8 @@ Splits
 ------
 A split ``[start, end)`` owns the records that start in
 ``[sync(start), sync(end))``, where ``sync(x)`` is the first *record
-boundary* at or after ``x``:
-
-* gzip: a gzip member start (bytes ``1f 8b 08``) whose first decompressed
-  bytes are ``WARC/1.`` (an ARC header line in a gzipped ARC file); a false match
-  would need those three bytes at a random place *and* a deflate stream that
-  decodes to a record header;
-* plain WARC: a line ``WARC/1.0`` or ``WARC/1.1`` whose header block ends
-  with an empty line within 64 KiB and has ``WARC-Type``, ``WARC-Record-ID``
-  and ``Content-Length``. A payload that *embeds* such a record (an archived
-  WARC file served over HTTP) can fool the scan when a split starts inside it;
-  split plain WARC files only if that cannot happen, or compress them;
-* plain ARC files are never split (``plan_splits`` gives one range).
-
-Both neighbours compute the same ``sync(end)``, so every record and every
-damaged region belongs to exactly one split. A whole-file gzip (one member)
-has no boundary after 0: the first split reads it all, the others nothing.
+boundary* at or after ``x``. What a boundary is, and which files are not
+split, is said where boundaries are found (``web/archive_streams.py``).
 
 Damage (each is ONE BadRecord; reading resumes at the next boundary)
 --------------------------------------------------------------------
@@ -85,20 +72,24 @@ import dataclasses
 import datetime
 import io
 import re
-import zlib
 from typing import BinaryIO, Callable, Iterator
 
 from fastwarc.warc import ArchiveIterator, HeaderMap, WarcRecordType
 
 from beam_pipeline.records.record_types import BadRecord
+from beam_pipeline.web.archive_streams import (
+    ARC_LINE,
+    HEADER_LIMIT,
+    GzipMembers,
+    LineReader,
+    Placement,
+    _Plain,
+    _sync,
+    raw_at,
+    sniff,
+)
 
-GZIP_MAGIC = b"\x1f\x8b\x08"
-_PREFIX_BYTES = 256
-_READ = 1 << 16  # decompressed bytes per read() handed to FastWARC
-_SCAN = 1 << 20  # raw bytes per step of a boundary scan
-_HEADER_LIMIT = 1 << 16  # a WARC or HTTP header block larger than this is broken
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-_ARC_LINE = re.compile(rb"^(?:filedesc|[a-zA-Z][a-zA-Z0-9+.-]*):\S* \S+ \S+ \S+ ")
 _REQUIRED = ("WARC-Type", "WARC-Record-ID", "Content-Length", "WARC-Date")
 _REQUIRED_KEYS = tuple(name.lower() for name in _REQUIRED)
 
@@ -129,28 +120,6 @@ class Capture:
 Select = Callable[[Capture], "str | None"]
 
 
-def sniff(raw: BinaryIO) -> tuple[bool, bool]:
-    """(gzip, arc) of a file from its first bytes, whatever its name; the position is restored."""
-    here = raw.tell()
-    raw.seek(0)
-    head = raw.read(_HEADER_LIMIT)
-    raw.seek(here)
-    gz = head.startswith(GZIP_MAGIC)
-    if gz:
-        head = _inflate_head(head) or b""
-    return gz, head.startswith(b"filedesc:")
-
-
-def plan_splits(size: int, split_bytes: int, *, gz: bool, arc: bool) -> list[tuple[int, int | None]]:
-    """Byte ranges ``[start, end)`` of a file of ``size`` bytes; the last ends at None (EOF)."""
-    if split_bytes <= 0:
-        raise ValueError(f"split_bytes must be positive, got {split_bytes}")
-    if size <= split_bytes or (arc and not gz):
-        return [(0, None)]
-    starts = list(range(0, size, split_bytes))
-    return [(start, starts[i + 1] if i + 1 < len(starts) else None) for i, start in enumerate(starts)]
-
-
 def iter_captures(
     open_binary: Callable[[], BinaryIO],
     *,
@@ -162,7 +131,8 @@ def iter_captures(
 
     ``open_binary``: zero-argument callable returning a seekable binary file
     object of the stored bytes (see :func:`beam_pipeline.sources.readers.iter_records`).
-    Gzip and ARC are recognized by the first bytes (:func:`sniff`), not the name.
+    Gzip and ARC are recognized by the first bytes
+    (:func:`~beam_pipeline.web.archive_streams.sniff`), not the name.
 
     ``select(capture)`` sees each capture before its payload is read and
     returns a reason to skip the payload (the capture is still yielded, with
@@ -191,7 +161,7 @@ def iter_captures(
                     failure.position,
                     failure.offset,
                     f"{failure.error}; skipped {skipped} to the next record",
-                    _raw_at(raw, failure.offset),
+                    raw_at(raw, failure.offset),
                 )
             pos = resume
 
@@ -216,7 +186,7 @@ def _iter_members(raw: BinaryIO, start: int, hi: int | None, reader, select: Sel
     of the file, bytes that are not a member) is returned: the caller resumes
     at the next boundary.
     """
-    members = _GzipMembers(raw, start)
+    members = GzipMembers(raw, start)
     while (offset := members.begin()) is not None:
         if hi is not None and offset >= hi:
             return None
@@ -228,7 +198,7 @@ def _iter_members(raw: BinaryIO, start: int, hi: int | None, reader, select: Sel
                 failure.position,
                 failure.offset,
                 f"{failure.error}; skipped the rest of its gzip member",
-                _raw_at(raw, failure.offset),
+                raw_at(raw, failure.offset),
             )
     damage = members.damage
     if damage is None:
@@ -240,7 +210,7 @@ def _iter_members(raw: BinaryIO, start: int, hi: int | None, reader, select: Sel
 # WARC
 
 
-def _iter_warc(stream: "_Plain | _GzipMembers", hi: int | None, select: Select):
+def _iter_warc(stream: "_Plain | GzipMembers", hi: int | None, select: Select):
     """Yield the records of one segment (a plain file from a boundary, or one gzip member).
 
     Returns None at the segment's clean end, else a :class:`_Failure`. A capture
@@ -256,9 +226,9 @@ def _iter_warc(stream: "_Plain | _GzipMembers", hi: int | None, select: Select):
         record_types=WarcRecordType.any_type,
         parse_http=False,
         stream_detect=False,
-        max_header_len=_HEADER_LIMIT,
+        max_header_len=HEADER_LIMIT,
     )
-    placed = _Placement()
+    placed = Placement()
     held = None  # the last capture, not yet yielded
     last = None  # (item, stream position) of the last record read
     try:
@@ -294,7 +264,7 @@ def _iter_warc(stream: "_Plain | _GzipMembers", hi: int | None, select: Select):
                     item.byte_offset,
                     f"record does not end at its Content-Length ({item.payload_size} bytes): "
                     f"followed by {after[:40]!r}",
-                    _raw_at(stream.raw, item.byte_offset),
+                    raw_at(stream.raw, item.byte_offset),
                 )
                 return _Failure(item.byte_offset, item.position, None)
             yield item
@@ -309,9 +279,9 @@ def _iter_warc(stream: "_Plain | _GzipMembers", hi: int | None, select: Select):
     return None
 
 
-def _block_end(stream: "_Plain | _GzipMembers", stream_pos: int, declared: int) -> int:
+def _block_end(stream: "_Plain | GzipMembers", stream_pos: int, declared: int) -> int:
     """Stream position right after the block of the record whose header starts at ``stream_pos``."""
-    head = stream.reread(stream_pos, _HEADER_LIMIT + 4)
+    head = stream.reread(stream_pos, HEADER_LIMIT + 4)
     ends = [(found, len(mark)) for mark in (b"\r\n\r\n", b"\n\n") if (found := head.find(mark)) >= 0]
     if not ends:
         return stream_pos
@@ -345,7 +315,7 @@ def _warc_capture(record, offset: int, position: int, select: Select, stream) ->
     mime = _media_type(headers.get("content-type"))
     if kind in ("response", "revisit") and block_type.startswith("application/http") and record.content_length:
         try:
-            record.parse_http(auto_decode="none", max_header_len=_HEADER_LIMIT)
+            record.parse_http(auto_decode="none", max_header_len=HEADER_LIMIT)
         except Exception as exc:  # FastWARC raises OSError/ValueError on a broken status line or header
             return _bad_record(record, offset, position, stream, f"broken HTTP header: {exc}")
         http = record.http_headers
@@ -399,7 +369,7 @@ def _bad_record(record, offset: int, position: int, stream, error: str) -> BadRe
 
 
 def _truncated(stream, offset: int, position: int, got: int, declared: int) -> BadRecord:
-    where = " (its gzip member ends first)" if isinstance(stream, _GzipMembers) and stream.damage is None else ""
+    where = " (its gzip member ends first)" if isinstance(stream, GzipMembers) and stream.damage is None else ""
     return _damaged(stream, offset, position, f"truncated record: {got} of {declared} payload bytes{where}")
 
 
@@ -408,7 +378,7 @@ def _damaged(stream, offset: int, position: int, error: str) -> BadRecord:
     if stream.damage is not None and stream.damage.offset == offset:
         error = f"{stream.damage.error}: {error}"
         stream.damage.reported = True
-    return BadRecord(position, offset, error, _raw_at(stream.raw, offset))
+    return BadRecord(position, offset, error, raw_at(stream.raw, offset))
 
 
 def _warc_timestamp(value: str | None) -> int | None:
@@ -440,15 +410,15 @@ def _media_type(content_type: str | None) -> str | None:
 # ARC (v1 and v2 header lines: URL IP-address Archive-date Content-type [...] Archive-length)
 
 
-def _iter_arc(stream: "_Plain | _GzipMembers", hi: int | None, select: Select):
-    lines = _LineReader(stream)
-    placed = _Placement()
+def _iter_arc(stream: "_Plain | GzipMembers", hi: int | None, select: Select):
+    lines = LineReader(stream)
+    placed = Placement()
     while True:
         start = lines.tell()
-        line = lines.readline(_HEADER_LIMIT)
+        line = lines.readline(HEADER_LIMIT)
         if not line:
             break
-        if not line.strip() or not _ARC_LINE.match(line):
+        if not line.strip() or not ARC_LINE.match(line):
             continue  # blank separator, or the rest of a record whose header was bad
         offset, position = placed.place(stream.locate(start))
         if hi is not None and offset >= hi:
@@ -462,21 +432,21 @@ def _iter_arc(stream: "_Plain | _GzipMembers", hi: int | None, select: Select):
 
 
 def _arc_capture(
-    line: bytes, offset: int, position: int, lines: "_LineReader", select: Select, stream
+    line: bytes, offset: int, position: int, lines: "LineReader", select: Select, stream
 ) -> Capture | BadRecord:
     fields = line.rstrip(b"\r\n").split(b" ")
     date, length = fields[2], fields[-1]
     if len(fields) not in (5, 10) or not length.isdigit() or len(date) != 14 or not date.isdigit():
-        return BadRecord(position, offset, f"broken ARC header: {line[:200]!r}", _raw_at(stream.raw, offset))
+        return BadRecord(position, offset, f"broken ARC header: {line[:200]!r}", raw_at(stream.raw, offset))
     url = fields[0].decode("utf-8", "replace")
     moment = datetime.datetime.strptime(date.decode(), "%Y%m%d%H%M%S").replace(tzinfo=datetime.UTC)
     block_size = int(length)
-    head = lines.read(min(block_size, _HEADER_LIMIT))
+    head = lines.read(min(block_size, HEADER_LIMIT))
     kind = "filedesc" if url.startswith("filedesc:") else "response"
     status = charset = transfer = encoding = None
     mime = _media_type(fields[3].decode("ascii", "replace"))
     consumed = 0
-    if kind == "response" and head.startswith(b"HTTP/") and len(head) == min(block_size, _HEADER_LIMIT):
+    if kind == "response" and head.startswith(b"HTTP/") and len(head) == min(block_size, HEADER_LIMIT):
         http = HeaderMap()
         try:
             if b"\r\n\r\n" not in head and b"\n\n" not in head:
@@ -484,7 +454,7 @@ def _arc_capture(
             consumed = http.parse(io.BytesIO(head))
         except Exception as exc:
             lines.skip(block_size - len(head))
-            return BadRecord(position, offset, f"broken HTTP header: {exc}", _raw_at(stream.raw, offset))
+            return BadRecord(position, offset, f"broken HTTP header: {exc}", raw_at(stream.raw, offset))
         status = http.status_code
         mime = _media_type(http.get("Content-Type")) or mime
         charset = _charset_param(http.get("Content-Type"))
@@ -519,280 +489,3 @@ def _arc_capture(
 def _charset_param(content_type: str | None) -> str | None:
     match = re.search(r"charset\s*=\s*[\"']?([^\s;\"']+)", content_type or "", re.IGNORECASE)
     return match.group(1) if match else None
-
-
-class _LineReader:
-    """Lines and blocks of a stream, with their offsets in the (decompressed) stream."""
-
-    def __init__(self, stream):
-        self._stream = stream
-        self._buffer = b""
-        self._offset = stream.tell()  # stream offset of _buffer[0]
-
-    def tell(self) -> int:
-        return self._offset
-
-    def _fill(self) -> bool:
-        chunk = self._stream.read(_READ)
-        self._buffer += chunk
-        return bool(chunk)
-
-    def readline(self, limit: int) -> bytes:
-        while (end := self._buffer.find(b"\n")) < 0 and len(self._buffer) < limit and self._fill():
-            pass
-        end = len(self._buffer) if end < 0 else end + 1
-        return self._take(min(end, limit))
-
-    def read(self, size: int) -> bytes:
-        while len(self._buffer) < size and self._fill():
-            pass
-        return self._take(size)
-
-    def skip(self, size: int) -> int:
-        """Discard up to ``size`` bytes without holding them; the number discarded."""
-        done = 0
-        while done < size:
-            if not self._buffer and not self._fill():
-                break
-            done += len(self._take(min(size - done, len(self._buffer))))
-        return done
-
-    def _take(self, size: int) -> bytes:
-        out, self._buffer = self._buffer[:size], self._buffer[size:]
-        self._offset += len(out)
-        return out
-
-
-# --------------------------------------------------------------------------
-# Streams handed to the record parsers: offsets, gzip members, damage
-
-
-class _Damage:
-    def __init__(self, offset: int, error: str):
-        self.offset, self.error, self.reported = offset, error, False
-
-
-class _Placement:
-    """(byte_offset, position) of consecutive records from their stored offsets."""
-
-    def __init__(self):
-        self._offset, self._index = None, 0
-
-    def place(self, offset: int) -> tuple[int, int]:
-        self._index = self._index + 1 if offset == self._offset else 0
-        self._offset = offset
-        return offset, offset + self._index
-
-    def next_position(self, offset: int) -> int:
-        """The position a record at ``offset`` would get next (without placing it)."""
-        return offset + (self._index + 1 if offset == self._offset else 0)
-
-
-class _Plain:
-    """A plain file from ``start``; stream positions are file offsets."""
-
-    damage = None
-
-    def __init__(self, raw: BinaryIO, start: int):
-        raw.seek(start)
-        self.raw, self.start, self._position = raw, start, start
-
-    def read(self, size: int = -1) -> bytes:
-        data = self.raw.read(size)
-        self._position += len(data)
-        return data
-
-    def tell(self) -> int:
-        return self._position
-
-    def locate(self, stream_position: int) -> int:
-        return stream_position
-
-    def reread(self, stream_position: int, size: int) -> bytes:
-        """``size`` bytes at a stream position already read (the reading position is kept)."""
-        here = self.raw.tell()
-        self.raw.seek(stream_position)
-        data = self.raw.read(size)
-        self.raw.seek(here)
-        return data
-
-    def close(self) -> None:
-        pass
-
-
-class _GzipMembers:
-    """The gzip members of a file from ``start``, one member at a time.
-
-    :meth:`begin` starts the next member and returns its stored offset (None at
-    the end of the file or at damage); :meth:`read` hands out the decompressed
-    bytes of that member only and b"" at its end, so a parser cannot run on
-    into the next member. Stream positions count decompressed bytes from the
-    member's start; :meth:`locate` gives the member's stored offset. On damage
-    (a member that does not decode, is cut off by the end of the file, or
-    bytes that are not a member) it sets ``damage`` and reads as the end.
-    """
-
-    def __init__(self, raw: BinaryIO, start: int):
-        raw.seek(start)
-        self.raw = raw
-        self.damage: _Damage | None = None
-        self.start = start  # stored offset of the current member
-        self._pending = b""  # raw bytes read, not yet decompressed
-        self._pending_offset = start  # stored offset of _pending[0]
-        self._member = None  # decompressobj of the member being read; None at its end
-        self._out = 0  # decompressed bytes of the current member handed out
-
-    def tell(self) -> int:
-        return self._out
-
-    def close(self) -> None:
-        pass
-
-    def locate(self, stream_position: int) -> int:
-        return self.start
-
-    def begin(self) -> int | None:
-        """Start the next member (the rest of the current one is skipped); its stored offset, or None."""
-        while self._member is not None and self.damage is None:
-            self.read(_READ)
-        if self.damage is not None:
-            return None
-        while len(stripped := self._pending.lstrip(b"\0")) < len(GZIP_MAGIC):  # zero padding is allowed (gzip)
-            more = self.raw.read(_READ)
-            if not more:
-                break
-            self._pending += more
-        self._pending_offset += len(self._pending) - len(stripped)
-        self._pending = stripped
-        if not stripped:
-            return None  # clean end of the file
-        if not stripped.startswith(GZIP_MAGIC):
-            self.damage = _Damage(self._pending_offset, "not a gzip member")
-            return None
-        self._member = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        self.start, self._out = self._pending_offset, 0
-        return self.start
-
-    def read(self, size: int = -1) -> bytes:
-        """Up to ``size`` decompressed bytes of the current member; b"" at its end or after damage."""
-        size = _READ if size is None or size < 0 else size
-        parts, got = [], 0
-        while got < size and self._member is not None and self.damage is None:
-            if not self._pending:
-                self._pending = self.raw.read(_READ)
-                if not self._pending:  # the file ends inside the member
-                    tail = self._member.flush()
-                    self.damage = _Damage(self.start, "truncated gzip member")
-                    self._member = None
-                    parts.append(tail)
-                    got += len(tail)
-                    break
-            data = self._pending
-            try:
-                out = self._member.decompress(data, size - got)
-            except zlib.error as exc:
-                self.damage = _Damage(self.start, f"corrupt gzip member: {exc}")
-                self._member = None
-                break
-            ended = self._member.eof
-            rest = self._member.unused_data if ended else self._member.unconsumed_tail
-            self._pending_offset += len(data) - len(rest)
-            self._pending = rest
-            if ended:
-                self._member = None
-            parts.append(out)
-            got += len(out)
-        self._out += got
-        return b"".join(parts)
-
-    def reread(self, stream_position: int, size: int) -> bytes:
-        """``size`` decompressed bytes at a position of the current member, decoded again from its start.
-
-        Only the damage paths call it; the reading position is kept.
-        """
-        here = self.raw.tell()
-        self.raw.seek(self.start)
-        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        parts, skip, need = [], stream_position, size
-        pending = b""
-        try:
-            while need > 0 and not inflater.eof:
-                if not pending:
-                    pending = self.raw.read(_READ)
-                    if not pending:
-                        break
-                out = inflater.decompress(pending, _READ)
-                pending = inflater.unconsumed_tail
-                if skip >= len(out):
-                    skip -= len(out)
-                    continue
-                piece = out[skip : skip + need]
-                skip = 0
-                parts.append(piece)
-                need -= len(piece)
-        except zlib.error:
-            pass
-        self.raw.seek(here)
-        return b"".join(parts)
-
-
-# --------------------------------------------------------------------------
-# Record boundaries
-
-
-def _sync(raw: BinaryIO, start: int, gz: bool, arc: bool, *, after_damage: bool = False) -> int | None:
-    """Stored offset of the first record boundary at or after ``start``; None at end of file.
-
-    ``after_damage``: resuming after a record that did not end where it said,
-    a plain WARC header also counts where it does not start a line (a record
-    cut short mid-line, the next one written right after it). Split points
-    keep the stricter rule; both neighbours of a split point compute it alike.
-    """
-    marker = GZIP_MAGIC if gz else (b"\n" if arc else b"WARC/1.")
-    offset = start
-    while True:
-        raw.seek(offset)
-        chunk = raw.read(_SCAN)
-        if not chunk:
-            return None
-        found = chunk.find(marker)
-        while found >= 0:
-            candidate = offset + found + (1 if marker == b"\n" else 0)
-            if _is_boundary(raw, candidate, gz, arc, line_start=not after_damage):
-                return candidate
-            found = chunk.find(marker, found + 1)
-        if len(chunk) < _SCAN:
-            return None
-        offset += len(chunk) - len(marker) + 1
-
-
-def _is_boundary(raw: BinaryIO, offset: int, gz: bool, arc: bool, *, line_start: bool = True) -> bool:
-    raw.seek(max(offset - 1, 0))
-    data = raw.read(_HEADER_LIMIT + 1)
-    before, data = (data[:1], data[1:]) if offset else (b"\n", data)
-    if gz:
-        head = _inflate_head(data)
-        return head is not None and (bool(_ARC_LINE.match(head)) if arc else head.startswith(b"WARC/1."))
-    if arc:
-        return bool(_ARC_LINE.match(data))
-    end = data.find(b"\r\n\r\n")
-    if (line_start and before != b"\n") or end < 0 or not data.startswith((b"WARC/1.0\r\n", b"WARC/1.1\r\n")):
-        return False
-    header = data[:end].lower()
-    return all(name in header for name in (b"\nwarc-type:", b"\nwarc-record-id:", b"\ncontent-length:"))
-
-
-def _inflate_head(data: bytes) -> bytes | None:
-    try:
-        return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data, 64)
-    except zlib.error:
-        return None
-
-
-def _raw_at(raw: BinaryIO, offset: int) -> bytes:
-    """The first stored bytes at ``offset``; the file position is restored (a parser may be reading)."""
-    here = raw.tell()
-    raw.seek(offset)
-    data = raw.read(_PREFIX_BYTES)
-    raw.seek(here)
-    return data
