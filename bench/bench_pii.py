@@ -29,7 +29,7 @@ every other detection is a false positive; every unmatched gold span a false neg
 ``pii.detect`` with every kind, as ``pii.counts`` (what the stage calls) runs it. Throughput: CPU seconds of
 ``pii.counts`` on one core over the bench documents and over the unplanted real text, best of 3 rounds
 (interleaved with the ``--before`` detector's, as the machine may be shared).
-``--before REV`` runs the same on ``beam_pipeline/filters/pii.py`` of a git revision (default HEAD).
+``--before REV`` runs the same on the PII detector of a git revision (default HEAD): its whole ``beam_pipeline/filters/``.
 Results: ``bench/results/pii-<date>.md`` and ``.json``.
 """
 
@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.util
+import importlib
 import json
 import os
 import random
@@ -526,14 +526,15 @@ def prf(c: Counter) -> dict:
     return {"tp": tp, "fp": fp, "fn": fn, "precision": round(p, 4), "recall": round(r, 4), "f1": round(f, 4)}
 
 
-def throughput(texts: list[str], counts, repeat: int = 3) -> dict:
-    """CPU seconds of ``counts`` over ``texts``, best of ``repeat``; the phone validation's cache is emptied
+def throughput(texts: list[str], module, repeat: int = 3) -> dict:
+    """CPU seconds of ``module.counts`` over ``texts``, best of ``repeat``; the phone validation's cache is emptied
     before each pass (the bench's numbers would all be in it after the first)."""
     size = sum(len(t.encode("utf-8")) for t in texts)
+    counts = module.counts
     counts(texts[0])  # compile the loops, load the metadata
     best = float("inf")
     for _ in range(repeat):
-        _clear_caches()
+        _clear_caches(module)
         start = time.process_time()
         for t in texts:
             counts(t)
@@ -542,30 +543,45 @@ def throughput(texts: list[str], counts, repeat: int = 3) -> dict:
             "mb_per_s": round(size / 1e6 / best, 2)}
 
 
-def _clear_caches() -> None:
-    try:
-        from beam_pipeline.filters import phones
-    except ImportError:  # a revision before filters/phones.py
-        return
-    phones._valid.cache_clear()
+def _clear_caches(module) -> None:
+    """Empty the phone validator's cache of the package ``module`` (a pii module) was loaded from."""
+    phones = sys.modules.get(module.__name__.rpartition(".")[0] + ".phones")
+    if phones is not None:  # None: a revision before filters/phones.py
+        phones._valid.cache_clear()
+
+
+BEFORE_PACKAGE = "pii_before"
 
 
 def load_pii(rev: str | None):
-    """The pii module of the work tree, or of git revision ``rev`` (loaded from a temporary file)."""
+    """The pii module of the work tree, or of git revision ``rev``.
+
+    A revision's detector is more than ``pii.py`` (the number detectors and the phone validator are
+    modules beside it), so the revision's whole ``beam_pipeline/filters/`` is exported into a temporary
+    package named :data:`BEFORE_PACKAGE`, with its imports of ``beam_pipeline.filters`` pointed there;
+    the rest of ``beam_pipeline`` is the work tree's.
+    """
     from beam_pipeline.filters import pii
 
     if rev is None:
         return pii
-    source = subprocess.run(["git", "show", f"{rev}:beam_pipeline/filters/pii.py"], cwd=REPO, check=True,
-                            capture_output=True, text=True).stdout
     folder = tempfile.mkdtemp(prefix="pii-before-")
-    path = os.path.join(folder, "pii_before.py")
-    with open(path, "w") as f:
-        f.write(source)
-    spec = importlib.util.spec_from_file_location("pii_before", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    archive = subprocess.run(["git", "archive", rev, "beam_pipeline/filters"], cwd=REPO, check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", folder], input=archive, check=True)
+    package = os.path.join(folder, BEFORE_PACKAGE)
+    os.rename(os.path.join(folder, "beam_pipeline", "filters"), package)
+    for name in os.listdir(package):
+        if name.endswith(".py"):
+            path = os.path.join(package, name)
+            with open(path, encoding="utf-8") as f:
+                source = f.read()
+            source = re.sub(r"\bbeam_pipeline\.filters\b", BEFORE_PACKAGE, source)
+            source = source.replace("from beam_pipeline import filters", f"import {BEFORE_PACKAGE} as filters")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(source)
+    sys.path.insert(0, folder)
+    return importlib.import_module(f"{BEFORE_PACKAGE}.pii")
 
 
 def real_text_documents(sources: dict[str, list[list[str]]], per_locale_mb: float) -> list[str]:
@@ -607,7 +623,7 @@ def main() -> int:
     for key, texts in (("throughput_real", real), ("throughput_bench", bench_texts)):
         for _ in range(3):  # interleaved rounds, the best of each variant: the machine is shared
             for name, module in modules.items():
-                measured = throughput(texts, module.counts, repeat=1)
+                measured = throughput(texts, module, repeat=1)
                 best = results["variants"][name].get(key)
                 if best is None or measured["cpu_seconds"] < best["cpu_seconds"]:
                     results["variants"][name][key] = measured

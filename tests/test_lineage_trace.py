@@ -15,7 +15,7 @@ from tokenizers import Tokenizer
 from beam_pipeline.cli import commands as cli
 from beam_pipeline.records.hashing import bucket_of, sha256_bytes
 from beam_pipeline.storage.layers import Layer
-from beam_pipeline.dataset import lineage as lineage_module
+from beam_pipeline.transforms import lineage as lineage_module
 from beam_pipeline.dataset.lineage import read_lineage, trace_token
 from beam_pipeline.transforms.lineage import annotation_outputs, parquet_bytes, sort_lineage
 from beam_pipeline.records.normalize import normalize_text

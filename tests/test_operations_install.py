@@ -27,6 +27,19 @@ def install_block() -> dict:
     return marked[0]
 
 
+_ANYWHERE = shutil.ignore_patterns(".git", ".venv", "*.egg-info", "__pycache__", ".pytest_cache", ".mypy_cache",
+                                   ".ruff_cache")
+_AT_THE_ROOT = {"venv", "out", "build", "bench"}  # a setuptools build/ at the root, not beam_pipeline/build/
+
+
+def _not_a_clone(folder: str, names: list[str]) -> set[str]:
+    """What a fresh clone would not hold (shutil.copytree's ``ignore``)."""
+    ignored = set(_ANYWHERE(folder, names))
+    if os.path.samefile(folder, REPO):
+        ignored |= _AT_THE_ROOT & set(names)
+    return ignored
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 @pytest.mark.skipif(shutil.which("python3.11") is None, reason="the block needs python3.11 on the PATH")
@@ -34,9 +47,7 @@ def test_the_install_block_of_operations_md_runs_on_a_fresh_venv(tmp_path):
     block = install_block()
     assert block["text"].startswith("python3.11 -m venv venv\n"), block["text"]
     checkout = tmp_path / "checkout"
-    shutil.copytree(REPO, checkout, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "venv", "out", "build", "*.egg-info", "__pycache__", ".pytest_cache", ".mypy_cache",
-        ".ruff_cache", "bench"))
+    shutil.copytree(REPO, checkout, ignore=_not_a_clone)
     script = "set -euo pipefail\n" + block["text"]
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PIP_REQUIRE_VIRTUALENV")}
     result = subprocess.run(["bash", "-c", script], cwd=checkout, env=env, capture_output=True, text=True,
