@@ -3,7 +3,7 @@
 A threshold rule's ``drop_if`` is a condition over annotation columns
 (``quality.quality_score < 0.3``); a quantile rule's ``by`` is one column
 reference. The rule configs that hold them are in
-:mod:`beam_pipeline.policy.policy_config` (their validators parse them here), and
+:mod:`beam_pipeline.policy.config` (their validators parse them here), and
 the compiled policy that evaluates them in order is
 :class:`beam_pipeline.policy.rules.Plan` (docs/policy.md).
 
