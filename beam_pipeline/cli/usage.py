@@ -112,9 +112,9 @@ PORTABLE_RUNNERS = ("FlinkRunner", "PortableRunner", "SparkRunner")
 
 
 def _runner_has_job_server(args: list[str]) -> bool:
-    from beam_pipeline.options.corpus_options import _flag
+    from beam_pipeline.options.corpus_options import flag_value
 
-    return (_flag(args, "runner") or "").rsplit(".", 1)[-1] in PORTABLE_RUNNERS
+    return (flag_value(args, "runner") or "").rsplit(".", 1)[-1] in PORTABLE_RUNNERS
 
 
 def closest_option(name: str, candidates: list[str]) -> str | None:
@@ -137,9 +137,9 @@ def closest_option(name: str, candidates: list[str]) -> str | None:
 
 def check_runner(beam_args: list[str]) -> None:
     """Refuse a ``--runner`` Beam cannot create (before a snapshot is taken or a job is built)."""
-    from beam_pipeline.options.corpus_options import _flag
+    from beam_pipeline.options.corpus_options import flag_value
 
-    runner = _flag(beam_args, "runner")
+    runner = flag_value(beam_args, "runner")
     if runner is None:
         return
     from apache_beam.options.pipeline_options import StandardOptions

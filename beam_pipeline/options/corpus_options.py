@@ -113,7 +113,7 @@ class RunnerError(ValueError):
     """The runner options cannot work as given (a missing job server jar, say)."""
 
 
-def _flag(args: list[str], name: str) -> str | None:
+def flag_value(args: list[str], name: str) -> str | None:
     """The flag's value (the last one given), or None."""
     values = _values(args, name)
     return values[-1] if values else None
@@ -153,7 +153,7 @@ class LocalRunnerDefaults:
 
     @staticmethod
     def apply(beam_args: list[str], input_bytes: int | None = None) -> list[str]:
-        runner = _flag(beam_args, "runner")
+        runner = flag_value(beam_args, "runner")
         if runner is None and input_bytes is not None and input_bytes > LOCAL_RUNNER_CEILING_BYTES:
             logging.getLogger(__name__).warning(
                 "%.1f GB of text is above the local runner's ceiling (%.1f GB, docs/operations.md): building on "
@@ -182,7 +182,7 @@ class LocalRunnerDefaults:
         """The defaults of the runner ``--runner`` names (FlinkRunner: :func:`flink_defaults`); without
         ``--runner``, nothing (Beam's default). What ``land`` takes: the same runner defaults as ``run``,
         its local runner being Beam's (streaming)."""
-        runner = _flag(beam_args, "runner")
+        runner = flag_value(beam_args, "runner")
         if runner is not None and runner.rsplit(".", 1)[-1] == "FlinkRunner":
             return beam_args + flink_defaults(beam_args)
         return beam_args
@@ -191,9 +191,9 @@ class LocalRunnerDefaults:
 def flink_defaults(beam_args: list[str]) -> list[str]:
     """What a FlinkRunner build needs and the user did not give (see :class:`LocalRunnerDefaults`)."""
     extra = []
-    if _flag(beam_args, "flink_version") is None:
+    if flag_value(beam_args, "flink_version") is None:
         extra.append(f"--flink_version={FLINK_VERSION}")
-    if _flag(beam_args, "job_endpoint") is None and _flag(beam_args, "flink_job_server_jar") is None:
+    if flag_value(beam_args, "job_endpoint") is None and flag_value(beam_args, "flink_job_server_jar") is None:
         jar = flink_job_server_jar()
         if not os.path.exists(jar):
             raise RunnerError(
@@ -202,23 +202,23 @@ def flink_defaults(beam_args: list[str]) -> list[str]:
                 f"--job_endpoint (docs/flink.md)"
             )
         extra.append(f"--flink_job_server_jar={jar}")
-    if _flag(beam_args, "job_endpoint") is None:  # the job server this process starts
+    if flag_value(beam_args, "job_endpoint") is None:  # the job server this process starts
         properties = _values(beam_args, "job_server_jvm_properties") + _values(beam_args, "job_server_jvm_property")
         if not properties:
             extra.append(f"--job_server_jvm_properties={JOB_SERVER_THREAD_STACK}")
         if not any(p.startswith("-Djava.io.tmpdir=") for p in properties):
             extra.append(f"--job_server_jvm_properties=-Djava.io.tmpdir={job_server_scratch.claim()}")
-    if _flag(beam_args, "environment_cache_millis") is None:
+    if flag_value(beam_args, "environment_cache_millis") is None:
         extra.append(f"--environment_cache_millis={ENVIRONMENT_CACHE_MILLIS}")
-    master = _flag(beam_args, "flink_master")
+    master = flag_value(beam_args, "flink_master")
     if master in (None, "[local]", "[auto]"):
         if master is None:
             extra.append("--flink_master=[local]")
-        if _flag(beam_args, "environment_type") is None:
+        if flag_value(beam_args, "environment_type") is None:
             extra.append("--environment_type=LOOPBACK")
-        if _flag(beam_args, "parallelism") is None:
+        if flag_value(beam_args, "parallelism") is None:
             extra.append(f"--parallelism={os.cpu_count() or 1}")
-    elif _flag(beam_args, "environment_type") is None and os.path.exists(sdk_worker.command_path()):
+    elif flag_value(beam_args, "environment_type") is None and os.path.exists(sdk_worker.command_path()):
         # a cluster: each TaskManager starts its own SDK workers with this environment's boot
         # (Beam's default, DOCKER, needs a Docker daemon on every TaskManager; docs/flink.md)
         extra += ["--environment_type=PROCESS", f"--environment_config={sdk_worker.environment_config()}"]
@@ -233,8 +233,8 @@ def local_paths_for_remote_workers(config, beam_args: list[str]) -> tuple[list[s
     local path of the submitting machine works there only if every worker mounts it at the same
     path (NFS), and never on Dataflow. Locally (DirectRunner, embedded Flink) nothing is reported.
     """
-    runner = (_flag(beam_args, "runner") or "DirectRunner").rsplit(".", 1)[-1]
-    master = _flag(beam_args, "flink_master")
+    runner = (flag_value(beam_args, "runner") or "DirectRunner").rsplit(".", 1)[-1]
+    master = flag_value(beam_args, "flink_master")
     if runner in ("DirectRunner", "SwitchingDirectRunner", "PrismRunner") or (
         runner == "FlinkRunner" and master in (None, "[local]", "[auto]")
     ):

@@ -5,7 +5,7 @@ The gatherer is data-driven: a numeric column of a ``documents`` /
 (:func:`histograms`) with the policy thresholds whose names match it
 (:func:`thresholds_for`: ``n_chars`` -> ``min_chars`` / ``max_chars``, and
 comparisons in ``drop_if`` rules, from the policy the run applied:
-:func:`_policy`); a boolean column gives the share of documents it flags
+:func:`applied_policy`); a boolean column gives the share of documents it flags
 (:func:`flags`); a string column named ``language`` / ``lang`` gives the
 language mix (:func:`language_mix`). Used by
 :func:`beam_pipeline.report.gather.gather` (and ``docs/report.md``,
@@ -37,7 +37,7 @@ HISTOGRAM_BINS = 40
 LANGUAGES_SHOWN = 15
 
 
-def _policy(ledgers: dict[str, dict]) -> dict[str, Any]:
+def applied_policy(ledgers: dict[str, dict]) -> dict[str, Any]:
     """The policy the run applied: the config of the stage that wrote ``decisions``, flattened.
 
     ``drop_if`` rule expressions (:mod:`beam_pipeline.policy.rules`) become

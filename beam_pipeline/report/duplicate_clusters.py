@@ -16,7 +16,7 @@ from collections import Counter, defaultdict
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from beam_pipeline.report.run_layers import Layout, Output, _joined, lookup_documents
+from beam_pipeline.report.run_layers import Layout, Output, joined_by_doc_id, lookup_documents
 
 CLUSTER_SIZE_COLUMNS = ("cluster_size", "duplicate_count")
 CLUSTER_KEY_COLUMNS = ("cluster_id", "content_hash")
@@ -167,7 +167,7 @@ def _near_only_clusters(output: Output, docs: Output, size: str | None) -> tuple
     first_hash: dict[str, str] = {}
     differs: set[str] = set()
     columns = ["doc_id", "cluster_id"] + ([size] if size else [])
-    for table in _joined(output, columns, docs, ["doc_id", "content_hash"]):
+    for table in joined_by_doc_id(output, columns, docs, ["doc_id", "content_hash"]):
         table = table.filter(pc.is_valid(table["cluster_id"]))
         for row in table.to_pylist():
             k = row["cluster_id"]

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from beam_pipeline.report.locate import RunRef
-from beam_pipeline.report.run_layers import DROP_RECORD_OUTPUTS, Layout, _joined, read_table
+from beam_pipeline.report.run_layers import DROP_RECORD_OUTPUTS, Layout, joined_by_doc_id, read_table
 from beam_pipeline.storage.layers import join
 
 
@@ -48,7 +48,7 @@ def _dropped_chars(layout: Layout) -> dict[tuple[str, str, str], dict]:
             columns = ["doc_id"]
         else:
             continue
-        for table in _joined(output, columns, docs, ["doc_id", "source", "n_chars"]):
+        for table in joined_by_doc_id(output, columns, docs, ["doc_id", "source", "n_chars"]):
             if reason_of is None:
                 table = table.filter(pc.is_valid(table["reason"]))
                 if "kept" in table.column_names:
@@ -144,7 +144,7 @@ def _kept_chars(layout: Layout) -> dict[str, int]:
     out: dict[str, int] = defaultdict(int)
     if docs is None or decisions is None or not docs.has("n_chars"):
         return out
-    for table in _joined(decisions, ["doc_id", "kept"], docs, ["doc_id", "source", "n_chars"]):
+    for table in joined_by_doc_id(decisions, ["doc_id", "kept"], docs, ["doc_id", "source", "n_chars"]):
         table = table.filter(table["kept"])
         for row in table.group_by("source").aggregate([("n_chars", "sum")]).to_pylist():
             out[row["source"]] += row["n_chars_sum"] or 0

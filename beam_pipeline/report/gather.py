@@ -40,7 +40,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.dedup.cluster_alarms import build_messages as cluster_messages
 from beam_pipeline.dedup.cluster_alarms import representative_report as representative_check
-from beam_pipeline.report.annotation_scores import _policy, flags, histograms, language_mix
+from beam_pipeline.report.annotation_scores import applied_policy, flags, histograms, language_mix
 from beam_pipeline.report.drop_samples import drop_samples
 from beam_pipeline.report.duplicate_clusters import clusters, top_clusters
 from beam_pipeline.report.floors import entries_of, run_floor_warnings
@@ -48,8 +48,8 @@ from beam_pipeline.report.funnel import final_tokens_by_source, funnel
 from beam_pipeline.report.locate import RunRef
 from beam_pipeline.report.mixture import mixture, token_budget
 from beam_pipeline.report.null_scores import report_warnings
-from beam_pipeline.report.run_layers import Layout, _ledgers
-from beam_pipeline.report.stage_counts import _stages, drops_by_source, stage_flow
+from beam_pipeline.report.run_layers import Layout, stage_ledgers
+from beam_pipeline.report.stage_counts import drops_by_source, stage_entries, stage_flow
 from beam_pipeline.storage.layers import join, read_bytes
 
 
@@ -70,7 +70,7 @@ def gather(ref: RunRef, *, report_config: dict | None = None, detail: bool = Tru
         **(config.get("report") or {}),
         **(report_config or {}),
     }
-    stages = _stages(ref)
+    stages = stage_entries(ref)
     cascade = config.get("cascade") or {}
     flow_warnings = stage_flow(stages, members=frozenset(cascade.get("stages", [])))
     data: dict[str, Any] = {
@@ -117,7 +117,7 @@ def gather(ref: RunRef, *, report_config: dict | None = None, detail: bool = Tru
     if not detail:
         return data
 
-    ledgers = _ledgers(ref, stages)
+    ledgers = stage_ledgers(ref, stages)
     for stage in stages:
         if stage["name"] not in ledgers:
             data["warnings"].append(
@@ -128,7 +128,7 @@ def gather(ref: RunRef, *, report_config: dict | None = None, detail: bool = Tru
     cluster_lines, cluster_alarms = cluster_messages(config, ledgers)  # near-dup clusters above max_cluster_size
     data["warnings"].extend(cluster_alarms + cluster_lines)
     data["representative_check"] = representative_check(config, ledgers)  # the seed's check, near_dedup.md
-    data["policy"] = _policy(ledgers)
+    data["policy"] = applied_policy(ledgers)
     layout = Layout(ref.root, ledgers)
     seed = int(manifest.get("seed") or 0)
     tokens_by_source = final_tokens_by_source(ref)

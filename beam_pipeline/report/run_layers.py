@@ -4,7 +4,7 @@ The report reads a layer column by column, one partition at a time, so the
 driver's memory stays at one partition whatever the corpus size:
 :class:`Layout` holds every output of every committed layer of a run (and
 its dead letters) as an :class:`Output` (partition paths, Arrow schema);
-:func:`_joined` joins two outputs on ``doc_id`` partition by partition;
+:func:`joined_by_doc_id` joins two outputs on ``doc_id`` partition by partition;
 :func:`lookup_documents` fetches some documents' texts from only the
 partitions that hold them. Used by the gatherers of the report's sections
 (:mod:`beam_pipeline.report.gather` and the modules it calls).
@@ -33,7 +33,7 @@ ANNOTATION_SUFFIX = "annotations"
 TEXT_OUTPUT = "documents"
 
 
-def _ledgers(ref: RunRef, stages: list[dict]) -> dict[str, dict]:
+def stage_ledgers(ref: RunRef, stages: list[dict]) -> dict[str, dict]:
     ledgers = {}
     for stage in stages:
         layer = Layer(ref.root, stage["name"], stage["layer_key"])
@@ -102,7 +102,9 @@ def read_table(path: str, columns: list[str] | None = None) -> pa.Table:
         return read_parquet(f, columns)
 
 
-def _joined(left: Output, left_columns: list[str], right: Output, right_columns: list[str]) -> Iterable[pa.Table]:
+def joined_by_doc_id(
+    left: Output, left_columns: list[str], right: Output, right_columns: list[str]
+) -> Iterable[pa.Table]:
     """``left`` rows joined with ``right`` on doc_id, partition by partition when both share the layout."""
     if len(left.paths) == len(right.paths):
         for lp, rp in zip(left.paths, right.paths):

@@ -1,7 +1,7 @@
 """The stage counts of a run's report, and what each stage removed from the flow of records.
 
 The counts come from ``runs/<run_id>/metrics.json`` (or the manifest's
-``stages`` when the run folder is gone): :func:`_stages` reads them,
+``stages`` when the run folder is gone): :func:`stage_entries` reads them,
 :func:`stage_flow` reads them as a flow (a stage drops records, or scores them
 behind the cascade's gates: docs/report.md, "Records in the flow"), and
 :func:`drops_by_source` / :func:`drop_reasons` list what was dropped. Used by
@@ -14,7 +14,7 @@ from __future__ import annotations
 from beam_pipeline.report.locate import RunRef
 
 
-def _stages(ref: RunRef) -> list[dict]:
+def stage_entries(ref: RunRef) -> list[dict]:
     """Stage entries in run order: name, version, layer key, counts, reused, seconds."""
     by_name = {s["name"]: s for s in ref.manifest.get("stages", [])}
     entries = ref.metrics["stages"] if ref.metrics else ref.manifest.get("stages", [])

@@ -153,7 +153,7 @@ def _next_zstd_slice(slice_size: int, fed: int, produced: int, target_output: in
 # Line splitting (jsonl)
 
 
-class _Line(NamedTuple):
+class SourceLine(NamedTuple):
     position: int
     byte_offset: int
     data: bytes  # the whole line without b"\n"; only its first 256 bytes if oversized
@@ -190,18 +190,18 @@ class _PartialLine:
                 break
         return head
 
-    def finish(self, chunk: bytes, start: int, end: int, position: int, offset: int) -> _Line:
+    def finish(self, chunk: bytes, start: int, end: int, position: int, offset: int) -> SourceLine:
         """Complete the line with chunk[start:end] and reset for the next one."""
         size = self.size + end - start
         if size <= self.max_record_bytes:
-            line = _Line(position, offset, b"".join(self.parts) + chunk[start:end], size, False)
+            line = SourceLine(position, offset, b"".join(self.parts) + chunk[start:end], size, False)
         else:
-            line = _Line(position, offset, self.head(chunk[start:end]), size, True)
+            line = SourceLine(position, offset, self.head(chunk[start:end]), size, True)
         self.parts, self.size = [], 0
         return line
 
 
-def split_lines(chunks: Iterator[bytes], max_record_bytes: int) -> Iterator[_Line | BadRecord]:
+def split_lines(chunks: Iterator[bytes], max_record_bytes: int) -> Iterator[SourceLine | BadRecord]:
     """Split a stream of chunks into lines without holding any oversized line.
 
     Ends with a BadRecord for the unfinished tail if the stream is damaged.
@@ -217,10 +217,10 @@ def split_lines(chunks: Iterator[bytes], max_record_bytes: int) -> Iterator[_Lin
                 if partial.size:  # the line began in an earlier chunk
                     yield partial.finish(chunk, start, newline, position, line_offset)
                 elif newline - start <= max_record_bytes:
-                    yield _Line(position, line_offset, chunk[start:newline], newline - start, False)
+                    yield SourceLine(position, line_offset, chunk[start:newline], newline - start, False)
                 else:
                     head = chunk[start : min(newline, start + PREFIX_BYTES)]
-                    yield _Line(position, line_offset, head, newline - start, True)
+                    yield SourceLine(position, line_offset, head, newline - start, True)
                 position += 1
                 start = newline + 1
                 line_offset = chunk_offset + start

@@ -88,7 +88,7 @@ import re
 from typing import BinaryIO, Callable, Iterator, NamedTuple
 
 from beam_pipeline.records.record_types import BadRecord, RawRecord
-from beam_pipeline.sources.byte_streams import PREFIX_BYTES, DamagedStream, _Line, decompressed_chunks, split_lines
+from beam_pipeline.sources.byte_streams import PREFIX_BYTES, DamagedStream, SourceLine, decompressed_chunks, split_lines
 from beam_pipeline.web.records import iter_raw_records
 
 FORMATS = ("jsonl", "parquet", "text", "warc")
@@ -168,7 +168,7 @@ def _iter_jsonl(
                 yield record
 
 
-def _parse_line(line: _Line, fields: _FieldNames, max_record_bytes: int) -> RawRecord | BadRecord | None:
+def _parse_line(line: SourceLine, fields: _FieldNames, max_record_bytes: int) -> RawRecord | BadRecord | None:
     """One jsonl line to a record; None for a blank line."""
     position, byte_offset, data, size, oversized = line
     if oversized:

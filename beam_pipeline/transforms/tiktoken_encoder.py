@@ -2,7 +2,7 @@
 
 :func:`tiktoken_incompatibility` says why tiktoken would not encode a ``tokenizer.json`` as
 ``tokenizers`` does ("" when it would: the conditions (a)-(d) of ``transforms/token_encoder.py``'s
-docstring and docs/decisions.md, "tokenize engine"); :func:`_tiktoken_encoder` builds the
+docstring and docs/decisions.md, "tokenize engine"); :func:`make_tiktoken_encoder` builds the
 :class:`TiktokenEncoder` that :func:`.token_encoder.load_encoder` then probes. With an NFC or NFKC
 normalizer the text between added tokens is normalized by Python's ``unicodedata``, and texts holding
 a character whose normalization ``tokenizers`` does otherwise (:func:`unicode_disagreements`) go to
@@ -191,7 +191,7 @@ def tiktoken_incompatibility(spec: dict) -> str:
     return plan if isinstance(plan, str) else ""
 
 
-def _tiktoken_encoder(
+def make_tiktoken_encoder(
     spec: dict, name: str, pattern: str, form: str | None, reference: TokenizersEncoder
 ) -> TiktokenEncoder:
     import tiktoken

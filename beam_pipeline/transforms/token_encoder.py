@@ -69,7 +69,7 @@ import numpy as np
 
 from beam_pipeline.transforms import metaspace_encoder, tiktoken_encoder, tokenizers_encoder, word_cache_encoder
 from beam_pipeline.transforms.metaspace_encoder import MetaspaceTiktokenEncoder, metaspace_plan
-from beam_pipeline.transforms.tiktoken_encoder import _tiktoken_encoder, tiktoken_plan
+from beam_pipeline.transforms.tiktoken_encoder import make_tiktoken_encoder, tiktoken_plan
 from beam_pipeline.transforms.tokenizers_encoder import Encoder, TokenizersEncoder
 from beam_pipeline.transforms.word_cache_encoder import METASPACE, WordCacheEncoder, word_cache_mode
 
@@ -195,7 +195,7 @@ def load_encoder(tokenizer_json: str, name: str = "tokenizer", verdicts: str | N
     candidates: list[Callable[[], Encoder]] = []
     plan = tiktoken_plan(spec)
     if not isinstance(plan, str):
-        candidates.append(lambda: _tiktoken_encoder(spec, name, *plan, reference))
+        candidates.append(lambda: make_tiktoken_encoder(spec, name, *plan, reference))
     extra: list[str] = []  # more probe texts
     metaspace = metaspace_plan(spec)
     if not isinstance(metaspace, str):

@@ -2,10 +2,10 @@
 
 :func:`sniff` tells a gzipped file and an ARC file by their first bytes,
 whatever their names. :func:`plan_splits` cuts a file into byte ranges (the
-ingest stage's splits, ``transforms/web_archives.py``), and ``_sync`` finds the
+ingest stage's splits, ``transforms/web_archives.py``), and ``next_boundary`` finds the
 first record boundary at or after an offset, so that each split of
 :func:`~beam_pipeline.web.warc.iter_captures` reads the records that start in
-it. The record parsers of ``web/warc.py`` read ``_Plain`` (a plain file from a
+it. The record parsers of ``web/warc.py`` read ``PlainStream`` (a plain file from a
 boundary) or ``GzipMembers`` (one gzip member at a time, decoded with zlib so
 the reader knows where every member starts and ends and whether it was cut
 short or does not decode), both of which give the stored offset of a record,
@@ -16,7 +16,7 @@ Record boundaries
 -----------------
 A split ``[start, end)`` owns the records that start in
 ``[sync(start), sync(end))`` (``web/warc.py``, "Splits"), where ``sync(x)``
-(``_sync``) is the first *record boundary* at or after ``x``:
+(``next_boundary``) is the first *record boundary* at or after ``x``:
 
 * gzip: a gzip member start (bytes ``1f 8b 08``) whose first decompressed
   bytes are ``WARC/1.`` (an ARC header line in a gzipped ARC file); a false match
@@ -95,7 +95,7 @@ class Placement:
         return offset + (self._index + 1 if offset == self._offset else 0)
 
 
-class _Plain:
+class PlainStream:
     """A plain file from ``start``; stream positions are file offsets."""
 
     damage = None
@@ -293,7 +293,7 @@ class LineReader:
 # Record boundaries
 
 
-def _sync(raw: BinaryIO, start: int, gz: bool, arc: bool, *, after_damage: bool = False) -> int | None:
+def next_boundary(raw: BinaryIO, start: int, gz: bool, arc: bool, *, after_damage: bool = False) -> int | None:
     """Stored offset of the first record boundary at or after ``start``; None at end of file.
 
     ``after_damage``: resuming after a record that did not end where it said,

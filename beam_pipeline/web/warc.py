@@ -83,8 +83,8 @@ from beam_pipeline.web.archive_streams import (
     GzipMembers,
     LineReader,
     Placement,
-    _Plain,
-    _sync,
+    PlainStream,
+    next_boundary,
     raw_at,
     sniff,
 )
@@ -143,18 +143,18 @@ def iter_captures(
     """
     with contextlib.closing(open_binary()) as raw:
         gz, arc = sniff(raw)
-        lo = 0 if start == 0 else _sync(raw, start, gz, arc)
-        hi = None if end is None else _sync(raw, end, gz, arc)
+        lo = 0 if start == 0 else next_boundary(raw, start, gz, arc)
+        hi = None if end is None else next_boundary(raw, end, gz, arc)
         reader = _iter_arc if arc else _iter_warc
         pos = lo
         while pos is not None and (hi is None or pos < hi):
             if gz:
                 failure = yield from _iter_members(raw, pos, hi, reader, select)
             else:
-                failure = yield from reader(_Plain(raw, pos), hi, select)
+                failure = yield from reader(PlainStream(raw, pos), hi, select)
             if failure is None or (hi is not None and failure.offset >= hi):
                 return
-            resume = _sync(raw, failure.offset + 1, gz, arc, after_damage=True)
+            resume = next_boundary(raw, failure.offset + 1, gz, arc, after_damage=True)
             if failure.error is not None:  # None: already reported as the record it cut short
                 skipped = f"{resume - failure.offset} bytes" if resume is not None else "the rest of the file"
                 yield BadRecord(
@@ -210,7 +210,7 @@ def _iter_members(raw: BinaryIO, start: int, hi: int | None, reader, select: Sel
 # WARC
 
 
-def _iter_warc(stream: "_Plain | GzipMembers", hi: int | None, select: Select):
+def _iter_warc(stream: "PlainStream | GzipMembers", hi: int | None, select: Select):
     """Yield the records of one segment (a plain file from a boundary, or one gzip member).
 
     Returns None at the segment's clean end, else a :class:`_Failure`. A capture
@@ -247,7 +247,9 @@ def _iter_warc(stream: "_Plain | GzipMembers", hi: int | None, select: Select):
             yield item
             if stream.damage is not None and stream.damage.reported:
                 return _Failure(stream.damage.offset, stream.damage.offset, None)  # the bad record stood for it
-            if isinstance(stream, _Plain):  # its framing is not to be trusted: its block may hold the records after it
+            if isinstance(
+                stream, PlainStream
+            ):  # its framing is not to be trusted: its block may hold the records after it
                 return _Failure(offset, position, None)
     except OSError as exc:  # FastWARC: a header it cannot parse
         if stream.damage is None:
@@ -279,7 +281,7 @@ def _iter_warc(stream: "_Plain | GzipMembers", hi: int | None, select: Select):
     return None
 
 
-def _block_end(stream: "_Plain | GzipMembers", stream_pos: int, declared: int) -> int:
+def _block_end(stream: "PlainStream | GzipMembers", stream_pos: int, declared: int) -> int:
     """Stream position right after the block of the record whose header starts at ``stream_pos``."""
     head = stream.reread(stream_pos, HEADER_LIMIT + 4)
     ends = [(found, len(mark)) for mark in (b"\r\n\r\n", b"\n\n") if (found := head.find(mark)) >= 0]
@@ -410,7 +412,7 @@ def _media_type(content_type: str | None) -> str | None:
 # ARC (v1 and v2 header lines: URL IP-address Archive-date Content-type [...] Archive-length)
 
 
-def _iter_arc(stream: "_Plain | GzipMembers", hi: int | None, select: Select):
+def _iter_arc(stream: "PlainStream | GzipMembers", hi: int | None, select: Select):
     lines = LineReader(stream)
     placed = Placement()
     while True:
